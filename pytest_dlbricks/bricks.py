@@ -1,0 +1,196 @@
+"""A brick: a run of consecutive layers described without names or weight values, and its signature.
+
+Two bricks are the same when they do the same work: same operators, attributes, wiring, and shapes
+and dtypes of inputs, outputs and weights. The description renames every value canonically, so the
+same layers in two models give the same description, the same signature and the same runnable model,
+and nothing of the source model's names or weights leaks into a brick suite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from .loading import ModelGraph, TensorSpec
+
+#: Operator names shown in a brick's label before the rest is summarised.
+LABEL_OPS = 4
+
+
+@dataclass(frozen=True)
+class BrickSpec:
+    """A runnable description of one brick, canonically named; built by :func:`describe_brick`."""
+
+    nodes: tuple[onnx.NodeProto, ...]
+    #: Activations fed at run time: (canonical name, spec).
+    inputs: tuple[tuple[str, TensorSpec], ...]
+    #: Weights, stored as initializers: (canonical name, spec).
+    weights: tuple[tuple[str, TensorSpec], ...]
+    outputs: tuple[tuple[str, TensorSpec], ...]
+    #: Real values kept for inputs and weights that steer computation, by canonical name.
+    values: dict[str, np.ndarray]
+    opset_imports: dict[str, int]
+    ir_version: int
+    functions: tuple[onnx.FunctionProto, ...]
+    signature: str
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(node.op_type for node in self.nodes)
+
+    @property
+    def short_signature(self) -> str:
+        return self.signature[:8]
+
+    @property
+    def label(self) -> str:
+        """Readable, stable name such as ``Conv+Relu-3f2a91c0`` used in item ids."""
+        ops = list(self.ops)
+        if len(ops) > LABEL_OPS:
+            ops = ops[: LABEL_OPS - 1] + [f"{len(ops) - LABEL_OPS + 1}more"]
+        return f"{'+'.join(ops)}-{self.short_signature}"
+
+
+class UnbuildableBrick(Exception):
+    """The layers cannot form a standalone model (for example a boundary value that is not a tensor)."""
+
+
+def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
+    """Describe layers ``[begin, end)`` of ``graph`` as a standalone brick.
+
+    Raises :class:`UnbuildableBrick` when a value crossing the brick's boundary has no tensor spec.
+    """
+    layers = graph.layers[begin:end]
+    produced = {name for layer in layers for name in layer.output if name}
+    read_after = _read_outside(graph, begin, end)
+    renames: dict[str, str] = {}
+    inputs: list[tuple[str, TensorSpec]] = []
+    weights: list[tuple[str, TensorSpec]] = []
+    values: dict[str, np.ndarray] = {}
+
+    def boundary_spec(name: str) -> TensorSpec:
+        spec = graph.specs.get(name)
+        if spec is None:
+            raise UnbuildableBrick(f"value {name!r} crosses the brick boundary but is not a tensor of known shape")
+        return spec
+
+    for offset, layer in enumerate(layers):
+        for name in graph.layer_reads[begin + offset]:
+            if name in renames or name in produced:
+                continue
+            spec = boundary_spec(name)
+            group = weights if name in graph.weights else inputs
+            renames[name] = f"{'weight' if group is weights else 'input'}_{len(group)}"
+            group.append((renames[name], spec))
+            if name in graph.kept_values:
+                values[renames[name]] = graph.kept_values[name]
+        for name in layer.output:
+            if name:
+                renames[name] = f"value_{sum(1 for v in renames.values() if v.startswith('value_'))}"
+    outputs = [
+        (renames[name], boundary_spec(name))
+        for layer in layers
+        for name in layer.output
+        if name and name in read_after
+    ]
+    if not outputs:
+        raise UnbuildableBrick("the layers produce nothing that the rest of the model reads")
+    nodes = tuple(_renamed(layer, renames) for layer in layers)
+    used_domains = {node.domain for node in nodes} | {""}
+    functions = tuple(f for f in graph.functions if any((n.domain, n.op_type) == (f.domain, f.name) for n in nodes))
+    opsets = {domain: graph.opset_imports[domain] for domain in sorted(used_domains) if domain in graph.opset_imports}
+    signature = _signature(nodes, inputs, weights, outputs, values, opsets, functions)
+    return BrickSpec(
+        nodes=nodes,
+        inputs=tuple(inputs),
+        weights=tuple(weights),
+        outputs=tuple(outputs),
+        values=values,
+        opset_imports=dict(graph.opset_imports),
+        ir_version=graph.ir_version,
+        functions=functions,
+        signature=signature,
+    )
+
+
+def _read_outside(graph: ModelGraph, begin: int, end: int) -> set[str]:
+    """Values read by layers outside ``[begin, end)`` or returned by the model."""
+    outputs = {name for layer in graph.layers[begin:end] for name in layer.output if name}
+    return {
+        name
+        for name in outputs
+        if name in graph.outputs or any(not begin <= reader < end for reader in graph.readers.get(name, ()))
+    }
+
+
+def _renamed(node: onnx.NodeProto, renames: dict[str, str]) -> onnx.NodeProto:
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    copy.ClearField("name")
+    copy.ClearField("doc_string")
+    copy.ClearField("metadata_props")
+    copy.input[:] = [renames.get(name, name) for name in node.input]
+    copy.output[:] = [renames.get(name, name) for name in node.output]
+    for attribute in copy.attribute:
+        bodies = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+        for body in bodies:
+            _rename_outer_references(body, renames)
+    return copy
+
+
+def _rename_outer_references(body: onnx.GraphProto, renames: dict[str, str]) -> None:
+    """Rename, inside a subgraph, the names it reads from the enclosing scope."""
+    local = {v.name for v in body.input} | {t.name for t in body.initializer}
+    local.update(name for node in body.node for name in node.output)
+    outer = {name: new for name, new in renames.items() if name not in local}
+    for node in body.node:
+        node.input[:] = [outer.get(name, name) for name in node.input]
+        for attribute in node.attribute:
+            inner = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+            for graph in inner:
+                _rename_outer_references(graph, outer)
+
+
+def _signature(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: Sequence[tuple[str, TensorSpec]],
+    weights: Sequence[tuple[str, TensorSpec]],
+    outputs: Sequence[tuple[str, TensorSpec]],
+    values: dict[str, np.ndarray],
+    opsets: dict[str, int],
+    functions: Sequence[onnx.FunctionProto],
+) -> str:
+    """SHA-256 of a canonical JSON of everything that determines the brick's work, never weight values."""
+
+    def tensor(name: str, spec: TensorSpec) -> list[object]:
+        kept = values.get(name)
+        digest = hashlib.sha256(np.ascontiguousarray(kept).tobytes()).hexdigest() if kept is not None else None
+        return [name, spec.dtype, list(spec.shape), digest]
+
+    document = {
+        "opsets": opsets,
+        "nodes": [
+            [
+                node.domain,
+                node.op_type,
+                list(node.input),
+                list(node.output),
+                [_digest(a.SerializeToString(deterministic=True)) for a in sorted(node.attribute, key=lambda a: a.name)],
+            ]
+            for node in nodes
+        ],
+        "inputs": [tensor(name, spec) for name, spec in inputs],
+        "weights": [tensor(name, spec) for name, spec in weights],
+        "outputs": [[name, spec.dtype, list(spec.shape)] for name, spec in outputs],
+        "functions": [_digest(f.SerializeToString(deterministic=True)) for f in functions],
+    }
+    return _digest(json.dumps(document, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

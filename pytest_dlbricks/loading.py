@@ -1,0 +1,340 @@
+"""Load an ONNX model into the view the cutter needs: compute layers in order, value specs, weights.
+
+Weights are everything a model can compute without its inputs (initializers, Constant nodes and
+constant subgraphs such as old exporters' ConstantOfShape weights); they are not layers. Values
+that steer computation (integer and boolean tensors, tiny tensors) keep their real values so that
+every brick does the same work as inside the model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import onnx
+from onnx import numpy_helper, shape_inference
+
+from .errors import ModelError
+
+#: Operators whose output changes from run to run: never folded into weights.
+NONDETERMINISTIC_OPS = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+#: Float tensors up to this many elements keep their real value (scalars such as epsilons, exponents).
+MAX_KEPT_FLOAT_ELEMENTS = 16
+#: Integer and boolean tensors up to this many elements keep their real value (shapes, indices, masks).
+MAX_KEPT_INTEGER_ELEMENTS = 1 << 20
+#: Dimension used for a symbolic dimension the user did not give.
+DEFAULT_DIM = 1
+
+_FLOAT_TYPES = frozenset(
+    {
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.DOUBLE,
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.BFLOAT16,
+    }
+)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Element type (an ``onnx.TensorProto`` data type) and concrete shape of a tensor."""
+
+    dtype: int
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * onnx.helper.tensor_dtype_to_np_dtype(self.dtype).itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in _FLOAT_TYPES
+
+    def keeps_real_value(self) -> bool:
+        """Whether a tensor of this spec likely steers computation, so synthetic values would change the work."""
+        limit = MAX_KEPT_FLOAT_ELEMENTS if self.is_float else MAX_KEPT_INTEGER_ELEMENTS
+        return self.numel <= limit
+
+    def describe(self) -> str:
+        dtype = onnx.TensorProto.DataType.Name(self.dtype).lower()
+        return f"{dtype}[{','.join(map(str, self.shape))}]"
+
+
+@dataclass
+class ModelGraph:
+    """What the cutter and the brick builder need of one model, without its weight values."""
+
+    path: Path
+    opset_imports: dict[str, int]
+    ir_version: int
+    functions: list[onnx.FunctionProto]
+    #: Compute nodes (layers) in topological order.
+    layers: list[onnx.NodeProto]
+    #: Every value a layer reads or writes, by name.
+    specs: dict[str, TensorSpec]
+    #: Names of values that are weights: computable without the model's inputs.
+    weights: frozenset[str]
+    #: Real values of tensors that steer computation (see :meth:`TensorSpec.keeps_real_value`).
+    kept_values: dict[str, np.ndarray]
+    inputs: list[str]
+    outputs: list[str]
+    #: Symbolic dimensions that were not given and took :data:`DEFAULT_DIM`.
+    guessed_dims: dict[str, int] = field(default_factory=dict)
+    #: Per layer, the values it reads, including the outer-scope names its subgraphs read.
+    layer_reads: list[list[str]] = field(init=False, repr=False)
+    #: Per value, the indices of the layers that read it.
+    readers: dict[str, list[int]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.layer_reads = [node_inputs(layer) for layer in self.layers]
+        self.readers = {}
+        for index, reads in enumerate(self.layer_reads):
+            for name in reads:
+                self.readers.setdefault(name, []).append(index)
+
+
+def node_inputs(node: onnx.NodeProto) -> list[str]:
+    """Non-empty input names of a node, then the outer-scope names read inside its subgraphs."""
+    names = [name for name in node.input if name]
+    for name in subgraph_outer_names(node):
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def subgraph_outer_names(node: onnx.NodeProto) -> list[str]:
+    """Names the node's subgraphs (If, Loop, Scan bodies) read from the enclosing scope."""
+    outer: list[str] = []
+    for body in _subgraphs(node):
+        defined = {v.name for v in body.input} | {t.name for t in body.initializer}
+        for inner in body.node:
+            for name in node_inputs(inner):
+                if name not in defined and name not in outer:
+                    outer.append(name)
+            defined.update(inner.output)
+    return outer
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            yield attribute.g
+        elif attribute.type == onnx.AttributeProto.GRAPHS:
+            yield from attribute.graphs
+
+
+def load_model(path: Path, dims: Mapping[str, int] | None = None) -> ModelGraph:
+    """Parse ``path`` into a :class:`ModelGraph`; raises :class:`ModelError` for anything unusable."""
+    model = _read(path)
+    try:
+        return _ModelLoader(path, model, dict(dims or {})).load()
+    except ModelError:
+        raise
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
+        raise ModelError(path, f"invalid ONNX model: {_first_line(error)}") from error
+
+
+def _read(path: Path) -> onnx.ModelProto:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ModelError(path, f"cannot read the file: {error.strerror or error}") from error
+    if not data:
+        raise ModelError(path, "the file is empty, not an ONNX model")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as error:  # protobuf raises its own DecodeError, and others on odd input
+        raise ModelError(path, f"not an ONNX model (the protobuf does not parse: {_first_line(error)})") from error
+    if not model.HasField("graph") or not model.graph.node:
+        raise ModelError(path, "not an ONNX model: it has no graph with nodes")
+    return model
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
+class _ModelLoader:
+    """One load of one model; split into steps so each stays short."""
+
+    def __init__(self, path: Path, model: onnx.ModelProto, dims: dict[str, int]) -> None:
+        self.path = path
+        self.model = model
+        self.dims = dims
+        self.guessed: dict[str, int] = {}
+        graph = model.graph
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.inputs = [v.name for v in graph.input if v.name not in self.initializers]
+        self.outputs = [v.name for v in graph.output]
+
+    def load(self) -> ModelGraph:
+        onnx.checker.check_model(self.model)
+        self._fix_input_dims()
+        nodes = self._topological_nodes()
+        weights, constant_nodes = self._fold_constants(nodes)
+        layers = [node for index, node in enumerate(nodes) if index not in constant_nodes]
+        if not layers:
+            raise ModelError(self.path, "the model has no layers: all its nodes compute constants")
+        specs = self._infer_specs()
+        needed = self._values_layers_touch(layers)
+        missing = [name for name in needed if name not in specs]
+        wanted_values = [
+            name
+            for name in needed
+            if name in specs and specs[name].keeps_real_value() and name not in self.inputs
+        ]
+        kept = self._read_constant_values(weights, [n for n in wanted_values if n in weights])
+        to_run = missing + [n for n in wanted_values if n not in kept]
+        if to_run:
+            specs, kept = self._reference_run(to_run, specs, kept)
+        for name in needed:
+            if name not in specs:
+                raise ModelError(self.path, f"cannot determine the shape and type of value {name!r}")
+        return ModelGraph(
+            path=self.path,
+            opset_imports={o.domain or "": o.version for o in self.model.opset_import},
+            ir_version=self.model.ir_version,
+            functions=list(self.model.functions),
+            layers=layers,
+            specs={name: specs[name] for name in needed},
+            weights=frozenset(weights & set(needed)),
+            kept_values=kept,
+            inputs=self.inputs,
+            outputs=self.outputs,
+            guessed_dims=self.guessed,
+        )
+
+    def _fix_input_dims(self) -> None:
+        """Replace the symbolic dimensions of the model inputs by the user's values or the default."""
+        for value in self.model.graph.input:
+            if value.name in self.initializers or not value.type.HasField("tensor_type"):
+                continue
+            for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+                if dim.HasField("dim_value") and dim.dim_value > 0:
+                    continue
+                name = dim.dim_param or f"{value.name}[{axis}]"
+                if name not in self.dims:
+                    self.guessed[name] = DEFAULT_DIM
+                dim.Clear()
+                dim.dim_value = self.dims.get(name, DEFAULT_DIM)
+
+    def _topological_nodes(self) -> list[onnx.NodeProto]:
+        """Nodes in a topological order that stays as close to the file's order as possible."""
+        nodes = list(self.model.graph.node)
+        producer: dict[str, int] = {}
+        for index, node in enumerate(nodes):
+            for name in node.output:
+                if name in producer and name:
+                    raise ModelError(self.path, f"value {name!r} is produced by more than one node")
+                producer[name] = index
+        graph = nx.DiGraph()
+        graph.add_nodes_from(range(len(nodes)))
+        known = set(self.initializers) | set(self.inputs)
+        for index, node in enumerate(nodes):
+            for name in node_inputs(node):
+                if name in producer:
+                    graph.add_edge(producer[name], index)
+                elif name not in known:
+                    raise ModelError(
+                        self.path, f"node {node.name or node.op_type!r} reads {name!r}, which nothing produces"
+                    )
+        try:
+            order = list(nx.lexicographical_topological_sort(graph))
+        except nx.NetworkXUnfeasible as error:
+            raise ModelError(self.path, "the graph has a cycle, so it cannot be executed") from error
+        return [nodes[index] for index in order]
+
+    def _fold_constants(self, nodes: list[onnx.NodeProto]) -> tuple[set[str], set[int]]:
+        """Names of all constant values and the indices of the nodes that only compute constants."""
+        constants = set(self.initializers)
+        constant_nodes: set[int] = set()
+        for index, node in enumerate(nodes):
+            if node.op_type in NONDETERMINISTIC_OPS:
+                continue
+            if all(name in constants for name in node_inputs(node)):
+                constants.update(name for name in node.output if name)
+                constant_nodes.add(index)
+        return constants, constant_nodes
+
+    def _values_layers_touch(self, layers: list[onnx.NodeProto]) -> list[str]:
+        """Values layers read or write that matter: read by a layer or a model output, in order."""
+        read = {name for layer in layers for name in node_inputs(layer)} | set(self.outputs)
+        needed: list[str] = []
+        for layer in layers:
+            for name in node_inputs(layer) + [n for n in layer.output if n in read]:
+                if name not in needed:
+                    needed.append(name)
+        return needed
+
+    def _infer_specs(self) -> dict[str, TensorSpec]:
+        inferred = shape_inference.infer_shapes(self.model, data_prop=True)
+        graph = inferred.graph
+        specs: dict[str, TensorSpec] = {}
+        for value in [*graph.input, *graph.value_info, *graph.output]:
+            spec = _spec_of(value.type)
+            if spec is not None:
+                specs[value.name] = spec
+        for tensor in self.initializers.values():
+            specs[tensor.name] = TensorSpec(tensor.data_type, tuple(tensor.dims))
+        return specs
+
+    def _read_constant_values(self, weights: set[str], names: Iterable[str]) -> dict[str, np.ndarray]:
+        """Real values of constants stored in the file itself (initializers and Constant nodes)."""
+        constant_attributes = {
+            node.output[0]: node.attribute[0]
+            for node in self.model.graph.node
+            if node.op_type == "Constant" and not node.domain and len(node.attribute) == 1
+        }
+        base_dir = str(self.path.parent)
+        values: dict[str, np.ndarray] = {}
+        for name in names:
+            if name in self.initializers:
+                values[name] = numpy_helper.to_array(self.initializers[name], base_dir)
+            elif name in constant_attributes and constant_attributes[name].name == "value":
+                values[name] = numpy_helper.to_array(constant_attributes[name].t)
+        return values
+
+    def _reference_run(
+        self,
+        names: list[str],
+        specs: dict[str, TensorSpec],
+        kept: dict[str, np.ndarray],
+    ) -> tuple[dict[str, TensorSpec], dict[str, np.ndarray]]:
+        """Run the model once on synthetic inputs to learn what shape inference could not tell."""
+        from .running import run_reference
+
+        results = run_reference(self.path, self.model, names)
+        specs = dict(specs)
+        kept = dict(kept)
+        for name, array in results.items():
+            spec = TensorSpec(onnx.helper.np_dtype_to_tensor_dtype(array.dtype), tuple(array.shape))
+            specs[name] = spec
+            if name not in self.inputs and spec.keeps_real_value():
+                kept[name] = array
+        return specs, kept
+
+
+def _spec_of(value_type: onnx.TypeProto) -> TensorSpec | None:
+    if not value_type.HasField("tensor_type"):
+        return None
+    tensor_type = value_type.tensor_type
+    if not tensor_type.elem_type or not tensor_type.HasField("shape"):
+        return None
+    shape = []
+    for dim in tensor_type.shape.dim:
+        if not dim.HasField("dim_value") or dim.dim_value < 0:
+            return None
+        shape.append(dim.dim_value)
+    return TensorSpec(tensor_type.elem_type, tuple(shape))

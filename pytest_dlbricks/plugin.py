@@ -1,0 +1,29 @@
+"""pytest hooks of pytest-dlbricks; cheap to import, the machinery loads only when dlbricks is enabled."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from .options import add_options, read_settings
+
+if TYPE_CHECKING:
+    from .session import DLBricksSession
+
+SESSION_KEY = pytest.StashKey["DLBricksSession"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    settings = read_settings(config)
+    if settings is None:
+        return
+    from .session import DLBricksSession
+
+    session = DLBricksSession(config, settings)
+    config.stash[SESSION_KEY] = session
+    config.pluginmanager.register(session, "dlbricks-session")

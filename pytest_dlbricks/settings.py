@@ -1,0 +1,93 @@
+"""The run's settings, read once from flags and ini values, and the parsers both share."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: onnxruntime graph optimization levels by the names users pass; "all" is onnxruntime's default.
+OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "layout", "all")
+#: Brick time statistics composition can use (pytest-benchmark's names).
+STATISTICS = ("median", "mean", "min")
+DEFAULT_GLOBS = ("*.onnx",)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that decides what is cut and how it is timed; recorded in every report."""
+
+    granularity: int
+    dims: Mapping[str, int] = field(default_factory=dict)
+    json_path: Path | None = None
+    #: Threads onnxruntime uses inside an operator; 0 leaves onnxruntime's default.
+    intra_op_threads: int = 0
+    optimization: str = "all"
+    statistic: str = "median"
+    globs: tuple[str, ...] = DEFAULT_GLOBS
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+
+    def describe(self) -> dict[str, object]:
+        """The settings as they appear in the JSON report."""
+        import onnxruntime
+
+        return {
+            "granularity": self.granularity,
+            "dims": dict(self.dims),
+            "intra_op_threads": self.intra_op_threads,
+            "optimization": self.optimization,
+            "statistic": self.statistic,
+            "providers": list(self.providers),
+            "onnxruntime": onnxruntime.__version__,
+        }
+
+
+def parse_granularity(text: str) -> int:
+    """A positive number of layers per brick."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"granularity must be a whole number of layers, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"granularity must be at least 1 layer, not {value}")
+    return value
+
+
+def parse_dim(text: str) -> tuple[str, int]:
+    """``NAME=VALUE`` for a symbolic dimension such as ``batch=8``."""
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE such as batch=8, not {text!r}")
+    try:
+        size = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"dimension {name!r} needs a whole number, not {value.strip()!r}") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"dimension {name!r} must be at least 1, not {size}")
+    return name, size
+
+
+def parse_threads(text: str) -> int:
+    """A thread count; 0 means onnxruntime's default."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"thread count must be a whole number, not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"thread count cannot be negative, not {value}")
+    return value
+
+
+def parse_choice(choices: tuple[str, ...], what: str) -> Callable[[str], str]:
+    """A converter accepting one of ``choices`` (case-insensitive) with a message naming ``what``."""
+
+    def convert(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise argparse.ArgumentTypeError(f"{what} must be one of {', '.join(choices)}, not {text!r}")
+        return value
+
+    convert.__name__ = what
+    return convert
