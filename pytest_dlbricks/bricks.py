@@ -52,7 +52,7 @@ class BrickSpec:
         """Readable, stable name such as ``Conv+Relu-3f2a91c0`` used in item ids."""
         ops = list(self.ops)
         if len(ops) > LABEL_OPS:
-            ops = ops[: LABEL_OPS - 1] + [f"{len(ops) - LABEL_OPS + 1}more"]
+            ops = [*ops[: LABEL_OPS - 1], f"{len(ops) - LABEL_OPS + 1}more"]
         return f"{'+'.join(ops)}-{self.short_signature}"
 
 
@@ -93,10 +93,7 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
             if name:
                 renames[name] = f"value_{sum(1 for v in renames.values() if v.startswith('value_'))}"
     outputs = [
-        (renames[name], boundary_spec(name))
-        for layer in layers
-        for name in layer.output
-        if name and name in read_after
+        (renames[name], boundary_spec(name)) for layer in layers for name in layer.output if name and name in read_after
     ]
     if not outputs:
         raise UnbuildableBrick("the layers produce nothing that the rest of the model reads")
@@ -180,7 +177,10 @@ def _signature(
                 node.op_type,
                 list(node.input),
                 list(node.output),
-                [_digest(a.SerializeToString(deterministic=True)) for a in sorted(node.attribute, key=lambda a: a.name)],
+                [
+                    _digest(a.SerializeToString(deterministic=True))
+                    for a in sorted(node.attribute, key=lambda a: a.name)
+                ],
             ]
             for node in nodes
         ],

@@ -28,7 +28,7 @@ class ModelFile(pytest.File):
         try:
             plan, new_bricks = self.dlbricks.add_model(self.path, self.nodeid)
         except ModelError as error:
-            yield FailingItem.from_parent(self, name="load", message=str(error))
+            yield FailingItem.from_parent(self, name="load", message=f"{self.nodeid}: {error.cause}")
             return
         for name, value in plan.guessed_dims.items():
             self.warn(
@@ -66,4 +66,4 @@ class FailingItem(pytest.Item):
         """Never reached: setup fails."""
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, self.name
+        return self.path, None, self.nodeid

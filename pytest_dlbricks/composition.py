@@ -29,9 +29,7 @@ class Estimate:
 
 def compose(plan: ModelPlan, times: Mapping[str, float]) -> Estimate:
     """Estimate ``plan``'s latency from ``times`` (seconds by brick signature)."""
-    brick_times = [
-        times.get(brick.signature) if isinstance(brick, BrickSpec) else None for brick in plan.bricks
-    ]
+    brick_times = [times.get(brick.signature) if isinstance(brick, BrickSpec) else None for brick in plan.bricks]
     measured = sum(t is not None for t in brick_times)
     if measured < len(brick_times):
         return Estimate(None, None, measured, len(brick_times))

@@ -58,7 +58,9 @@ class ModelPlan:
         return [b for b in self.bricks if isinstance(b, BrokenBrick)]
 
 
-def find_windows(count: int, granularity: int, build: Callable[[int, int], T | None]) -> list[tuple[int, int, T | None]]:
+def find_windows(
+    count: int, granularity: int, build: Callable[[int, int], T | None]
+) -> list[tuple[int, int, T | None]]:
     """FindModelSubgraphs: cover ``range(count)`` with non-overlapping windows of at most ``granularity``.
 
     ``build(begin, end)`` returns the brick for a window, or None when the window cannot form a valid

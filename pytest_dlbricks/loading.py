@@ -19,6 +19,7 @@ import onnx
 from onnx import numpy_helper, shape_inference
 
 from .errors import ModelError
+from .settings import DEFAULT_DIM
 
 #: Operators whose output changes from run to run: never folded into weights.
 NONDETERMINISTIC_OPS = frozenset(
@@ -28,8 +29,6 @@ NONDETERMINISTIC_OPS = frozenset(
 MAX_KEPT_FLOAT_ELEMENTS = 16
 #: Integer and boolean tensors up to this many elements keep their real value (shapes, indices, masks).
 MAX_KEPT_INTEGER_ELEMENTS = 1 << 20
-#: Dimension used for a symbolic dimension the user did not give.
-DEFAULT_DIM = 1
 
 _FLOAT_TYPES = frozenset(
     {
@@ -191,9 +190,7 @@ class _ModelLoader:
         needed = self._values_layers_touch(layers)
         missing = [name for name in needed if name not in specs]
         wanted_values = [
-            name
-            for name in needed
-            if name in specs and specs[name].keeps_real_value() and name not in self.inputs
+            name for name in needed if name in specs and specs[name].keeps_real_value() and name not in self.inputs
         ]
         kept = self._read_constant_values(weights, [n for n in wanted_values if n in weights])
         to_run = missing + [n for n in wanted_values if n not in kept]
@@ -270,13 +267,12 @@ class _ModelLoader:
 
     def _values_layers_touch(self, layers: list[onnx.NodeProto]) -> list[str]:
         """Values layers read or write that matter: read by a layer or a model output, in order."""
-        read = {name for layer in layers for name in node_inputs(layer)} | set(self.outputs)
-        needed: list[str] = []
-        for layer in layers:
-            for name in node_inputs(layer) + [n for n in layer.output if n in read]:
-                if name not in needed:
-                    needed.append(name)
-        return needed
+        reads = [node_inputs(layer) for layer in layers]
+        read = {name for names in reads for name in names} | set(self.outputs)
+        needed: dict[str, None] = {}
+        for layer, names in zip(layers, reads):
+            needed.update(dict.fromkeys(names + [n for n in layer.output if n in read]))
+        return list(needed)
 
     def _infer_specs(self) -> dict[str, TensorSpec]:
         inferred = shape_inference.infer_shapes(self.model, data_prop=True)

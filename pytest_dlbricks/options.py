@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
 from .settings import (
+    DEFAULT_DIM,
     DEFAULT_GLOBS,
     OPTIMIZATION_LEVELS,
     STATISTICS,
@@ -26,69 +28,95 @@ _parse_optimization = parse_choice(OPTIMIZATION_LEVELS, "optimization level")
 _parse_statistic = parse_choice(STATISTICS, "statistic")
 
 
+@dataclass(frozen=True)
+class _Option:
+    """One setting: a ``--dlbricks-*`` flag and, where it belongs in a config file, an ini value."""
+
+    flag: str
+    metavar: str
+    help: str
+    default: str
+    convert: Callable[[str], Any] | None = None
+    repeatable: bool = False
+    #: Name of the ini value, None for a flag only.
+    ini: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+_OPTIONS = (
+    _Option(
+        "--dlbricks-granularity",
+        "G",
+        "Collect ONNX models and cut them into bricks of at most G layers; setting it enables dlbricks.",
+        "off",
+        parse_granularity,
+        ini="dlbricks_granularity",
+    ),
+    _Option(
+        "--dlbricks-dim",
+        "NAME=VALUE",
+        "Size of a symbolic input dimension such as batch or seq; repeatable."
+        f" A dimension not given is {DEFAULT_DIM}, with a warning.",
+        "none given",
+        parse_dim,
+        repeatable=True,
+        ini="dlbricks_dims",
+    ),
+    _Option("--dlbricks-json", "PATH", "Write per-model estimates and per-brick times as JSON.", "no file", Path),
+    _Option(
+        "--dlbricks-threads",
+        "N",
+        "onnxruntime intra-op threads; 0 is onnxruntime's own choice.",
+        "0",
+        parse_threads,
+        ini="dlbricks_threads",
+    ),
+    _Option(
+        "--dlbricks-optimization",
+        "LEVEL",
+        f"onnxruntime graph optimization level: {', '.join(OPTIMIZATION_LEVELS)}.",
+        "all (onnxruntime's default)",
+        _parse_optimization,
+        ini="dlbricks_optimization",
+    ),
+    _Option(
+        "--dlbricks-statistic",
+        "STAT",
+        f"Brick time statistic the estimates add up: {', '.join(STATISTICS)}.",
+        "median",
+        _parse_statistic,
+        ini="dlbricks_statistic",
+    ),
+    _Option(
+        "--dlbricks-glob",
+        "PATTERN",
+        "File name pattern of the model files to collect; repeatable.",
+        " ".join(DEFAULT_GLOBS),
+        repeatable=True,
+        ini="dlbricks_globs",
+    ),
+)
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("dlbricks", "dlbricks: benchmark ONNX models brick by brick")
-    group.addoption(
-        "--dlbricks-granularity",
-        metavar="G",
-        type=parse_granularity,
-        default=None,
-        help="Enable dlbricks: collect ONNX models and cut them into bricks of at most G layers."
-        " Also ini dlbricks_granularity. Default: %(default)r (off)",
-    )
-    group.addoption(
-        "--dlbricks-dim",
-        metavar="NAME=VALUE",
-        type=parse_dim,
-        action="append",
-        default=None,
-        help="Value of a symbolic input dimension such as batch or sequence length; repeatable."
-        " Dimensions not given are 1, with a warning. Also ini dlbricks_dims. Default: %(default)r",
-    )
-    group.addoption(
-        "--dlbricks-json",
-        metavar="PATH",
-        type=Path,
-        default=None,
-        help="Write the per-model estimates and per-brick times as JSON to PATH. Default: %(default)r",
-    )
-    group.addoption(
-        "--dlbricks-threads",
-        metavar="N",
-        type=parse_threads,
-        default=None,
-        help="onnxruntime intra-op threads; 0 keeps onnxruntime's default. Also ini dlbricks_threads. Default: %(default)r",
-    )
-    group.addoption(
-        "--dlbricks-optimization",
-        metavar="LEVEL",
-        type=_parse_optimization,
-        default=None,
-        help=f"onnxruntime graph optimization level, one of {', '.join(OPTIMIZATION_LEVELS)}; 'all' is"
-        " onnxruntime's default. Also ini dlbricks_optimization. Default: %(default)r",
-    )
-    group.addoption(
-        "--dlbricks-statistic",
-        metavar="STAT",
-        type=_parse_statistic,
-        default=None,
-        help=f"Brick time statistic the estimates add up, one of {', '.join(STATISTICS)} (median when"
-        " unset). Also ini dlbricks_statistic. Default: %(default)r",
-    )
-    group.addoption(
-        "--dlbricks-glob",
-        metavar="PATTERN",
-        action="append",
-        default=None,
-        help="File name pattern of the models to collect; repeatable (*.onnx when unset)."
-        " Also ini dlbricks_globs. Default: %(default)r",
-    )
-    parser.addini("dlbricks_granularity", "dlbricks: layers per brick; setting it enables dlbricks", default="")
-    parser.addini("dlbricks_dims", "dlbricks: NAME=VALUE symbolic dimensions, one a line", type="linelist", default=[])
-    parser.addini("dlbricks_threads", "dlbricks: onnxruntime intra-op threads (0: its default)", default="0")
-    parser.addini("dlbricks_optimization", "dlbricks: onnxruntime graph optimization level", default="all")
-    parser.addini("dlbricks_statistic", "dlbricks: brick time statistic for the estimates", default="median")
-    parser.addini("dlbricks_globs", "dlbricks: file name patterns of the models to collect", type="linelist", default=list(DEFAULT_GLOBS))
+    for option in _OPTIONS:
+        ini_note = f" Ini: {option.ini}." if option.ini else ""
+        group.addoption(
+            option.flag,
+            metavar=option.metavar,
+            type=option.convert,
+            action="append" if option.repeatable else "store",
+            default=None,
+            help=f"{option.help}{ini_note} Default: {option.default}.",
+        )
+        if option.ini and option.repeatable:
+            parser.addini(option.ini, f"dlbricks: {option.help}", type="linelist", default=[])
+        elif option.ini:
+            parser.addini(option.ini, f"dlbricks: {option.help}", type="string", default="")
 
 
 def read_settings(config: pytest.Config) -> Settings | None:
@@ -96,18 +124,22 @@ def read_settings(config: pytest.Config) -> Settings | None:
     granularity = _flag_or_ini(config, "dlbricks_granularity", parse_granularity)
     if granularity is None:
         return None
-    dims_flag = config.getoption("dlbricks_dim")
-    dims = dims_flag if dims_flag is not None else [_from_ini("dlbricks_dims", line, parse_dim) for line in config.getini("dlbricks_dims")]
-    globs = config.getoption("dlbricks_glob") or config.getini("dlbricks_globs")
+    dims = _flag_or_ini_list(config, "dlbricks_dim", "dlbricks_dims", parse_dim)
+    globs = _flag_or_ini_list(config, "dlbricks_glob", "dlbricks_globs", str) or list(DEFAULT_GLOBS)
     return Settings(
         granularity=granularity,
         dims=dict(dims),
-        json_path=config.getoption("dlbricks_json"),
+        json_path=_resolved(config, config.getoption("dlbricks_json")),
         intra_op_threads=_flag_or_ini(config, "dlbricks_threads", parse_threads) or 0,
         optimization=_flag_or_ini(config, "dlbricks_optimization", _parse_optimization) or "all",
         statistic=_flag_or_ini(config, "dlbricks_statistic", _parse_statistic) or "median",
         globs=tuple(globs),
     )
+
+
+def _resolved(config: pytest.Config, path: Path | None) -> Path | None:
+    """A path given on the command line, against the directory pytest was started in."""
+    return None if path is None else config.invocation_params.dir / path
 
 
 def _flag_or_ini(config: pytest.Config, name: str, parse: Callable[[str], T]) -> T | None:
@@ -116,6 +148,13 @@ def _flag_or_ini(config: pytest.Config, name: str, parse: Callable[[str], T]) ->
         return flag  # type: ignore[no-any-return]
     text = str(config.getini(name)).strip()
     return _from_ini(name, text, parse) if text else None
+
+
+def _flag_or_ini_list(config: pytest.Config, dest: str, ini: str, parse: Callable[[str], T]) -> list[T]:
+    flag = config.getoption(dest)
+    if flag is not None:
+        return list(flag)
+    return [_from_ini(ini, line, parse) for line in config.getini(ini)]
 
 
 def _from_ini(name: str, text: str, parse: Callable[[str], T]) -> T:

@@ -11,7 +11,7 @@ from .options import add_options, read_settings
 if TYPE_CHECKING:
     from .session import DLBricksSession
 
-SESSION_KEY = pytest.StashKey["DLBricksSession"]()
+SESSION_KEY: pytest.StashKey[DLBricksSession] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

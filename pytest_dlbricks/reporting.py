@@ -61,7 +61,9 @@ def build_report(
                 "critical_path_s": estimate.critical_path_s,
                 "complete": estimate.complete,
                 "guessed_dims": plan.guessed_dims,
-                "unbuildable_layers": [{"layer": b.layer_index, "op": b.op_type, "cause": b.reason} for b in plan.broken],
+                "unbuildable_layers": [
+                    {"layer": b.layer_index, "op": b.op_type, "cause": b.reason} for b in plan.broken
+                ],
             }
         )
     models.extend(
@@ -146,7 +148,10 @@ def render_table(report: Mapping[str, object]) -> str:
         )
     widths = [max(len(row[column]) for row in rows) for column in range(len(_COLUMNS))]
     lines = [
-        "  ".join(cell.ljust(width) if column in (0, 6) else cell.rjust(width) for column, (cell, width) in enumerate(zip(row, widths))).rstrip()
+        "  ".join(
+            cell.ljust(width) if column in (0, 6) else cell.rjust(width)
+            for column, (cell, width) in enumerate(zip(row, widths))
+        ).rstrip()
         for row in rows
     ]
     lines.insert(1, "-" * len(lines[0]))

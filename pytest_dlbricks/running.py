@@ -50,9 +50,7 @@ def run_reference(path: Path, model: onnx.ModelProto, names: list[str]) -> dict[
     reference.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names if name not in present)
     initializers = {t.name for t in reference.graph.initializer}
     inputs = [
-        (value.name, _declared_spec(path, value))
-        for value in reference.graph.input
-        if value.name not in initializers
+        (value.name, _declared_spec(path, value)) for value in reference.graph.input if value.name not in initializers
     ]
     try:
         session = create_session(reference)

@@ -12,6 +12,8 @@ OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "layout", "all")
 #: Brick time statistics composition can use (pytest-benchmark's names).
 STATISTICS = ("median", "mean", "min")
 DEFAULT_GLOBS = ("*.onnx",)
+#: Size given to a symbolic dimension the user did not set.
+DEFAULT_DIM = 1
 
 
 @dataclass(frozen=True)

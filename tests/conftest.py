@@ -1,0 +1,40 @@
+"""Shared fixtures: where the bundled and the onnx wheel's models are, and quick timing flags."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+import pytest
+
+SAMPLE_MODELS = Path(__file__).resolve().parent.parent / "sample_models"
+LIGHT_MODELS = Path(onnx.__file__).resolve().parent / "backend" / "test" / "data" / "light"
+#: pytest-benchmark flags for runs where timing itself is not under test.
+QUICK_TIMING = ("--benchmark-min-rounds=2", "--benchmark-max-time=0.000001")
+#: Seconds any one test may take: a hung onnxruntime session must not hold CI until its own limit.
+TEST_TIMEOUT = 300
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.timeout(TEST_TIMEOUT))
+
+
+@pytest.fixture
+def copy_models(pytester: pytest.Pytester) -> Callable[..., list[Path]]:
+    """Copy models (paths) into the pytester directory, optionally under a sub-folder."""
+
+    def copy(*sources: Path, folder: str = "models") -> list[Path]:
+        target = pytester.path / folder
+        target.mkdir(parents=True, exist_ok=True)
+        return [Path(shutil.copy(source, target / source.name)) for source in sources]
+
+    return copy
+
+
+@pytest.fixture
+def sample_models(copy_models: Callable[..., list[Path]]) -> list[Path]:
+    """The bundled sample models, copied into the pytester directory under ``models/``."""
+    return copy_models(*sorted(SAMPLE_MODELS.glob("*.onnx")))

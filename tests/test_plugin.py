@@ -1,0 +1,272 @@
+"""The plugin end to end, as a user runs it: through ``pytester.runpytest``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import LIGHT_MODELS, QUICK_TIMING, SAMPLE_MODELS
+
+DIMS = ("--dlbricks-dim", "batch=1", "--dlbricks-dim", "seq=16")
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("-p", "no:cacheprovider", *DIMS, *QUICK_TIMING, *args)
+
+
+def read_report(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(
+        [
+            "dlbricks: benchmark ONNX models brick by brick:",
+            "  --dlbricks-granularity=G",
+            "*Collect ONNX models and cut them into bricks of at most*",
+            "*G layers; setting it enables dlbricks. Ini:*",
+            "*dlbricks_granularity. Default: off.",
+            "  --dlbricks-dim=NAME=VALUE",
+            "*Size of a symbolic input dimension such as batch or seq;*",
+            "*repeatable. A dimension not given is 1, with a warning.*",
+            "*Ini: dlbricks_dims. Default: none given.",
+            "  --dlbricks-json=PATH  Write per-model estimates and per-brick times as JSON.",
+            "*Default: no file.",
+            "  --dlbricks-threads=N  onnxruntime intra-op threads; 0 is onnxruntime's own",
+            "*choice. Ini: dlbricks_threads. Default: 0.",
+            "  --dlbricks-optimization=LEVEL",
+            "*onnxruntime graph optimization level: disable, basic,*",
+            "*extended, layout, all. Ini: dlbricks_optimization.*",
+            "*Default: all (onnxruntime's default).",
+            "  --dlbricks-statistic=STAT",
+            "*Brick time statistic the estimates add up: median, mean,*",
+            "*min. Ini: dlbricks_statistic. Default: median.",
+            "  --dlbricks-glob=PATTERN",
+            "*File name pattern of the model files to collect;*",
+            "*repeatable. Ini: dlbricks_globs. Default: [*].onnx.",
+        ],
+        consecutive=True,
+    )
+
+
+def test_models_are_ignored_unless_enabled(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    pytester.makepyfile(test_plain="def test_one():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "- dlbricks:" not in result.stdout.str()
+
+
+def test_sample_models_become_brick_benchmarks_and_estimates(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-json=report.json", "models")
+    report = read_report(pytester.path / "report.json")
+    distinct = report["summary"]["distinct_bricks"]
+    result.assert_outcomes(passed=distinct)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "*- dlbricks: granularity 2, median brick times -*",
+            "Model * Layers * Bricks * Distinct * Sequential * Critical path * Complete",
+            "models/mlp.onnx * yes",
+            "models/tiny_inception.onnx * yes",
+            "models/tiny_resnet.onnx * yes",
+            "models/tiny_rnn.onnx * yes",
+            "models/transformer_block.onnx * yes",
+            f"5 models, * layers, * bricks, {distinct} distinct (*), {distinct} measured",
+            "dlbricks: report written to *report.json",
+        ]
+    )
+    models = {model["path"]: model for model in report["models"]}
+    assert set(models) == {f"models/{path.name}" for path in sample_models}
+    for model in models.values():
+        assert model["complete"] is True
+        assert model["layers"] / 2 <= model["bricks"] <= model["layers"]
+        assert 0 < model["critical_path_s"] <= model["sequential_s"]
+    inception = models["models/tiny_inception.onnx"]
+    assert inception["critical_path_s"] < inception["sequential_s"], "parallel branches shorten the critical path"
+    assert sum(model["bricks"] for model in models.values()) == report["summary"]["bricks"]
+
+
+def test_item_ids_carry_operators_and_short_signature(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    result = run(pytester, "--dlbricks-granularity=2", "--collect-only", "-q", "models/tiny_resnet.onnx")
+    result.stdout.re_match_lines([r"models/tiny_resnet\.onnx::brick\[Conv\+BatchNormalization-[0-9a-f]{8}\]"])
+
+
+def test_repeated_layers_become_one_item(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    """The MLP's hidden layers repeat: at G=1 its five Gemms and four Relus are three distinct bricks."""
+    result = run(pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", "models/mlp.onnx")
+    report = read_report(pytester.path / "r.json")
+    (mlp,) = report["models"]
+    assert (mlp["layers"], mlp["bricks"]) == (10, 10)
+    assert mlp["unique_bricks"] < mlp["bricks"]
+    result.assert_outcomes(passed=mlp["unique_bricks"])
+    counts = sorted(next(iter(brick["models"].values())) for brick in report["bricks"])
+    assert sum(counts) == 10 and max(counts) > 1
+
+
+def test_bricks_shared_across_models_run_once(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]]
+) -> None:
+    copy_models(SAMPLE_MODELS / "mlp.onnx", folder="a")
+    copy_models(SAMPLE_MODELS / "mlp.onnx", folder="b")
+    result = run(pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", "a", "b")
+    report = read_report(pytester.path / "r.json")
+    assert [m["complete"] for m in report["models"]] == [True, True]
+    assert report["models"][0]["sequential_s"] == report["models"][1]["sequential_s"]
+    result.assert_outcomes(passed=report["summary"]["distinct_bricks"])
+    assert all(set(brick["models"]) == {"a/mlp.onnx", "b/mlp.onnx"} for brick in report["bricks"])
+
+
+def test_keyword_selection_leaves_models_incomplete(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    result = run(pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", "-k", "Gemm", "models/mlp.onnx")
+    report = read_report(pytester.path / "r.json")
+    (mlp,) = report["models"]
+    assert mlp["complete"] is False and mlp["sequential_s"] is None
+    assert 0 < mlp["measured_bricks"] < mlp["bricks"]
+    result.stdout.fnmatch_lines([f"models/mlp.onnx * no ({mlp['measured_bricks']}/10)"])
+    assert result.ret == 0
+
+
+def test_keyword_selects_a_shared_brick_by_any_model_name(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]]
+) -> None:
+    copy_models(SAMPLE_MODELS / "mlp.onnx", folder="a")
+    copy_models(SAMPLE_MODELS / "mlp.onnx", folder="b")
+    (pytester.path / "b" / "mlp.onnx").rename(pytester.path / "b" / "other.onnx")
+    result = run(pytester, "--dlbricks-granularity=1", "--collect-only", "-q", "-k", "other", "a", "b")
+    selected = [line for line in result.stdout.lines if "::brick[" in line]
+    assert len(selected) == 5 and all(line.startswith("a/mlp.onnx::") for line in selected)
+
+
+def test_benchmark_disable_reports_incomplete_without_crashing(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    result = run(pytester, "--dlbricks-granularity=3", "--benchmark-disable", "models")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["models/mlp.onnx * no (0/*)", "5 models, * 0 measured"])
+
+
+def test_broken_model_fails_alone(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    (pytester.path / "models" / "broken.onnx").write_bytes(b"this is not a protobuf \xff\xfe")
+    (pytester.path / "models" / "empty.onnx").write_bytes(b"")
+    result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-json=r.json", "models")
+    report = read_report(pytester.path / "r.json")
+    result.assert_outcomes(passed=report["summary"]["distinct_bricks"], errors=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of models/broken.onnx::load*",
+            "models/broken.onnx: not an ONNX model (the protobuf does not parse: *)",
+            "*ERROR at setup of models/empty.onnx::load*",
+            "models/empty.onnx: the file is empty, not an ONNX model",
+        ],
+    )
+    assert "Traceback" not in result.stdout.str()
+    failed = [model for model in report["models"] if "error" in model]
+    assert [model["path"] for model in failed] == ["models/broken.onnx", "models/empty.onnx"]
+    assert sum(model["complete"] for model in report["models"]) == 5
+
+
+def test_guessed_dimension_warns(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    result = pytester.runpytest("--dlbricks-granularity=2", "--collect-only", "models/mlp.onnx")
+    result.stdout.fnmatch_lines(
+        ["*DLBricksWarning: models/mlp.onnx: symbolic dimension 'batch' was not given, using 1*--dlbricks-dim batch=N*"]
+    )
+
+
+def test_dimension_changes_bricks(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    ids = {}
+    for batch in (1, 8):
+        result = pytester.runpytest(
+            "--dlbricks-granularity=1", f"--dlbricks-dim=batch={batch}", "--collect-only", "-q", "models/mlp.onnx"
+        )
+        ids[batch] = {line for line in result.stdout.lines if "::brick[" in line}
+    assert ids[1] and ids[8] and not ids[1] & ids[8]
+
+
+def test_ini_enables_and_flag_wins(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    pytester.makeini(
+        "[pytest]\ndlbricks_granularity = 3\ndlbricks_dims =\n    batch=2\n    seq=4\ndlbricks_statistic = min\n"
+    )
+    pytester.runpytest("--benchmark-disable", "--dlbricks-json=r.json", "models/mlp.onnx")
+    report = read_report(pytester.path / "r.json")
+    assert report["granularity"] == 3
+    assert report["settings"]["dims"] == {"batch": 2, "seq": 4}
+    assert report["settings"]["statistic"] == "min"
+    pytester.runpytest("--benchmark-disable", "--dlbricks-granularity=1", "--dlbricks-json=r.json", "models/mlp.onnx")
+    assert read_report(pytester.path / "r.json")["granularity"] == 1
+
+
+def test_runtime_settings_are_recorded(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    run(
+        pytester,
+        "--dlbricks-granularity=2",
+        "--dlbricks-threads=1",
+        "--dlbricks-optimization=basic",
+        "--dlbricks-statistic=mean",
+        "--dlbricks-json=r.json",
+        "models/mlp.onnx",
+    ).assert_outcomes(passed=3)
+    settings = read_report(pytester.path / "r.json")["settings"]
+    assert settings["intra_op_threads"] == 1
+    assert settings["optimization"] == "basic"
+    assert settings["statistic"] == "mean"
+    assert settings["providers"] == ["CPUExecutionProvider"]
+    assert settings["onnxruntime"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--dlbricks-granularity=0"], "*granularity must be at least 1 layer, not 0*"),
+        (["--dlbricks-granularity=two"], "*granularity must be a whole number of layers, not 'two'*"),
+        (["--dlbricks-granularity=1", "--dlbricks-dim=batch"], "*expected NAME=VALUE such as batch=8, not 'batch'*"),
+        (["--dlbricks-granularity=1", "--dlbricks-optimization=max"], "*optimization level must be one of*"),
+    ],
+)
+def test_bad_options_are_usage_errors(pytester: pytest.Pytester, args: list[str], message: str) -> None:
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_bad_ini_value_is_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\ndlbricks_granularity = -3\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*ini option dlbricks_granularity: granularity must be at least 1 layer, not -3*"])
+
+
+def test_benchmark_extra_info_names_users(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    run(pytester, "--dlbricks-granularity=1", "--benchmark-json=bench.json", "models/mlp.onnx")
+    saved = json.loads((pytester.path / "bench.json").read_text())
+    infos = [benchmark["extra_info"] for benchmark in saved["benchmarks"]]
+    assert infos and all(set(info["models"]) == {"models/mlp.onnx"} for info in infos)
+    assert {op for info in infos for op in info["ops"]} == {"Gemm", "Relu", "Softmax"}
+    assert all(len(info["signature"]) == 64 for info in infos)
+
+
+@pytest.mark.parametrize("granularity", [1, 4])
+def test_light_models_of_the_onnx_wheel(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], granularity: int
+) -> None:
+    """The 9 real architectures with old-IR quirks: all load, every brick runs, counts add up, ResNet-50 dedupes."""
+    copy_models(*sorted(LIGHT_MODELS.glob("*.onnx")), folder="light")
+    result = run(pytester, f"--dlbricks-granularity={granularity}", "--dlbricks-json=r.json", "light")
+    report = read_report(pytester.path / "r.json")
+    result.assert_outcomes(passed=report["summary"]["distinct_bricks"])
+    models = {Path(model["path"]).stem: model for model in report["models"]}
+    assert len(models) == 9 and all(model["complete"] for model in models.values())
+    assert sum(model["layers"] for model in models.values()) == 1719
+    for model in models.values():
+        assert model["layers"] / granularity <= model["bricks"] <= model["layers"]
+        assert 0 < model["critical_path_s"] <= model["sequential_s"]
+    resnet = models["light_resnet50"]
+    assert resnet["unique_bricks"] < resnet["bricks"] * (0.4 if granularity == 1 else 0.8)
+    per_brick_uses = sum(sum(brick["models"].values()) for brick in report["bricks"])
+    assert per_brick_uses == report["summary"]["bricks"]

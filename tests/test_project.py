@@ -1,0 +1,26 @@
+"""The project's own promises: README's commands are the ones CI runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_commands() -> list[str]:
+    """The indented shell commands of README.rst's quick start."""
+    quick_start = (ROOT / "README.rst").read_text().split("Quick start")[1].split("What a run does")[0]
+    return re.findall(r"^    (python3 -m venv .*)$", quick_start, flags=re.MULTILINE)
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    main_job, tests = readme_commands()
+    assert "--dlbricks-granularity=2 sample_models/" in main_job
+    assert tests in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+def test_changelog_names_the_current_version() -> None:
+    from pytest_dlbricks import __version__
+
+    assert __version__ in (ROOT / "CHANGELOG.rst").read_text()
