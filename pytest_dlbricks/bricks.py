@@ -15,11 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from .loading import ModelGraph, TensorSpec
 
 #: Operator names shown in a brick's label before the rest is summarised.
 LABEL_OPS = 4
+#: Value of every element of a weight inside a subgraph body (If, Loop, Scan) in a brick.
+BODY_WEIGHT = 0.05
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
     ]
     if not outputs:
         raise UnbuildableBrick("the layers produce nothing that the rest of the model reads")
-    nodes = tuple(_renamed(layer, renames) for layer in layers)
+    nodes = tuple(_renamed(layer, renames, f"body{index}_") for index, layer in enumerate(layers))
     used_domains = {node.domain for node in nodes} | {""}
     functions = tuple(f for f in graph.functions if any((n.domain, n.op_type) == (f.domain, f.name) for n in nodes))
     opsets = {domain: graph.opset_imports[domain] for domain in sorted(used_domains) if domain in graph.opset_imports}
@@ -125,32 +128,63 @@ def _read_outside(graph: ModelGraph, begin: int, end: int) -> set[str]:
     }
 
 
-def _renamed(node: onnx.NodeProto, renames: dict[str, str]) -> onnx.NodeProto:
+def _renamed(node: onnx.NodeProto, renames: dict[str, str], prefix: str) -> onnx.NodeProto:
+    """A copy of ``node`` with canonical value names, no names of its own, and canonical subgraphs."""
     copy = onnx.NodeProto()
     copy.CopyFrom(node)
-    copy.ClearField("name")
-    copy.ClearField("doc_string")
-    copy.ClearField("metadata_props")
+    _strip(copy)
     copy.input[:] = [renames.get(name, name) for name in node.input]
     copy.output[:] = [renames.get(name, name) for name in node.output]
     for attribute in copy.attribute:
-        bodies = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
-        for body in bodies:
-            _rename_outer_references(body, renames)
+        for index, body in enumerate(_bodies(attribute)):
+            _canonicalize_body(body, renames, f"{prefix}{attribute.name}{index}_")
     return copy
 
 
-def _rename_outer_references(body: onnx.GraphProto, renames: dict[str, str]) -> None:
-    """Rename, inside a subgraph, the names it reads from the enclosing scope."""
-    local = {v.name for v in body.input} | {t.name for t in body.initializer}
-    local.update(name for node in body.node for name in node.output)
-    outer = {name: new for name, new in renames.items() if name not in local}
-    for node in body.node:
-        node.input[:] = [outer.get(name, name) for name in node.input]
+def _canonicalize_body(body: onnx.GraphProto, outer: dict[str, str], prefix: str) -> None:
+    """Make a subgraph independent of the source model: canonical local names, outer names as the
+    brick's, no node or graph names, and weights replaced by a constant of the same type and shape."""
+    local = [v.name for v in body.input] + [t.name for t in body.initializer]
+    local += [name for node in body.node for name in node.output if name]
+    renames = {**outer, **{name: f"{prefix}{i}" for i, name in enumerate(dict.fromkeys(local))}}
+    body.name = "body"
+    body.ClearField("doc_string")
+    for value in [*body.input, *body.output, *body.value_info]:
+        value.name = renames.get(value.name, value.name)
+        value.ClearField("doc_string")
+    for tensor in body.initializer:
+        _blank_weight(tensor)
+        tensor.name = renames[tensor.name]
+    for index, node in enumerate(body.node):
+        _strip(node)
+        node.input[:] = [renames.get(name, name) for name in node.input]
+        node.output[:] = [renames.get(name, name) for name in node.output]
         for attribute in node.attribute:
-            inner = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
-            for graph in inner:
-                _rename_outer_references(graph, outer)
+            if attribute.type == onnx.AttributeProto.TENSOR:
+                _blank_weight(attribute.t)
+            for inner_index, inner in enumerate(_bodies(attribute)):
+                _canonicalize_body(inner, renames, f"{prefix}{index}{attribute.name}{inner_index}_")
+
+
+def _bodies(attribute: onnx.AttributeProto) -> list[onnx.GraphProto]:
+    if attribute.type == onnx.AttributeProto.GRAPH:
+        return [attribute.g]
+    return list(attribute.graphs)
+
+
+def _strip(node: onnx.NodeProto) -> None:
+    node.ClearField("name")
+    node.ClearField("doc_string")
+    node.ClearField("metadata_props")
+
+
+def _blank_weight(tensor: onnx.TensorProto) -> None:
+    """Replace a float weight's values by a constant, keeping a scalar (an epsilon, an exponent) as it is."""
+    spec = TensorSpec(tensor.data_type, tuple(tensor.dims))
+    if not spec.is_float or spec.steers(constant=True):
+        return
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    tensor.CopyFrom(numpy_helper.from_array(np.full(spec.shape, BODY_WEIGHT, dtype=dtype), tensor.name))
 
 
 def _signature(

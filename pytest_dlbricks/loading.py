@@ -16,7 +16,7 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 import onnx
-from onnx import numpy_helper, shape_inference
+from onnx import external_data_helper, numpy_helper, shape_inference
 
 from .errors import ModelError
 from .settings import DEFAULT_DIM
@@ -25,10 +25,10 @@ from .settings import DEFAULT_DIM
 NONDETERMINISTIC_OPS = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 )
-#: Float tensors up to this many elements keep their real value (scalars such as epsilons, exponents).
-MAX_KEPT_FLOAT_ELEMENTS = 16
 #: Integer and boolean tensors up to this many elements keep their real value (shapes, indices, masks).
 MAX_KEPT_INTEGER_ELEMENTS = 1 << 20
+#: Longest error message of onnx or onnxruntime quoted in our own.
+MAX_CAUSE_CHARS = 400
 
 _FLOAT_TYPES = frozenset(
     {
@@ -59,10 +59,15 @@ class TensorSpec:
     def is_float(self) -> bool:
         return self.dtype in _FLOAT_TYPES
 
-    def keeps_real_value(self) -> bool:
-        """Whether a tensor of this spec likely steers computation, so synthetic values would change the work."""
-        limit = MAX_KEPT_FLOAT_ELEMENTS if self.is_float else MAX_KEPT_INTEGER_ELEMENTS
-        return self.numel <= limit
+    def steers(self, *, constant: bool) -> bool:
+        """Whether a tensor of this spec likely steers computation, so synthetic values would change the work.
+
+        Integer and boolean tensors do (shapes, indices, masks, conditions); so do constant float scalars
+        (epsilons, exponents). Other float tensors are weights or activations: only their shape matters.
+        """
+        if self.is_float:
+            return constant and self.numel <= 1
+        return self.numel <= MAX_KEPT_INTEGER_ELEMENTS
 
     def describe(self) -> str:
         dtype = onnx.TensorProto.DataType.Name(self.dtype).lower()
@@ -83,7 +88,7 @@ class ModelGraph:
     specs: dict[str, TensorSpec]
     #: Names of values that are weights: computable without the model's inputs.
     weights: frozenset[str]
-    #: Real values of tensors that steer computation (see :meth:`TensorSpec.keeps_real_value`).
+    #: Real values of tensors that steer computation (see :meth:`TensorSpec.steers`).
     kept_values: dict[str, np.ndarray]
     inputs: list[str]
     outputs: list[str]
@@ -140,7 +145,7 @@ def load_model(path: Path, dims: Mapping[str, int] | None = None) -> ModelGraph:
     except ModelError:
         raise
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
-        raise ModelError(path, f"invalid ONNX model: {_first_line(error)}") from error
+        raise ModelError(path, f"invalid ONNX model: {describe_error(error)}") from error
 
 
 def _read(path: Path) -> onnx.ModelProto:
@@ -154,15 +159,16 @@ def _read(path: Path) -> onnx.ModelProto:
     try:
         model.ParseFromString(data)
     except Exception as error:  # protobuf raises its own DecodeError, and others on odd input
-        raise ModelError(path, f"not an ONNX model (the protobuf does not parse: {_first_line(error)})") from error
+        raise ModelError(path, f"not an ONNX model (the protobuf does not parse: {describe_error(error)})") from error
     if not model.HasField("graph") or not model.graph.node:
         raise ModelError(path, "not an ONNX model: it has no graph with nodes")
     return model
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]
+def describe_error(error: BaseException) -> str:
+    """A library's error message on one line, cut to a readable length."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= MAX_CAUSE_CHARS else text[: MAX_CAUSE_CHARS - 3] + "..."
 
 
 class _ModelLoader:
@@ -179,39 +185,91 @@ class _ModelLoader:
         self.outputs = [v.name for v in graph.output]
 
     def load(self) -> ModelGraph:
-        onnx.checker.check_model(self.model)
+        nodes = self._sort_nodes()
+        onnx.checker.check_model(self._structure())
+        self._check_external_data()
         self._fix_input_dims()
-        nodes = self._topological_nodes()
         weights, constant_nodes = self._fold_constants(nodes)
-        layers = [node for index, node in enumerate(nodes) if index not in constant_nodes]
+        layers = self._live([node for index, node in enumerate(nodes) if index not in constant_nodes])
         if not layers:
             raise ModelError(self.path, "the model has no layers: all its nodes compute constants")
         specs = self._infer_specs()
         needed = self._values_layers_touch(layers)
         missing = [name for name in needed if name not in specs]
         wanted_values = [
-            name for name in needed if name in specs and specs[name].keeps_real_value() and name not in self.inputs
+            name
+            for name in needed
+            if name in specs and name not in self.inputs and specs[name].steers(constant=name in weights)
         ]
-        kept = self._read_constant_values(weights, [n for n in wanted_values if n in weights])
+        kept = self._read_constant_values([n for n in wanted_values if n in weights])
         to_run = missing + [n for n in wanted_values if n not in kept]
         if to_run:
-            specs, kept = self._reference_run(to_run, specs, kept)
-        for name in needed:
-            if name not in specs:
-                raise ModelError(self.path, f"cannot determine the shape and type of value {name!r}")
+            specs, kept = self._reference_run(to_run, specs, kept, weights)
+        # Values still without a spec are not tensors (sequences, optionals): a brick may hold them
+        # inside, never at its boundary (see bricks.describe_brick).
         return ModelGraph(
             path=self.path,
             opset_imports={o.domain or "": o.version for o in self.model.opset_import},
             ir_version=self.model.ir_version,
             functions=list(self.model.functions),
             layers=layers,
-            specs={name: specs[name] for name in needed},
+            specs={name: specs[name] for name in needed if name in specs},
             weights=frozenset(weights & set(needed)),
             kept_values=kept,
             inputs=self.inputs,
             outputs=self.outputs,
             guessed_dims=self.guessed,
         )
+
+    def _structure(self) -> onnx.ModelProto:
+        """The model with its initializers declared as inputs and no weight data: what the checker needs.
+
+        The checker then neither copies large weights nor resolves external data against the working
+        directory; weight data is read, relative to the model's folder, only where a value is needed.
+        """
+        skeleton = onnx.ModelProto(ir_version=self.model.ir_version)
+        skeleton.opset_import.extend(self.model.opset_import)
+        skeleton.functions.extend(self.model.functions)
+        graph = self.model.graph
+        skeleton.graph.name = graph.name
+        skeleton.graph.node.extend(graph.node)
+        skeleton.graph.input.extend(graph.input)
+        skeleton.graph.output.extend(graph.output)
+        skeleton.graph.value_info.extend(graph.value_info)
+        declared = {value.name for value in graph.input}
+        skeleton.graph.input.extend(
+            onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+            for tensor in graph.initializer
+            if tensor.name not in declared
+        )
+        return skeleton
+
+    def _check_external_data(self) -> None:
+        """Every external weight file lies in the model's folder and is long enough; none is read here."""
+        folder = self.path.parent.resolve()
+        for tensor in self.initializers.values():
+            if not external_data_helper.uses_external_data(tensor):
+                continue
+            info = external_data_helper.ExternalDataInfo(tensor)
+            target = (folder / info.location).resolve()
+            if Path(info.location).is_absolute() or not target.is_relative_to(folder):
+                raise ModelError(
+                    self.path,
+                    f"weight {tensor.name!r} points to external data {info.location!r} outside the model's"
+                    " folder; refused, the file was not read",
+                )
+            if not target.is_file():
+                raise ModelError(
+                    self.path, f"external data file {info.location!r} of weight {tensor.name!r} is missing"
+                )
+            spec = TensorSpec(tensor.data_type, tuple(tensor.dims))
+            needed = (info.offset or 0) + (info.length or spec.nbytes)
+            if target.stat().st_size < needed:
+                raise ModelError(
+                    self.path,
+                    f"external data file {info.location!r} holds {target.stat().st_size} bytes, but weight"
+                    f" {tensor.name!r} needs bytes up to {needed}",
+                )
 
     def _fix_input_dims(self) -> None:
         """Replace the symbolic dimensions of the model inputs by the user's values or the default."""
@@ -227,8 +285,8 @@ class _ModelLoader:
                 dim.Clear()
                 dim.dim_value = self.dims.get(name, DEFAULT_DIM)
 
-    def _topological_nodes(self) -> list[onnx.NodeProto]:
-        """Nodes in a topological order that stays as close to the file's order as possible."""
+    def _sort_nodes(self) -> list[onnx.NodeProto]:
+        """Put the model's nodes in a topological order that stays as close to the file's as possible."""
         nodes = list(self.model.graph.node)
         producer: dict[str, int] = {}
         for index, node in enumerate(nodes):
@@ -251,7 +309,11 @@ class _ModelLoader:
             order = list(nx.lexicographical_topological_sort(graph))
         except nx.NetworkXUnfeasible as error:
             raise ModelError(self.path, "the graph has a cycle, so it cannot be executed") from error
-        return [nodes[index] for index in order]
+        if order != sorted(order):
+            reordered = [onnx.NodeProto.FromString(nodes[index].SerializeToString()) for index in order]
+            self.model.graph.ClearField("node")
+            self.model.graph.node.extend(reordered)
+        return list(self.model.graph.node)
 
     def _fold_constants(self, nodes: list[onnx.NodeProto]) -> tuple[set[str], set[int]]:
         """Names of all constant values and the indices of the nodes that only compute constants."""
@@ -264,6 +326,16 @@ class _ModelLoader:
                 constants.update(name for name in node.output if name)
                 constant_nodes.add(index)
         return constants, constant_nodes
+
+    def _live(self, layers: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+        """Layers whose work reaches a model output; runtimes drop the others."""
+        needed = set(self.outputs)
+        live: list[onnx.NodeProto] = []
+        for layer in reversed(layers):
+            if any(name in needed for name in layer.output):
+                live.append(layer)
+                needed.update(node_inputs(layer))
+        return live[::-1]
 
     def _values_layers_touch(self, layers: list[onnx.NodeProto]) -> list[str]:
         """Values layers read or write that matter: read by a layer or a model output, in order."""
@@ -286,7 +358,7 @@ class _ModelLoader:
             specs[tensor.name] = TensorSpec(tensor.data_type, tuple(tensor.dims))
         return specs
 
-    def _read_constant_values(self, weights: set[str], names: Iterable[str]) -> dict[str, np.ndarray]:
+    def _read_constant_values(self, names: Iterable[str]) -> dict[str, np.ndarray]:
         """Real values of constants stored in the file itself (initializers and Constant nodes)."""
         constant_attributes = {
             node.output[0]: node.attribute[0]
@@ -307,6 +379,7 @@ class _ModelLoader:
         names: list[str],
         specs: dict[str, TensorSpec],
         kept: dict[str, np.ndarray],
+        weights: set[str],
     ) -> tuple[dict[str, TensorSpec], dict[str, np.ndarray]]:
         """Run the model once on synthetic inputs to learn what shape inference could not tell."""
         from .running import run_reference
@@ -317,7 +390,7 @@ class _ModelLoader:
         for name, array in results.items():
             spec = TensorSpec(onnx.helper.np_dtype_to_tensor_dtype(array.dtype), tuple(array.shape))
             specs[name] = spec
-            if name not in self.inputs and spec.keeps_real_value():
+            if name not in self.inputs and spec.steers(constant=name in weights):
                 kept[name] = array
         return specs, kept
 

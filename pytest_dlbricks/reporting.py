@@ -104,6 +104,7 @@ def write_json(path: Path, data: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; a report is not
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             json.dump(data, stream, indent=2)
             stream.write("\n")
@@ -113,12 +114,19 @@ def write_json(path: Path, data: object) -> None:
         raise
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def format_seconds(seconds: float | None) -> str:
+    """A duration in the unit that reads best, chosen after rounding (so never "1000.0 us")."""
     if seconds is None:
         return "-"
-    if seconds < 1e-3:
+    if round(seconds * 1e6, 1) < 1000:
         return f"{seconds * 1e6:.1f} us"
-    if seconds < 1:
+    if round(seconds * 1e3, 2) < 1000:
         return f"{seconds * 1e3:.2f} ms"
     return f"{seconds:.3f} s"
 

@@ -110,9 +110,7 @@ class GraphBuilder:
         """
         single = outputs is None
         out_names = [f"{scope}.out"] if single else list(outputs)
-        self.nodes.append(
-            helper.make_node(op_type, list(inputs), out_names, name=scope, **attrs)
-        )
+        self.nodes.append(helper.make_node(op_type, list(inputs), out_names, name=scope, **attrs))
         return out_names[0] if single else out_names
 
     # -- finalisation ------------------------------------------------------
@@ -143,16 +141,17 @@ class GraphBuilder:
 # --------------------------------------------------------------------------
 
 
-def conv(b: GraphBuilder, x: str, scope: str, c_in: int, c_out: int,
-         kernel: int, stride: int = 1, bias: bool = True) -> str:
+def conv(
+    b: GraphBuilder, x: str, scope: str, c_in: int, c_out: int, kernel: int, stride: int = 1, bias: bool = True
+) -> str:
     """2-D convolution with 'same' padding (for odd kernels)."""
-    inputs = [x, b.weight(f"{scope}.weight", (c_out, c_in, kernel, kernel),
-                          fan_in=c_in * kernel * kernel)]
+    inputs = [x, b.weight(f"{scope}.weight", (c_out, c_in, kernel, kernel), fan_in=c_in * kernel * kernel)]
     if bias:
         inputs.append(b.small(f"{scope}.bias", (c_out,)))
     pad = kernel // 2
-    return b.op("Conv", inputs, scope, kernel_shape=[kernel, kernel],
-                strides=[stride, stride], pads=[pad, pad, pad, pad])
+    return b.op(
+        "Conv", inputs, scope, kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad, pad, pad, pad]
+    )
 
 
 def batch_norm(b: GraphBuilder, x: str, scope: str, channels: int) -> str:
@@ -172,20 +171,17 @@ def relu(b: GraphBuilder, x: str, scope: str) -> str:
     return b.op("Relu", [x], scope)
 
 
-def conv_bn(b: GraphBuilder, x: str, scope: str, c_in: int, c_out: int,
-            kernel: int, stride: int = 1) -> str:
+def conv_bn(b: GraphBuilder, x: str, scope: str, c_in: int, c_out: int, kernel: int, stride: int = 1) -> str:
     """Conv (bias folded into BN, so none) followed by BatchNormalization."""
     y = conv(b, x, f"{scope}.conv", c_in, c_out, kernel, stride, bias=False)
     return batch_norm(b, y, f"{scope}.bn", c_out)
 
 
-def conv_bn_relu(b: GraphBuilder, x: str, scope: str, c_in: int, c_out: int,
-                 kernel: int, stride: int = 1) -> str:
+def conv_bn_relu(b: GraphBuilder, x: str, scope: str, c_in: int, c_out: int, kernel: int, stride: int = 1) -> str:
     return relu(b, conv_bn(b, x, scope, c_in, c_out, kernel, stride), f"{scope}.relu")
 
 
-def conv_relu(b: GraphBuilder, x: str, scope: str, c_in: int, c_out: int,
-              kernel: int) -> str:
+def conv_relu(b: GraphBuilder, x: str, scope: str, c_in: int, c_out: int, kernel: int) -> str:
     return relu(b, conv(b, x, f"{scope}.conv", c_in, c_out, kernel), f"{scope}.relu")
 
 
@@ -203,8 +199,7 @@ def linear(b: GraphBuilder, x: str, scope: str, n_in: int, n_out: int) -> str:
     return b.op("Add", [y, b.small(f"{scope}.bias", (n_out,))], f"{scope}.add")
 
 
-def classifier_head(b: GraphBuilder, x: str, channels: int, classes: int,
-                    output: str) -> str:
+def classifier_head(b: GraphBuilder, x: str, channels: int, classes: int, output: str) -> str:
     """GlobalAveragePool -> Flatten -> Gemm, writing to graph output ``output``."""
     pooled = b.op("GlobalAveragePool", [x], "head.pool")
     flat = b.op("Flatten", [pooled], "head.flatten", axis=1)
@@ -221,8 +216,7 @@ def layer_norm(b: GraphBuilder, x: str, scope: str, dim: int) -> str:
 
 def gelu(b: GraphBuilder, x: str, scope: str) -> str:
     """Exact GELU, 0.5 * x * (1 + erf(x / sqrt(2))), from basic ops."""
-    scaled = b.op("Div", [x, b.constant(f"{scope}.sqrt2", np.float32(math.sqrt(2.0)))],
-                  f"{scope}.div")
+    scaled = b.op("Div", [x, b.constant(f"{scope}.sqrt2", np.float32(math.sqrt(2.0)))], f"{scope}.div")
     erf = b.op("Erf", [scaled], f"{scope}.erf")
     one_plus = b.op("Add", [erf, b.constant(f"{scope}.one", np.float32(1.0))], f"{scope}.add")
     half_x = b.op("Mul", [x, b.constant(f"{scope}.half", np.float32(0.5))], f"{scope}.half_x")
@@ -238,8 +232,7 @@ def ints(*values: int) -> np.ndarray:
 # --------------------------------------------------------------------------
 
 
-def residual_block(b: GraphBuilder, x: str, scope: str, c_in: int, c_out: int,
-                   stride: int = 1) -> str:
+def residual_block(b: GraphBuilder, x: str, scope: str, c_in: int, c_out: int, stride: int = 1) -> str:
     """Conv-BN-Relu-Conv-BN + skip, then Relu.
 
     When the shape changes the skip path gets a strided 1x1 conv + BN
@@ -263,8 +256,10 @@ def build_tiny_resnet(rng: np.random.Generator) -> onnx.ModelProto:
     x = residual_block(b, x, "layer2.1", 16, 32, stride=2)
     classifier_head(b, x, 32, 10, "logits")
     b.add_output("logits", FLOAT, ["batch", 10])
-    return b.model("Tiny residual CNN: stem, 3 identical residual blocks at "
-                   "16 channels, one strided downsampling block, classifier.")
+    return b.model(
+        "Tiny residual CNN: stem, 3 identical residual blocks at "
+        "16 channels, one strided downsampling block, classifier."
+    )
 
 
 # --------------------------------------------------------------------------
@@ -272,9 +267,9 @@ def build_tiny_resnet(rng: np.random.Generator) -> onnx.ModelProto:
 # --------------------------------------------------------------------------
 
 
-def inception_module(b: GraphBuilder, x: str, scope: str, c_in: int,
-                     c1: int, c3: tuple[int, int], c5: tuple[int, int],
-                     c_pool: int) -> tuple[str, int]:
+def inception_module(
+    b: GraphBuilder, x: str, scope: str, c_in: int, c1: int, c3: tuple[int, int], c5: tuple[int, int], c_pool: int
+) -> tuple[str, int]:
     """Four parallel branches concatenated along channels."""
     branch1 = conv_relu(b, x, f"{scope}.branch1x1", c_in, c1, 1)
 
@@ -284,12 +279,12 @@ def inception_module(b: GraphBuilder, x: str, scope: str, c_in: int,
     branch5 = conv_relu(b, x, f"{scope}.branch5x5_reduce", c_in, c5[0], 1)
     branch5 = conv_relu(b, branch5, f"{scope}.branch5x5", c5[0], c5[1], 5)
 
-    pooled = b.op("MaxPool", [x], f"{scope}.branch_pool.maxpool",
-                  kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    pooled = b.op(
+        "MaxPool", [x], f"{scope}.branch_pool.maxpool", kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]
+    )
     branch_pool = conv_relu(b, pooled, f"{scope}.branch_pool", c_in, c_pool, 1)
 
-    out = b.op("Concat", [branch1, branch3, branch5, branch_pool],
-               f"{scope}.concat", axis=1)
+    out = b.op("Concat", [branch1, branch3, branch5, branch_pool], f"{scope}.concat", axis=1)
     return out, c1 + c3[1] + c5[1] + c_pool
 
 
@@ -301,8 +296,9 @@ def build_tiny_inception(rng: np.random.Generator) -> onnx.ModelProto:
     x, c = inception_module(b, x, "inception2", c, 12, (12, 16), (4, 8), 8)
     classifier_head(b, x, c, 10, "logits")
     b.add_output("logits", FLOAT, ["batch", 10])
-    return b.model("Tiny inception-like CNN: stem conv and two inception "
-                   "modules (1x1 / 3x3 / 5x5 / pool branches + Concat).")
+    return b.model(
+        "Tiny inception-like CNN: stem conv and two inception modules (1x1 / 3x3 / 5x5 / pool branches + Concat)."
+    )
 
 
 # --------------------------------------------------------------------------
@@ -320,8 +316,7 @@ def build_mlp(rng: np.random.Generator) -> onnx.ModelProto:
     logits = gemm(b, x, "classifier", width, 10)
     b.op("Softmax", [logits], "softmax", outputs=["probabilities"], axis=-1)
     b.add_output("probabilities", FLOAT, ["batch", 10])
-    return b.model("Multi-layer perceptron: 4 Gemm+Relu layers (hidden 128), "
-                   "Gemm classifier and Softmax.")
+    return b.model("Multi-layer perceptron: 4 Gemm+Relu layers (hidden 128), Gemm classifier and Softmax.")
 
 
 # --------------------------------------------------------------------------
@@ -339,27 +334,23 @@ def runtime_shapes(b: GraphBuilder, tokens: str) -> tuple[str, str]:
              merged_shape = [batch, seq, d_model]) as int64 tensors.
     """
     shape = b.op("Shape", [tokens], "shape.tokens")
-    batch = b.op("Gather", [shape, b.constant("shape.batch_index", ints(0))],
-                 "shape.batch", axis=0)
-    seq = b.op("Gather", [shape, b.constant("shape.seq_index", ints(1))],
-               "shape.seq", axis=0)
-    heads_shape = b.op("Concat", [batch, seq, b.constant("shape.heads_dims", ints(N_HEADS, D_HEAD))],
-                       "shape.heads", axis=0)
-    merged_shape = b.op("Concat", [batch, seq, b.constant("shape.model_dim", ints(D_MODEL))],
-                        "shape.merged", axis=0)
+    batch = b.op("Gather", [shape, b.constant("shape.batch_index", ints(0))], "shape.batch", axis=0)
+    seq = b.op("Gather", [shape, b.constant("shape.seq_index", ints(1))], "shape.seq", axis=0)
+    heads_shape = b.op(
+        "Concat", [batch, seq, b.constant("shape.heads_dims", ints(N_HEADS, D_HEAD))], "shape.heads", axis=0
+    )
+    merged_shape = b.op("Concat", [batch, seq, b.constant("shape.model_dim", ints(D_MODEL))], "shape.merged", axis=0)
     return heads_shape, merged_shape
 
 
-def attention_projection(b: GraphBuilder, x: str, scope: str, heads_shape: str,
-                         perm: list[int]) -> str:
+def attention_projection(b: GraphBuilder, x: str, scope: str, heads_shape: str, perm: list[int]) -> str:
     """Linear projection, split into heads and transpose with ``perm``."""
     y = linear(b, x, scope, D_MODEL, D_MODEL)
     y = b.op("Reshape", [y, heads_shape], f"{scope}.split_heads")
     return b.op("Transpose", [y], f"{scope}.transpose", perm=perm)
 
 
-def self_attention(b: GraphBuilder, x: str, scope: str, heads_shape: str,
-                   merged_shape: str) -> str:
+def self_attention(b: GraphBuilder, x: str, scope: str, heads_shape: str, merged_shape: str) -> str:
     # [batch, heads, seq, d_head]; keys pre-transposed to [batch, heads, d_head, seq]
     q = attention_projection(b, x, f"{scope}.q_proj", heads_shape, [0, 2, 1, 3])
     k = attention_projection(b, x, f"{scope}.k_proj", heads_shape, [0, 2, 3, 1])
@@ -384,8 +375,7 @@ def feed_forward(b: GraphBuilder, x: str, scope: str) -> str:
 def build_transformer_block(rng: np.random.Generator) -> onnx.ModelProto:
     b = GraphBuilder("transformer_block", rng)
     tokens = b.add_input("tokens", INT64, ["batch", "seq"])
-    table = b.constant("embedding.weight",
-                       (0.1 * rng.standard_normal((VOCAB, D_MODEL))).astype(np.float32))
+    table = b.constant("embedding.weight", (0.1 * rng.standard_normal((VOCAB, D_MODEL))).astype(np.float32))
     x = b.op("Gather", [table, tokens], "embedding", axis=0)
 
     heads_shape, merged_shape = runtime_shapes(b, tokens)
@@ -399,9 +389,11 @@ def build_transformer_block(rng: np.random.Generator) -> onnx.ModelProto:
     b.op("Add", [x, h], "encoder.residual2", outputs=["hidden_states"])
 
     b.add_output("hidden_states", FLOAT, ["batch", "seq", D_MODEL])
-    return b.model(f"One pre-LN transformer encoder block (d_model={D_MODEL}, "
-                   f"{N_HEADS} heads, vocab={VOCAB}) with run-time computed "
-                   "head reshapes.")
+    return b.model(
+        f"One pre-LN transformer encoder block (d_model={D_MODEL}, "
+        f"{N_HEADS} heads, vocab={VOCAB}) with run-time computed "
+        "head reshapes."
+    )
 
 
 # --------------------------------------------------------------------------
@@ -434,8 +426,7 @@ def refine_loop_body(state_name: str, context: str) -> onnx.GraphProto:
     body.add_input("refine_loop.iteration", INT64, [])
     cond_in = body.add_input("refine_loop.cond_in", BOOL, [])
     state_in = body.add_input("refine_loop.state_in", FLOAT, ["batch", RNN_HIDDEN])
-    decay = body.op("Constant", [], "refine_loop.decay",
-                    value=numpy_helper.from_array(np.array(0.5, dtype=np.float32)))
+    decay = body.op("Constant", [], "refine_loop.decay", value=numpy_helper.from_array(np.array(0.5, dtype=np.float32)))
     scaled = body.op("Mul", [state_in, decay], "refine_loop.mul")
     shifted = body.op("Add", [scaled, context], "refine_loop.add_context")
     body.op("Tanh", [shifted], "refine_loop.tanh", outputs=[state_name])
@@ -450,36 +441,49 @@ def build_tiny_rnn(rng: np.random.Generator) -> onnx.ModelProto:
     x = b.add_input("sequence", FLOAT, [SEQ_LEN, "batch", RNN_IN])
 
     # LSTM: Y [seq, 1, batch, hidden], Y_h [1, batch, hidden]
-    lstm_y, lstm_h = b.op("LSTM", [x, *recurrent_weights(b, "lstm", 4, RNN_IN)], "lstm",
-                          outputs=["lstm.Y", "lstm.Y_h"], hidden_size=RNN_HIDDEN)
+    lstm_y, lstm_h = b.op(
+        "LSTM",
+        [x, *recurrent_weights(b, "lstm", 4, RNN_IN)],
+        "lstm",
+        outputs=["lstm.Y", "lstm.Y_h"],
+        hidden_size=RNN_HIDDEN,
+    )
     lstm_seq = squeeze(b, lstm_y, "lstm.squeeze_directions", axis=1)
     lstm_last = squeeze(b, lstm_h, "lstm.squeeze_last_hidden", axis=0)
 
-    gru_y, = b.op("GRU", [lstm_seq, *recurrent_weights(b, "gru", 3, RNN_HIDDEN)], "gru",
-                  outputs=["gru.Y"], hidden_size=RNN_HIDDEN, linear_before_reset=1)
+    (gru_y,) = b.op(
+        "GRU",
+        [lstm_seq, *recurrent_weights(b, "gru", 3, RNN_HIDDEN)],
+        "gru",
+        outputs=["gru.Y"],
+        hidden_size=RNN_HIDDEN,
+        linear_before_reset=1,
+    )
     # Last time step: Gather index -1 on the time axis -> [1, batch, hidden]
-    last = b.op("Gather", [gru_y, b.constant("gru.last_step_index", np.int64(-1))],
-                "gru.last_step", axis=0)
+    last = b.op("Gather", [gru_y, b.constant("gru.last_step_index", np.int64(-1))], "gru.last_step", axis=0)
     last = squeeze(b, last, "gru.squeeze_directions", axis=0)
 
     # Control flow: a Loop refining the GRU features with the LSTM summary.
     refined = b.op(
         "Loop",
-        [b.constant("refine_loop.trip_count", np.int64(LOOP_STEPS)),
-         b.constant("refine_loop.keep_going", np.array(True)),
-         last],
+        [
+            b.constant("refine_loop.trip_count", np.int64(LOOP_STEPS)),
+            b.constant("refine_loop.keep_going", np.array(True)),
+            last,
+        ],
         "refine_loop",
         outputs=["refine_loop.final_state"],
         body=refine_loop_body("refine_loop.state_out", context=lstm_last),
     )[0]
 
     gemm_w = b.weight("head.fc.weight", (RNN_OUT, RNN_HIDDEN), fan_in=RNN_HIDDEN)
-    b.op("Gemm", [refined, gemm_w, b.small("head.fc.bias", (RNN_OUT,))], "head.fc",
-         outputs=["logits"], transB=1)
+    b.op("Gemm", [refined, gemm_w, b.small("head.fc.bias", (RNN_OUT,))], "head.fc", outputs=["logits"], transB=1)
     b.add_output("logits", FLOAT, ["batch", RNN_OUT])
-    return b.model("Tiny recurrent model: LSTM -> GRU -> last step -> "
-                   f"Loop ({LOOP_STEPS} iterations, body reads an outer-scope "
-                   "tensor) -> Gemm.")
+    return b.model(
+        "Tiny recurrent model: LSTM -> GRU -> last step -> "
+        f"Loop ({LOOP_STEPS} iterations, body reads an outer-scope "
+        "tensor) -> Gemm."
+    )
 
 
 # --------------------------------------------------------------------------
@@ -500,8 +504,7 @@ def main() -> None:
         model = build(np.random.default_rng(SEED))
         path = OUTPUT_DIR / filename
         path.write_bytes(model.SerializeToString(deterministic=True))
-        print(f"wrote {path} ({path.stat().st_size:,} bytes, "
-              f"{len(model.graph.node)} nodes)")
+        print(f"wrote {path} ({path.stat().st_size:,} bytes, {len(model.graph.node)} nodes)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,88 @@
+"""Unit tests of composition: the sequential sum and the critical path of a model's brick times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import networkx as nx
+import pytest
+import tiny_models
+
+from pytest_dlbricks.bricks import BrickSpec
+from pytest_dlbricks.composition import Estimate, compose, critical_path
+from pytest_dlbricks.cutting import BrokenBrick, ModelPlan, plan_model
+from pytest_dlbricks.loading import load_model
+
+
+def plan_of(path: Path, granularity: int) -> ModelPlan:
+    return plan_model(load_model(path), granularity, path.name)
+
+
+def times_by_op(plan: ModelPlan, seconds: dict[str, float]) -> dict[str, float]:
+    """Brick times keyed by signature, from times given by the brick's operators joined with '+'."""
+    return {b.signature: seconds["+".join(b.ops)] for b in plan.bricks if isinstance(b, BrickSpec)}
+
+
+@pytest.mark.parametrize(
+    ("seconds", "critical"),
+    [
+        # Left branch (Sigmoid) heavier than the right one (Tanh then Neg).
+        ({"Relu": 1.0, "Sigmoid": 10.0, "Tanh": 2.0, "Neg": 3.0, "Add": 0.5}, 11.5),
+        # Right branch heavier.
+        ({"Relu": 1.0, "Sigmoid": 4.0, "Tanh": 2.0, "Neg": 3.0, "Add": 0.5}, 6.5),
+    ],
+)
+def test_diamond_critical_path_takes_the_heavier_branch(
+    tmp_path: Path, seconds: dict[str, float], critical: float
+) -> None:
+    plan = plan_of(tiny_models.diamond(tmp_path), 1)
+    estimate = compose(plan, times_by_op(plan, seconds))
+    assert estimate.sequential_s == pytest.approx(sum(seconds.values()))
+    assert estimate.critical_path_s == pytest.approx(critical)
+    assert estimate.critical_path_s is not None and estimate.sequential_s is not None
+    assert estimate.critical_path_s < estimate.sequential_s
+    assert estimate.complete
+    assert (estimate.measured_bricks, estimate.total_bricks) == (5, 5)
+
+
+def test_a_chain_has_equal_estimates(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.chain(tmp_path, blocks=3), 1)
+    estimate = compose(plan, times_by_op(plan, {"Conv": 2e-6, "Relu": 5e-7}))
+    assert estimate.sequential_s == pytest.approx(3 * 2.5e-6)
+    assert estimate.critical_path_s == pytest.approx(estimate.sequential_s)
+
+
+def test_a_repeated_brick_counts_every_time_it_occurs(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.chain(tmp_path, blocks=3), 2)
+    (signature,) = plan.signatures
+    estimate = compose(plan, {signature: 0.25})
+    assert estimate == Estimate(sequential_s=0.75, critical_path_s=0.75, measured_bricks=3, total_bricks=3)
+
+
+def test_a_missing_time_makes_the_estimate_incomplete(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.diamond(tmp_path), 1)
+    times = times_by_op(plan, {"Relu": 1.0, "Sigmoid": 1.0, "Tanh": 1.0, "Neg": 1.0, "Add": 1.0})
+    neg = plan.bricks[3]
+    assert isinstance(neg, BrickSpec) and neg.ops == ("Neg",)
+    times.pop(neg.signature)
+    estimate = compose(plan, times)
+    assert estimate == Estimate(sequential_s=None, critical_path_s=None, measured_bricks=4, total_bricks=5)
+    assert not estimate.complete
+    assert compose(plan, {}) == Estimate(None, None, 0, 5)
+
+
+def test_a_broken_brick_makes_the_estimate_incomplete(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.sequence_boundary(tmp_path), 1)
+    relu, split, pick = plan.bricks
+    assert isinstance(relu, BrickSpec) and isinstance(split, BrokenBrick) and isinstance(pick, BrokenBrick)
+    estimate = compose(plan, {relu.signature: 1.0})
+    assert (estimate.sequential_s, estimate.complete, estimate.measured_bricks) == (None, False, 1)
+
+
+def test_critical_path_of_independent_bricks_is_the_slowest() -> None:
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(3))
+    plan = ModelPlan(path="parallel", layers=3, bricks=[], graph=graph)
+    assert critical_path(plan, [1.0, 3.0, 2.0]) == pytest.approx(3.0)
+    graph.add_edge(0, 2)
+    assert critical_path(plan, [1.0, 3.0, 2.5]) == pytest.approx(3.5)

@@ -1,0 +1,300 @@
+"""Unit tests of loading: layers and weights apart, order, dimensions, value specs, kept values, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import tiny_models
+from onnx import helper
+
+from pytest_dlbricks.bricks import BrickSpec
+from pytest_dlbricks.cutting import plan_model
+from pytest_dlbricks.errors import ModelError
+from pytest_dlbricks.loading import ModelGraph, TensorSpec, load_model, node_inputs, subgraph_outer_names
+
+LIGHT_MODELS = Path(onnx.__file__).resolve().parent / "backend" / "test" / "data" / "light"
+FLOAT, INT64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
+
+#: Every tiny model that loads, for the checks that hold for all of them.
+LOADABLE: dict[str, Callable[[Path], Path]] = {
+    "chain": tiny_models.chain,
+    "diamond": tiny_models.diamond,
+    "symbolic": tiny_models.symbolic_batch,
+    "old_ir": tiny_models.old_ir_constant_of_shape,
+    "reshape": tiny_models.computed_reshape,
+    "range": tiny_models.scalar_range,
+    "loop": tiny_models.loop_outer_scope,
+    "if": tiny_models.if_outer_scope,
+}
+
+
+def ops(graph: ModelGraph) -> list[str]:
+    return [layer.op_type for layer in graph.layers]
+
+
+def test_weights_are_not_layers(tmp_path: Path) -> None:
+    graph = load_model(tiny_models.chain(tmp_path))
+    assert ops(graph) == ["Conv", "Relu"] * 3
+    assert graph.weights == {"w0", "w1", "w2"}
+    assert graph.inputs == ["x"]
+    assert graph.outputs == ["relu2"]
+    assert graph.specs["w1"] == TensorSpec(FLOAT, (8, 8, 3, 3))
+
+
+def test_weights_computed_by_constant_of_shape_are_folded(tmp_path: Path) -> None:
+    """IR 3 / opset 9, as in onnx's light models: the weight comes out of ConstantOfShape."""
+    graph = load_model(tiny_models.old_ir_constant_of_shape(tmp_path))
+    assert ops(graph) == ["Conv", "Relu"]
+    assert "w" in graph.weights
+    assert graph.specs["w"] == TensorSpec(FLOAT, (8, 3, 3, 3))
+    # An initializer listed among the graph inputs (required before IR 4) is a weight, not an input.
+    assert graph.inputs == ["x"]
+    assert graph.ir_version == 3
+    assert graph.opset_imports == {"": 9}
+    # 216 floats: too many to keep, so bricks get synthetic values.
+    assert "w" not in graph.kept_values
+
+
+def test_a_model_of_constants_only_has_no_layers(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Relu", ["c"], ["y"])]
+    model = tiny_models.finish(
+        nodes, [], [tiny_models.tensor("y", [2])], [tiny_models.array("c", np.ones(2, np.float32))]
+    )
+    path = tiny_models.save(model, tmp_path, "constants.onnx")
+    with pytest.raises(ModelError, match="no layers") as caught:
+        load_model(path)
+    assert caught.value.path == str(path)
+
+
+@pytest.mark.parametrize("name", sorted(LOADABLE))
+def test_layers_come_in_topological_order(tmp_path: Path, name: str) -> None:
+    graph = load_model(LOADABLE[name](tmp_path))
+    available = set(graph.inputs) | set(graph.weights)
+    for layer, reads in zip(graph.layers, graph.layer_reads):
+        assert set(reads) <= available, f"{layer.op_type} reads {set(reads) - available} before they exist"
+        available.update(layer.output)
+
+
+def test_layers_keep_the_file_order_among_valid_orders(tmp_path: Path) -> None:
+    graph = load_model(tiny_models.diamond(tmp_path))
+    assert ops(graph) == ["Relu", "Sigmoid", "Tanh", "Neg", "Add"]
+
+
+def test_an_unsorted_but_acyclic_model_loads(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Sigmoid", ["a"], ["y"]), helper.make_node("Relu", ["x"], ["a"])]
+    model = tiny_models.finish(nodes, [tiny_models.tensor("x", [1, 4])], [tiny_models.tensor("y", [1, 4])])
+    graph = load_model(tiny_models.save(model, tmp_path, "unsorted.onnx"))
+    assert ops(graph) == ["Relu", "Sigmoid"]
+
+
+def test_symbolic_dimensions_not_given_are_guessed_and_recorded(tmp_path: Path) -> None:
+    graph = load_model(tiny_models.symbolic_batch(tmp_path))
+    assert graph.guessed_dims == {"batch": 1}
+    assert graph.specs["x"].shape == (1, 4)
+    assert graph.specs["y"].shape == (1, 32)
+
+
+def test_symbolic_dimensions_given_are_applied(tmp_path: Path) -> None:
+    graph = load_model(tiny_models.symbolic_batch(tmp_path), {"batch": 8, "unused": 3})
+    assert graph.guessed_dims == {}
+    assert graph.specs["x"].shape == (8, 4)
+    assert graph.specs["h"].shape == (8, 32)
+    assert graph.specs["y"].shape == (8, 32)
+
+
+def test_an_unnamed_unknown_dimension_is_named_after_its_input_and_axis(tmp_path: Path) -> None:
+    model = tiny_models.finish(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [tiny_models.tensor("x", [None, 3])],
+        [tiny_models.tensor("y", [None, 3])],
+    )
+    graph = load_model(tiny_models.save(model, tmp_path, "unnamed.onnx"))
+    assert graph.guessed_dims == {"x[0]": 1}
+    assert graph.specs["y"].shape == (1, 3)
+
+
+@pytest.mark.parametrize("name", sorted(LOADABLE))
+def test_every_value_a_layer_reads_or_hands_on_has_a_spec(tmp_path: Path, name: str) -> None:
+    graph = load_model(LOADABLE[name](tmp_path))
+    read = {value for reads in graph.layer_reads for value in reads} | set(graph.outputs)
+    for reads in graph.layer_reads:
+        assert all(value in graph.specs for value in reads)
+    for layer in graph.layers:
+        assert all(value in graph.specs for value in layer.output if value in read)
+
+
+def test_int_values_that_steer_computation_keep_their_real_values(tmp_path: Path) -> None:
+    graph = load_model(tiny_models.computed_reshape(tmp_path))
+    assert ops(graph) == ["Shape", "Gather", "Unsqueeze", "Concat", "Reshape", "Relu"]
+    target = graph.kept_values["target"]
+    assert target.dtype == np.int64
+    assert target.tolist() == [2, -1]
+    assert graph.kept_values["shape"].tolist() == [2, 3, 4]
+    assert graph.specs["target"] == TensorSpec(INT64, (2,))
+    assert graph.specs["flat"] == TensorSpec(FLOAT, (2, 12))
+    # Model inputs and big float activations are synthesised, never kept.
+    assert "x" not in graph.kept_values
+    assert "flat" not in graph.kept_values
+
+
+def test_a_0d_value_is_kept_0d(tmp_path: Path) -> None:
+    graph = load_model(tiny_models.scalar_range(tmp_path))
+    assert graph.kept_values["n"].shape == ()
+    assert int(graph.kept_values["n"]) == 5
+    assert graph.kept_values["index"].shape == ()
+    assert graph.specs["n"] == TensorSpec(INT64, ())
+    assert graph.specs["positions"] == TensorSpec(INT64, (5,))
+
+
+def test_outer_scope_names_read_in_a_loop_body_count_as_reads_of_the_loop(tmp_path: Path) -> None:
+    graph = load_model(tiny_models.loop_outer_scope(tmp_path))
+    loop = graph.layers[1]
+    assert loop.op_type == "Loop"
+    assert subgraph_outer_names(loop) == ["r"]
+    assert node_inputs(loop) == ["trips", "keep_going", "x", "r"]
+    assert graph.readers["r"] == [1]
+    assert graph.kept_values["trips"].shape == ()
+
+
+def test_outer_scope_names_of_both_if_branches_are_collected(tmp_path: Path) -> None:
+    graph = load_model(tiny_models.if_outer_scope(tmp_path))
+    assert graph.layer_reads[2] == ["flag", "a", "b"]
+    assert graph.inputs == ["x", "flag"]
+
+
+def test_external_float_weights_are_never_read(tmp_path: Path) -> None:
+    """Float weights only need their spec: the weight file is checked, not loaded."""
+    path = tiny_models.external_weights(tmp_path)
+    graph = load_model(path)
+    assert graph.specs["w1"] == TensorSpec(FLOAT, (8, 8, 3, 3))
+    assert graph.kept_values == {}
+
+
+def test_external_data_escaping_the_model_folder_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = tiny_models.external_weights(folder)
+    model = onnx.load(str(path), load_external_data=False)
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = "../secret.bin"
+    (tmp_path / "secret.bin").write_bytes((folder / "weights.bin").read_bytes())
+    onnx.save(model, str(path))
+    with pytest.raises(ModelError, match=r"outside the model's folder; refused, the file was not read"):
+        load_model(path)
+
+
+def test_truncated_external_data_is_a_model_error(tmp_path: Path) -> None:
+    path = tiny_models.external_weights(tmp_path)
+    data = tmp_path / "weights.bin"
+    data.write_bytes(data.read_bytes()[:100])
+    with pytest.raises(ModelError, match=r"external data file 'weights.bin' holds 100 bytes"):
+        load_model(path)
+
+
+def test_external_data_file_missing_is_a_model_error(tmp_path: Path) -> None:
+    path = tiny_models.external_weights(tmp_path)
+    (tmp_path / "weights.bin").unlink()
+    with pytest.raises(ModelError) as caught:
+        load_model(path)
+    assert str(path) in str(caught.value)
+
+
+def test_external_data_loads_from_any_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tiny_models.external_weights(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    graph = load_model(path)
+    assert ops(graph) == ["Conv", "Relu", "Conv", "Relu"]
+    assert graph.specs["w0"] == TensorSpec(FLOAT, (8, 8, 3, 3))
+
+
+# -- errors: every one a ModelError that names the file ------------------------------------------
+
+
+def _cycle() -> onnx.ModelProto:
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"])]
+    return tiny_models.finish(nodes, [tiny_models.tensor("x", [2])], [tiny_models.tensor("b", [2])])
+
+
+def _dangling() -> onnx.ModelProto:
+    nodes = [helper.make_node("Add", ["x", "nowhere"], ["y"])]
+    return tiny_models.finish(nodes, [tiny_models.tensor("x", [2])], [tiny_models.tensor("y", [2])])
+
+
+BROKEN_FILES: dict[str, Callable[[], bytes]] = {
+    "empty": lambda: b"",
+    "random_bytes": lambda: np.random.default_rng(7).integers(0, 256, 4096, dtype=np.uint8).tobytes(),
+    "tensor_not_model": lambda: tiny_models.array("t", np.arange(12, dtype=np.int64)).SerializeToString(),
+    "graph_not_model": lambda: _dangling().graph.SerializeToString(),
+    "cycle": lambda: _cycle().SerializeToString(),
+    "reads_nothing_produced": lambda: _dangling().SerializeToString(),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN_FILES))
+def test_broken_files_raise_model_error_naming_the_file(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / f"{kind}.onnx"
+    path.write_bytes(BROKEN_FILES[kind]())
+    with pytest.raises(ModelError) as caught:
+        load_model(path)
+    assert caught.value.path == str(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert caught.value.cause.strip()
+
+
+def test_empty_file_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "empty.onnx"
+    path.write_bytes(b"")
+    with pytest.raises(ModelError, match="empty"):
+        load_model(path)
+
+
+def test_a_protobuf_that_is_not_a_model_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "tensor.onnx"
+    path.write_bytes(BROKEN_FILES["tensor_not_model"]())
+    with pytest.raises(ModelError, match="not an ONNX model"):
+        load_model(path)
+
+
+def test_a_missing_file_raises_model_error(tmp_path: Path) -> None:
+    path = tmp_path / "absent.onnx"
+    with pytest.raises(ModelError, match="cannot read the file") as caught:
+        load_model(path)
+    assert caught.value.path == str(path)
+
+
+# -- the onnx wheel's light models ---------------------------------------------------------------
+
+
+def test_light_models_of_the_onnx_wheel_load_and_cut() -> None:
+    """The published anchor: 9 models, 1,719 layers, 780 distinct bricks at G=1 (loads and cuts only)."""
+    paths = sorted(LIGHT_MODELS.glob("light_*.onnx"))
+    assert len(paths) == 9
+    layers = 0
+    constant_nodes = 0
+    signatures: set[str] = set()
+    plans = {}
+    for path in paths:
+        graph = load_model(path)
+        plan = plan_model(graph, 1, path.name)
+        assert plan.broken == [], path.name
+        assert all(isinstance(brick, BrickSpec) for brick in plan.bricks)
+        assert len(plan.bricks) == len(graph.layers)
+        layers += len(graph.layers)
+        constant_nodes += len(onnx.load(str(path), load_external_data=False).graph.node) - len(graph.layers)
+        signatures.update(plan.signatures)
+        plans[path.stem] = plan
+    assert layers == 1719
+    assert constant_nodes == 2306
+    assert len(signatures) == 780
+    resnet = plans["light_resnet50"]
+    assert len(resnet.signatures) < len(resnet.bricks)
+    # ResNet-50's bottleneck blocks repeat: some brick occurs many times.
+    assert max(resnet.signatures.values()) >= 10

@@ -1,0 +1,236 @@
+"""Unit tests of the report: its data, the atomic JSON file, the text table."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import onnxruntime
+import pytest
+import tiny_models
+
+from pytest_dlbricks.bricks import BrickSpec
+from pytest_dlbricks.cutting import ModelPlan, plan_model
+from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.reporting import (
+    REPORT_VERSION,
+    BrickResult,
+    FailedModel,
+    build_report,
+    format_seconds,
+    render_table,
+    write_json,
+)
+from pytest_dlbricks.settings import Settings
+
+PROVIDER = "CPUExecutionProvider"
+
+
+def plan_of(path: Path, granularity: int) -> ModelPlan:
+    return plan_model(load_model(path), granularity, path.name)
+
+
+def distinct_bricks(plans: list[ModelPlan]) -> dict[str, BrickSpec]:
+    """Distinct bricks in the order they are first met, as the session gathers them."""
+    bricks: dict[str, BrickSpec] = {}
+    for plan in plans:
+        for brick in plan.bricks:
+            if isinstance(brick, BrickSpec):
+                bricks.setdefault(brick.signature, brick)
+    return bricks
+
+
+def result(median: float) -> BrickResult:
+    return BrickResult(stats={"median": median, "mean": median * 1.5, "min": median / 2}, provider=PROVIDER)
+
+
+@pytest.fixture
+def plans(tmp_path: Path) -> list[ModelPlan]:
+    """A chain cut at G=2 (one brick, three times) and a diamond cut at G=1 (five distinct bricks)."""
+    return [plan_of(tiny_models.chain(tmp_path), 2), plan_of(tiny_models.diamond(tmp_path), 1)]
+
+
+def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
+    bricks = distinct_bricks(plans)
+    results = {signature: result(1e-5 * (index + 1)) for index, signature in enumerate(bricks)}
+    report: Any = build_report(Settings(granularity=2), plans, [], bricks, results)
+    assert report["version"] == REPORT_VERSION
+    assert report["granularity"] == 2
+    chain, diamond = report["models"]
+    assert chain["path"] == "chain.onnx"
+    assert (chain["layers"], chain["bricks"], chain["unique_bricks"]) == (6, 3, 1)
+    assert chain["sequential_s"] == pytest.approx(3e-5)
+    assert chain["critical_path_s"] == pytest.approx(3e-5)
+    assert chain["complete"] is True
+    assert (diamond["layers"], diamond["bricks"], diamond["unique_bricks"]) == (5, 5, 5)
+    # Diamond bricks have times 2..6 (x 1e-5) in order Relu, Sigmoid, Tanh, Neg, Add.
+    assert diamond["sequential_s"] == pytest.approx(20e-5)
+    assert diamond["critical_path_s"] == pytest.approx((2 + 4 + 5 + 6) * 1e-5)
+    assert diamond["complete"] is True
+    assert report["summary"] == {
+        "models": 2,
+        "failed_models": 0,
+        "layers": 11,
+        "bricks": 8,
+        "distinct_bricks": 6,
+        "distinct_ratio": pytest.approx(0.75),
+        "measured_bricks": 6,
+    }
+    first, *rest = report["bricks"]
+    assert first["signature"] == next(iter(bricks))
+    assert first["ops"] == ["Conv", "Relu"]
+    assert first["time_s"] == pytest.approx(1e-5)
+    assert first["models"] == {"chain.onnx": 3}
+    assert first["provider"] == PROVIDER
+    assert [entry["ops"] for entry in rest] == [["Relu"], ["Sigmoid"], ["Tanh"], ["Neg"], ["Add"]]
+    assert all(entry["models"] == {"diamond.onnx": 1} for entry in rest)
+    json.dumps(report)  # JSON-ready as it is
+
+
+def test_the_statistic_chosen_is_the_one_composed(plans: list[ModelPlan]) -> None:
+    bricks = distinct_bricks(plans)
+    results = {signature: result(1.0) for signature in bricks}
+    report: Any = build_report(Settings(granularity=2, statistic="min"), plans, [], bricks, results)
+    assert report["models"][0]["sequential_s"] == pytest.approx(1.5)
+    assert report["bricks"][0]["time_s"] == pytest.approx(0.5)
+    assert report["settings"]["statistic"] == "min"
+    assert report["settings"]["onnxruntime"] == onnxruntime.__version__
+
+
+def test_a_brick_shared_by_two_models_lists_both(tmp_path: Path) -> None:
+    plans = [
+        plan_of(tiny_models.chain(tmp_path, "a.onnx", seed=1), 2),
+        plan_of(tiny_models.chain(tmp_path, "b.onnx"), 2),
+    ]
+    bricks = distinct_bricks(plans)
+    report: Any = build_report(Settings(granularity=2), plans, [], bricks, {})
+    (only,) = report["bricks"]
+    assert only["models"] == {"a.onnx": 3, "b.onnx": 3}
+    assert only["time_s"] is None and only["stats"] is None
+
+
+def test_unmeasured_and_failed_models_are_incomplete(plans: list[ModelPlan]) -> None:
+    bricks = distinct_bricks(plans)
+    signatures = list(bricks)
+    results = {signature: result(1e-3) for signature in signatures[:-1]}  # the diamond's Add is missing
+    failed = [FailedModel("broken.onnx", "the file is empty, not an ONNX model")]
+    report: Any = build_report(Settings(granularity=1), plans, failed, bricks, results)
+    chain, diamond, broken = report["models"]
+    assert chain["complete"] is True
+    assert diamond["complete"] is False
+    assert diamond["sequential_s"] is None and diamond["critical_path_s"] is None
+    assert diamond["measured_bricks"] == 4
+    assert broken == {
+        "path": "broken.onnx",
+        "complete": False,
+        "error": "the file is empty, not an ONNX model",
+        "sequential_s": None,
+        "critical_path_s": None,
+    }
+    assert report["summary"]["models"] == 3
+    assert report["summary"]["failed_models"] == 1
+    assert report["bricks"][-1]["time_s"] is None
+
+
+def test_unbuildable_layers_are_listed(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.sequence_boundary(tmp_path), 1)
+    bricks = distinct_bricks([plan])
+    report: Any = build_report(Settings(granularity=1), [plan], [], bricks, {s: result(1.0) for s in bricks})
+    (model,) = report["models"]
+    assert model["complete"] is False
+    assert model["unique_bricks"] == 3
+    cause = "value 'parts' crosses the brick boundary but is not a tensor of known shape"
+    assert model["unbuildable_layers"] == [
+        {"layer": 1, "op": "SplitToSequence", "cause": cause},
+        {"layer": 2, "op": "SequenceAt", "cause": cause},
+    ]
+
+
+# -- JSON file -----------------------------------------------------------------------------------
+
+
+def test_write_json_creates_folders_and_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "out" / "deeper" / "report.json"
+    write_json(path, {"models": [{"sequential_s": 1.5e-6}]})
+    assert json.loads(path.read_text(encoding="utf-8")) == {"models": [{"sequential_s": 1.5e-6}]}
+    assert path.read_text(encoding="utf-8").endswith("\n")
+    assert os.listdir(path.parent) == ["report.json"]
+
+
+def test_write_json_replaces_an_existing_file_and_leaves_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    path.write_text("old, and longer than the new content " * 10, encoding="utf-8")
+    write_json(path, {"version": 2})
+    assert json.loads(path.read_text(encoding="utf-8")) == {"version": 2}
+    assert os.listdir(tmp_path) == ["report.json"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    path.write_text('{"old": true}\n', encoding="utf-8")
+    with pytest.raises(TypeError):
+        write_json(path, {"not json": object()})
+    assert path.read_text(encoding="utf-8") == '{"old": true}\n'
+    assert os.listdir(tmp_path) == ["report.json"]
+
+
+def test_the_report_file_gets_the_usual_permissions(tmp_path: Path) -> None:
+    umask = os.umask(0o022)
+    try:
+        write_json(tmp_path / "report.json", {})
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "report.json").stat().st_mode) == 0o644
+
+
+# -- text ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "-"),
+        (0.0, "0.0 us"),
+        (4.5e-6, "4.5 us"),
+        (999e-6, "999.0 us"),
+        (1e-3, "1.00 ms"),
+        (0.0123, "12.30 ms"),
+        (1.0, "1.000 s"),
+        (62.5, "62.500 s"),
+    ],
+)
+def test_format_seconds_picks_the_unit(seconds: float | None, text: str) -> None:
+    assert format_seconds(seconds) == text
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.99996e-3, "1.00 ms"), (0.9999996, "1.000 s")])
+def test_format_seconds_switches_unit_after_rounding(seconds: float, text: str) -> None:
+    assert format_seconds(seconds) == text
+
+
+def test_render_table_has_a_row_per_model_and_a_summary(plans: list[ModelPlan]) -> None:
+    bricks = distinct_bricks(plans)
+    signatures = list(bricks)
+    results = {signature: result(2e-6) for signature in signatures[:-1]}
+    failed = [FailedModel("broken.onnx", "not an ONNX model")]
+    text = render_table(build_report(Settings(granularity=1), plans, failed, bricks, results))
+    lines = text.splitlines()
+    assert lines[0].split() == ["Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical", "path", "Complete"]
+    assert set(lines[1]) == {"-"} and len(lines[1]) == len(lines[0])
+    assert lines[2].split() == ["chain.onnx", "6", "3", "1", "6.0", "us", "6.0", "us", "yes"]
+    assert lines[3].split() == ["diamond.onnx", "5", "5", "5", "-", "-", "no", "(4/5)"]
+    assert lines[4].split() == ["broken.onnx", "-", "-", "-", "-", "-", "error"]
+    assert lines[5] == "3 models, 11 layers, 8 bricks, 6 distinct (75%), 5 measured"
+    assert len(lines) == 6
+
+
+def test_render_table_aligns_its_columns(plans: list[ModelPlan]) -> None:
+    bricks = distinct_bricks(plans)
+    text = render_table(build_report(Settings(granularity=1), plans, [], bricks, {}))
+    header, _, first, second, _ = text.splitlines()
+    # Numbers are right-aligned under their header: the Layers column ends at the same place.
+    end = header.index("Layers") + len("Layers")
+    assert first[end - 1] == "6" and second[end - 1] == "5"

@@ -1,0 +1,132 @@
+"""Unit tests of the settings parsers shared by flags and ini values, and of the recorded settings."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import onnxruntime
+import pytest
+
+from pytest_dlbricks.settings import (
+    OPTIMIZATION_LEVELS,
+    STATISTICS,
+    Settings,
+    parse_choice,
+    parse_dim,
+    parse_granularity,
+    parse_threads,
+)
+
+
+@pytest.mark.parametrize(("text", "value"), [("1", 1), ("3", 3), (" 10 ", 10)])
+def test_granularity_accepts_positive_whole_numbers(text: str, value: int) -> None:
+    assert parse_granularity(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0", "granularity must be at least 1 layer, not 0"),
+        ("-2", "granularity must be at least 1 layer, not -2"),
+        ("two", "granularity must be a whole number of layers, not 'two'"),
+        ("1.5", "granularity must be a whole number of layers, not '1.5'"),
+        ("", "granularity must be a whole number of layers, not ''"),
+    ],
+)
+def test_granularity_rejects_with_a_message(text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        parse_granularity(text)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("batch=8", ("batch", 8)), (" seq = 128", ("seq", 128)), ("x[0]=2", ("x[0]", 2))]
+)
+def test_dim_accepts_name_equals_value(text: str, value: tuple[str, int]) -> None:
+    assert parse_dim(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("batch", "expected NAME=VALUE such as batch=8, not 'batch'"),
+        ("=8", "expected NAME=VALUE such as batch=8, not '=8'"),
+        ("  =8", "expected NAME=VALUE such as batch=8, not '  =8'"),
+        ("batch=eight", "dimension 'batch' needs a whole number, not 'eight'"),
+        ("batch=", "dimension 'batch' needs a whole number, not ''"),
+        ("batch=0", "dimension 'batch' must be at least 1, not 0"),
+        ("batch=-4", "dimension 'batch' must be at least 1, not -4"),
+    ],
+)
+def test_dim_rejects_with_a_message(text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        parse_dim(text)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(("text", "value"), [("0", 0), ("1", 1), ("16", 16)])
+def test_threads_accept_zero_and_more(text: str, value: int) -> None:
+    assert parse_threads(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("-1", "thread count cannot be negative, not -1"), ("many", "thread count must be a whole number, not 'many'")],
+)
+def test_threads_reject_with_a_message(text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        parse_threads(text)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(("text", "value"), [("all", "all"), ("DISABLE", "disable"), (" Basic ", "basic")])
+def test_choice_accepts_any_case(text: str, value: str) -> None:
+    assert parse_choice(OPTIMIZATION_LEVELS, "optimization level")(text) == value
+
+
+def test_choice_rejects_naming_what_and_the_choices() -> None:
+    convert = parse_choice(STATISTICS, "statistic")
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        convert("average")
+    assert str(caught.value) == "statistic must be one of median, mean, min, not 'average'"
+    assert convert.__name__ == "statistic"
+
+
+def test_choice_errors_read_well_through_argparse(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="prog")
+    parser.add_argument("--level", type=parse_choice(OPTIMIZATION_LEVELS, "optimization level"))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--level", "fast"])
+    assert (
+        "optimization level must be one of disable, basic, extended, layout, all, not 'fast'" in capsys.readouterr().err
+    )
+
+
+def test_settings_describe_what_the_report_records() -> None:
+    settings = Settings(
+        granularity=3,
+        dims={"batch": 4},
+        json_path=Path("out.json"),
+        intra_op_threads=2,
+        optimization="basic",
+        statistic="mean",
+    )
+    assert settings.describe() == {
+        "granularity": 3,
+        "dims": {"batch": 4},
+        "intra_op_threads": 2,
+        "optimization": "basic",
+        "statistic": "mean",
+        "providers": ["CPUExecutionProvider"],
+        "onnxruntime": onnxruntime.__version__,
+    }
+
+
+def test_settings_defaults() -> None:
+    settings = Settings(granularity=1)
+    assert (settings.optimization, settings.statistic, settings.intra_op_threads) == ("all", "median", 0)
+    assert settings.globs == ("*.onnx",)
+    assert settings.json_path is None
+    with pytest.raises(AttributeError):
+        settings.granularity = 2  # type: ignore[misc]

@@ -1,0 +1,206 @@
+"""Unit tests of brick model synthesis and of running bricks (and whole models) in onnxruntime."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tiny_models
+
+from pytest_dlbricks.bricks import BrickSpec
+from pytest_dlbricks.cutting import plan_model
+from pytest_dlbricks.loading import TensorSpec, load_model
+from pytest_dlbricks.running import BrickError, BrickRunner, run_reference, session_options
+from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.synthesis import (
+    MIN_IR_VERSION,
+    SynthesisError,
+    brick_feeds,
+    build_brick_model,
+    model_feeds,
+    synthetic_array,
+)
+
+P = onnx.TensorProto
+BUILDERS: dict[str, Callable[[Path], Path]] = {
+    "chain": tiny_models.chain,
+    "diamond": tiny_models.diamond,
+    "symbolic": tiny_models.symbolic_batch,
+    "old_ir": tiny_models.old_ir_constant_of_shape,
+    "reshape": tiny_models.computed_reshape,
+    "range": tiny_models.scalar_range,
+    "loop": tiny_models.loop_outer_scope,
+    "if": tiny_models.if_outer_scope,
+}
+
+
+@pytest.fixture
+def settings() -> Settings:
+    """One intra-op thread and onnxruntime's default optimizations: quick sessions, no thread pool."""
+    return Settings(granularity=1, intra_op_threads=1)
+
+
+def bricks_of(path: Path, granularity: int) -> list[BrickSpec]:
+    plan = plan_model(load_model(path), granularity, path.name)
+    return [brick for brick in plan.bricks if isinstance(brick, BrickSpec)]
+
+
+def brick_with_ops(path: Path, ops: tuple[str, ...]) -> BrickSpec:
+    return next(brick for brick in bricks_of(path, len(ops)) if brick.ops == ops)
+
+
+# -- synthetic values ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [P.FLOAT, P.DOUBLE, P.FLOAT16], ids=P.DataType.Name)
+def test_float_values_are_deterministic_and_in_range(dtype: int) -> None:
+    spec = TensorSpec(dtype, (3, 50))
+    weights = synthetic_array(spec, np.random.default_rng(1), weight=True)
+    again = synthetic_array(spec, np.random.default_rng(1), weight=True)
+    activations = synthetic_array(spec, np.random.default_rng(1), weight=False)
+    np.testing.assert_array_equal(weights, again)
+    assert weights.dtype == onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    assert weights.shape == (3, 50)
+    assert weights.min() >= 0.0099 and weights.max() <= 0.1001
+    assert activations.min() >= 0.499 and activations.max() <= 1.501
+    assert np.isfinite(activations).all()
+
+
+@pytest.mark.parametrize("dtype", [P.INT64, P.INT32, P.UINT8, P.BOOL], ids=P.DataType.Name)
+def test_integer_and_bool_values_are_zero(dtype: int) -> None:
+    values = synthetic_array(TensorSpec(dtype, (2, 5)), np.random.default_rng(0), weight=False)
+    assert values.dtype == onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    assert values.shape == (2, 5)
+    assert not values.any()
+
+
+def test_a_0d_spec_gives_a_0d_array() -> None:
+    assert synthetic_array(TensorSpec(P.FLOAT, ()), np.random.default_rng(0), weight=False).shape == ()
+
+
+def test_string_tensors_cannot_be_synthesised() -> None:
+    with pytest.raises(SynthesisError, match="string"):
+        synthetic_array(TensorSpec(P.STRING, (2,)), np.random.default_rng(0), weight=False)
+
+
+def test_feeds_are_deterministic(tmp_path: Path) -> None:
+    (brick, *_) = bricks_of(tiny_models.chain(tmp_path), 2)
+    first, second = brick_feeds(brick), brick_feeds(brick)
+    assert list(first) == ["input_0"]
+    np.testing.assert_array_equal(first["input_0"], second["input_0"])
+    inputs = [("x", TensorSpec(P.FLOAT, (4,))), ("n", TensorSpec(P.INT64, (2,)))]
+    np.testing.assert_array_equal(model_feeds(inputs)["x"], model_feeds(inputs)["x"])
+    assert model_feeds(inputs)["n"].tolist() == [0, 0]
+
+
+def test_a_0d_kept_value_is_fed_0d(tmp_path: Path) -> None:
+    """Range(start, n, step): n is a 0-d activation whose real value (5) sets the output length."""
+    brick = brick_with_ops(tiny_models.scalar_range(tmp_path), ("Range",))
+    feeds = brick_feeds(brick)
+    assert [name for name, _ in brick.inputs] == ["input_0"]
+    assert feeds["input_0"].shape == ()
+    assert int(feeds["input_0"]) == 5
+    model = build_brick_model(brick)
+    assert all(list(initializer.dims) == [] for initializer in model.graph.initializer)
+    assert [onnx.numpy_helper.to_array(t).item() for t in model.graph.initializer] == [0, 1]
+
+
+def test_a_computed_shape_is_fed_its_real_value(tmp_path: Path, settings: Settings) -> None:
+    brick = brick_with_ops(tiny_models.computed_reshape(tmp_path), ("Reshape",))
+    assert brick_feeds(brick)["input_1"].tolist() == [2, -1]
+    runner = BrickRunner(brick, settings)
+    runner.check()
+    assert runner()[0].shape == (2, 12)
+
+
+# -- brick models --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("granularity", [1, 2, 3])
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_every_brick_model_is_valid_and_runs(tmp_path: Path, settings: Settings, name: str, granularity: int) -> None:
+    for brick in bricks_of(BUILDERS[name](tmp_path), granularity):
+        model = build_brick_model(brick)
+        onnx.checker.check_model(model, full_check=True)
+        runner = BrickRunner(brick, settings)
+        runner.check()
+        results = runner()
+        assert [tuple(result.shape) for result in results] == [spec.shape for _, spec in brick.outputs]
+
+
+def test_weights_are_initializers_not_inputs(tmp_path: Path) -> None:
+    """Old IR models list initializers as inputs; a brick must not (onnxruntime skips pre-packing then)."""
+    (conv, _) = bricks_of(tiny_models.old_ir_constant_of_shape(tmp_path), 1)
+    model = build_brick_model(conv)
+    assert model.ir_version == MIN_IR_VERSION
+    assert [value.name for value in model.graph.input] == ["input_0"]
+    assert [tensor.name for tensor in model.graph.initializer] == ["weight_0"]
+    weight = onnx.numpy_helper.to_array(model.graph.initializer[0])
+    assert weight.shape == (8, 3, 3, 3)
+    assert weight.min() >= 0.01 and weight.max() <= 0.1
+
+
+def test_brick_models_keep_the_models_ir_version_and_opsets(tmp_path: Path) -> None:
+    (brick, *_) = bricks_of(tiny_models.chain(tmp_path), 2)
+    model = build_brick_model(brick)
+    assert model.ir_version == tiny_models.IR_VERSION
+    assert {o.domain: o.version for o in model.opset_import} == {"": tiny_models.OPSET}
+
+
+def test_building_is_deterministic(tmp_path: Path) -> None:
+    (brick, *_) = bricks_of(tiny_models.chain(tmp_path), 2)
+    assert build_brick_model(brick).SerializeToString() == build_brick_model(brick).SerializeToString()
+
+
+# -- BrickRunner ---------------------------------------------------------------------------------
+
+
+def test_check_refuses_an_output_shape_other_than_in_the_model(tmp_path: Path, settings: Settings) -> None:
+    brick = brick_with_ops(tiny_models.chain(tmp_path), ("Conv", "Relu"))
+    runner = BrickRunner(brick, settings)
+    runner.check()
+    (name, spec), *_ = brick.outputs
+    runner.brick = dataclasses.replace(brick, outputs=((name, TensorSpec(spec.dtype, (1, 8, 3, 3))),))
+    with pytest.raises(BrickError, match=r"shape \[1, 8, 6, 6\] but \[1, 8, 3, 3\] inside the model"):
+        runner.check()
+
+
+def test_a_brick_onnxruntime_cannot_load_is_a_brick_error(tmp_path: Path, settings: Settings) -> None:
+    brick = brick_with_ops(tiny_models.diamond(tmp_path), ("Relu",))
+    node = onnx.NodeProto()
+    node.CopyFrom(brick.nodes[0])
+    node.op_type = "NoSuchOperator"
+    with pytest.raises(BrickError, match="cannot load the brick"):
+        BrickRunner(dataclasses.replace(brick, nodes=(node,)), settings)
+
+
+def test_a_brick_without_synthetic_inputs_is_a_brick_error(tmp_path: Path, settings: Settings) -> None:
+    brick = brick_with_ops(tiny_models.diamond(tmp_path), ("Relu",))
+    strings = dataclasses.replace(brick, inputs=(("input_0", TensorSpec(P.STRING, (1, 64))),))
+    with pytest.raises(BrickError, match="string"):
+        BrickRunner(strings, settings)
+
+
+def test_runner_reports_its_provider(tmp_path: Path, settings: Settings) -> None:
+    runner = BrickRunner(bricks_of(tiny_models.diamond(tmp_path), 1)[0], settings)
+    assert runner.provider == "CPUExecutionProvider"
+
+
+def test_session_options_follow_the_settings() -> None:
+    options = session_options(Settings(granularity=1, intra_op_threads=3, optimization="disable"))
+    assert options.intra_op_num_threads == 3
+    assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    assert session_options().graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+
+
+def test_reference_run_returns_intermediate_values(tmp_path: Path) -> None:
+    path = tiny_models.computed_reshape(tmp_path)
+    model = onnx.load(str(path))
+    values = run_reference(path, model, ["target", "flat"])
+    assert values["target"].tolist() == [2, -1]
+    assert values["flat"].shape == (2, 12)

@@ -1,0 +1,275 @@
+"""Tiny ONNX models built in memory for the unit tests, each shaped to exercise one feature of the method.
+
+Every builder writes its model into a given directory and returns the path, so tests load it exactly
+as the plugin does (from a file). Models use opset 17 and IR version 8 unless a builder says otherwise:
+onnx 1.23's ``helper.make_model`` stamps an IR version that onnxruntime 1.31 rejects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+IR_VERSION = 8
+FLOAT = TensorProto.FLOAT
+INT64 = TensorProto.INT64
+BOOL = TensorProto.BOOL
+
+
+def finish(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: Sequence[onnx.ValueInfoProto],
+    outputs: Sequence[onnx.ValueInfoProto],
+    initializers: Sequence[onnx.TensorProto] = (),
+    *,
+    opset: int = OPSET,
+    ir_version: int = IR_VERSION,
+) -> onnx.ModelProto:
+    """A model from graph parts, with an opset and IR version onnxruntime 1.31 accepts."""
+    graph = helper.make_graph(list(nodes), "tiny", list(inputs), list(outputs), initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="tests")
+    model.ir_version = ir_version
+    return model
+
+
+def save(model: onnx.ModelProto, directory: Path, name: str) -> Path:
+    """Write ``model`` as ``directory/name`` (no checks: broken models are wanted too)."""
+    path = directory / name
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def tensor(name: str, shape: Sequence[int | str | None], dtype: int = FLOAT) -> onnx.ValueInfoProto:
+    """A graph input or output declaration (strings are symbolic dimensions)."""
+    return helper.make_tensor_value_info(name, dtype, list(shape))
+
+
+def array(name: str, values: np.ndarray) -> onnx.TensorProto:
+    """An initializer."""
+    return numpy_helper.from_array(np.asarray(values), name)
+
+
+def chain_model(
+    *,
+    blocks: int = 3,
+    channels: int = 8,
+    size: int = 6,
+    seed: int = 0,
+    prefix: str = "",
+    kernel: int = 3,
+    bias: bool = False,
+) -> onnx.ModelProto:
+    """``blocks`` times Conv(kernel, same padding) then Relu: every Conv+Relu pair is the same brick.
+
+    ``prefix`` renames every value and ``seed`` changes every weight, so two models can hold the same
+    layers under different names and weights. Conv weights have ``channels**2 * kernel**2`` elements,
+    more than the loader keeps real values of, so they count as weights to synthesise.
+    """
+    rng = np.random.default_rng(seed)
+    nodes: list[onnx.NodeProto] = []
+    initializers: list[onnx.TensorProto] = []
+    current = f"{prefix}x"
+    for block in range(blocks):
+        weight, conv, relu = (f"{prefix}w{block}", f"{prefix}conv{block}", f"{prefix}relu{block}")
+        initializers.append(array(weight, rng.standard_normal((channels, channels, kernel, kernel)).astype(np.float32)))
+        conv_inputs = [current, weight]
+        if bias:
+            initializers.append(array(f"{weight}_b", rng.standard_normal(channels).astype(np.float32)))
+            conv_inputs.append(f"{weight}_b")
+        pad = kernel // 2
+        nodes.append(helper.make_node("Conv", conv_inputs, [conv], name=f"{prefix}Conv{block}", pads=[pad] * 4))
+        nodes.append(helper.make_node("Relu", [conv], [relu], name=f"{prefix}Relu{block}"))
+        current = relu
+    shape = [1, channels, size, size]
+    return finish(nodes, [tensor(f"{prefix}x", shape)], [tensor(current, shape)], initializers)
+
+
+def chain(directory: Path, name: str = "chain.onnx", **options: Any) -> Path:
+    """:func:`chain_model` saved to ``directory``."""
+    return save(chain_model(**options), directory, name)
+
+
+def diamond(directory: Path) -> Path:
+    """Relu, then two parallel branches (Sigmoid; Tanh then Neg) joined by Add.
+
+    Layers in order: 0 Relu, 1 Sigmoid, 2 Tanh, 3 Neg, 4 Add. With one layer per brick the critical
+    path is Relu + max(Sigmoid, Tanh + Neg) + Add, less than the sum of all five.
+    """
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Sigmoid", ["a"], ["left"]),
+        helper.make_node("Tanh", ["a"], ["t"]),
+        helper.make_node("Neg", ["t"], ["right"]),
+        helper.make_node("Add", ["left", "right"], ["y"]),
+    ]
+    return save(finish(nodes, [tensor("x", [1, 64])], [tensor("y", [1, 64])]), directory, "diamond.onnx")
+
+
+def symbolic_batch(directory: Path) -> Path:
+    """MatMul by a ``[4, 32]`` weight, then Relu, on an input ``[batch, 4]`` whose ``batch`` is symbolic."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    weight = array("w", np.full((4, 32), 0.5, dtype=np.float32))
+    return save(
+        finish(nodes, [tensor("x", ["batch", 4])], [tensor("y", ["batch", 32])], [weight]),
+        directory,
+        "symbolic.onnx",
+    )
+
+
+def old_ir_constant_of_shape(directory: Path) -> Path:
+    """IR 3 / opset 9 like onnx's light models: Conv weights built at run time by ConstantOfShape.
+
+    The shape tensor is an initializer that is also listed as a graph input (required before IR 4).
+    Nodes: ConstantOfShape (a constant, not a layer), Conv, Relu: two layers.
+    """
+    shape = array("w_shape", np.array([8, 3, 3, 3], dtype=np.int64))
+    nodes = [
+        helper.make_node("ConstantOfShape", ["w_shape"], ["w"], value=helper.make_tensor("v", FLOAT, [1], [0.01])),
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    inputs = [tensor("x", [1, 3, 8, 8]), tensor("w_shape", [4], INT64)]
+    model = finish(nodes, inputs, [tensor("y", [1, 8, 8, 8])], [shape], opset=9, ir_version=3)
+    return save(model, directory, "old_ir.onnx")
+
+
+def computed_reshape(directory: Path) -> Path:
+    """Reshape ``x[2, 3, 4]`` to ``[2, 12]`` with the target shape computed from the input at run time.
+
+    Shape -> Gather(0) -> Unsqueeze, then Concat with a constant ``[-1]``: the Concat output
+    ``target`` is an int64 tensor that steers the Reshape, so a brick must see ``[2, -1]`` and not
+    zeros. Layers: Shape, Gather, Unsqueeze, Concat, Reshape, Relu.
+    """
+    initializers = [
+        array("zero", np.array(0, dtype=np.int64)),
+        array("axes", np.array([0], dtype=np.int64)),
+        array("minus_one", np.array([-1], dtype=np.int64)),
+    ]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["first"], axis=0),
+        helper.make_node("Unsqueeze", ["first", "axes"], ["first_1d"]),
+        helper.make_node("Concat", ["first_1d", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("Relu", ["flat"], ["y"]),
+    ]
+    model = finish(nodes, [tensor("x", [2, 3, 4])], [tensor("y", [2, 12])], initializers)
+    return save(model, directory, "reshape.onnx")
+
+
+def scalar_range(directory: Path) -> Path:
+    """``Range(0, size of x's first axis, 1)`` cast to float and added to ``x``: a 0-d int64 steers it.
+
+    ``n`` (Gather of Shape with a 0-d index) is a 0-d activation; its real value 5 sets Range's output
+    length, and a brick must receive it as a 0-d tensor. Layers: Shape, Gather, Range, Cast, Add.
+    """
+    initializers = [array("index", np.array(0, dtype=np.int64)), array("start", np.array(0, dtype=np.int64))]
+    initializers.append(array("step", np.array(1, dtype=np.int64)))
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "index"], ["n"], axis=0),
+        helper.make_node("Range", ["start", "n", "step"], ["positions"]),
+        helper.make_node("Cast", ["positions"], ["positions_f"], to=FLOAT),
+        helper.make_node("Add", ["x", "positions_f"], ["y"]),
+    ]
+    model = finish(nodes, [tensor("x", [5])], [tensor("y", [5])], initializers)
+    return save(model, directory, "range.onnx")
+
+
+def loop_outer_scope(directory: Path, *, trips: int = 3, inner: str = "acc", body_seed: int | None = None) -> Path:
+    """Relu, then a Loop of ``trips`` iterations whose body adds the outer-scope Relu output ``r``.
+
+    ``r`` is not a Loop input: the Loop brick must still take it as an input, renamed inside the body.
+    ``inner`` names the body's own values; ``body_seed`` adds a body weight (a Constant ``[4, 8]``
+    multiplied in) with values from that seed. Layers: Relu, Loop, Sigmoid.
+    """
+    body_nodes = [
+        helper.make_node("Identity", ["cond_in"], ["cond_out"], name=f"{inner}_identity"),
+        helper.make_node("Add", [f"{inner}_in", "r"], [f"{inner}_sum"], name=f"{inner}_add"),
+    ]
+    if body_seed is None:
+        body_nodes.append(helper.make_node("Identity", [f"{inner}_sum"], [f"{inner}_out"]))
+    else:
+        scale = np.random.default_rng(body_seed).uniform(0.5, 1.5, (4, 8)).astype(np.float32)
+        body_nodes.append(helper.make_node("Constant", [], [f"{inner}_scale"], value=array("s", scale)))
+        body_nodes.append(helper.make_node("Mul", [f"{inner}_sum", f"{inner}_scale"], [f"{inner}_out"]))
+    body = helper.make_graph(
+        body_nodes,
+        f"{inner}_body",
+        [tensor(f"{inner}_i", [], INT64), tensor("cond_in", [], BOOL), tensor(f"{inner}_in", [4, 8])],
+        [tensor("cond_out", [], BOOL), tensor(f"{inner}_out", [4, 8])],
+    )
+    initializers = [array("trips", np.array(trips, dtype=np.int64)), array("keep_going", np.array(True))]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Loop", ["trips", "keep_going", "x"], ["looped"], body=body),
+        helper.make_node("Sigmoid", ["looped"], ["y"]),
+    ]
+    model = finish(nodes, [tensor("x", [4, 8])], [tensor("y", [4, 8])], initializers)
+    return save(model, directory, f"loop_{inner}_{body_seed}.onnx")
+
+
+def if_outer_scope(directory: Path) -> Path:
+    """``If(flag)`` whose branches read the outer-scope values ``a`` and ``b`` computed before it.
+
+    ``flag`` is a bool model input. Layers: Relu (a), Sigmoid (b), If.
+    """
+    then_branch = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["then_out"])], "then", [], [tensor("then_out", [4, 8])]
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Mul", ["a", "b"], ["else_out"])], "else", [], [tensor("else_out", [4, 8])]
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Sigmoid", ["x"], ["b"]),
+        helper.make_node("If", ["flag"], ["y"], then_branch=then_branch, else_branch=else_branch),
+    ]
+    inputs = [tensor("x", [4, 8]), tensor("flag", [], BOOL)]
+    return save(finish(nodes, inputs, [tensor("y", [4, 8])]), directory, "if.onnx")
+
+
+def external_weights(directory: Path) -> Path:
+    """:func:`chain_model` with its weights in ``weights.bin`` beside the model file."""
+    model = chain_model(blocks=2, bias=True)
+    path = directory / "external.onnx"
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="weights.bin",
+        size_threshold=0,
+    )
+    return path
+
+
+def dead_end(directory: Path) -> Path:
+    """Relu feeding the output, and a Sigmoid of the input that nothing reads (a dead layer)."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Sigmoid", ["x"], ["unused"])]
+    return save(finish(nodes, [tensor("x", [1, 8])], [tensor("y", [1, 8])]), directory, "dead_end.onnx")
+
+
+def sequence_boundary(directory: Path) -> Path:
+    """Relu, then SplitToSequence and SequenceAt: the sequence between them is no tensor, so it can
+    never cross a brick boundary (the real case of DLBricks' Algorithm 2 fallback)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("SplitToSequence", ["r"], ["parts"], axis=0, keepdims=1),
+        helper.make_node("SequenceAt", ["parts", "index"], ["y"]),
+    ]
+    index = helper.make_tensor("index", TensorProto.INT64, [], [0])
+    model = finish(nodes, [tensor("x", [2, 8])], [tensor("y", [1, 8])], initializers=[index])
+    return save(model, directory, "sequence_boundary.onnx")
+
+
+def single_layer(directory: Path, op: str, shape: Sequence[int], name: str = "single.onnx", **attributes: Any) -> Path:
+    """One elementwise layer ``op`` on an input of ``shape``: the smallest model a brick can differ in."""
+    node = helper.make_node(op, ["x"], ["y"], **attributes)
+    return save(finish([node], [tensor("x", shape)], [tensor("y", shape)]), directory, name)
