@@ -42,7 +42,13 @@ class ModelFile(pytest.File):
                 self, name=f"brick[{brick.label}]", callobj=self.dlbricks.brick_test(brick.signature)
             )
             item.extra_keyword_matches.update(brick.ops)
+            for mark in self.dlbricks.timing_marks():
+                item.add_marker(mark)
             yield item
+        if self.dlbricks.settings.validate:
+            for executor in self.dlbricks.executors_to_validate(plan):
+                name = "e2e" if executor == "sequential" else f"e2e-{executor}"
+                yield pytest.Function.from_parent(self, name=name, callobj=self.dlbricks.e2e_test(plan, executor))
         for broken in plan.broken:
             yield FailingItem.from_parent(
                 self,

@@ -47,6 +47,10 @@ class ModelPlan:
     #: Window indices; an edge means the second window reads a value of the first.
     graph: nx.DiGraph = field(repr=False)
     guessed_dims: dict[str, int] = field(default_factory=dict)
+    #: Number of the model's own inputs and outputs (a call's cost depends on them).
+    io: tuple[int, int] = (1, 1)
+    #: The whole model as one brick, kept when it is to be validated end to end.
+    whole: BrickSpec | None = field(default=None, repr=False)
 
     @property
     def signatures(self) -> Counter[str]:
@@ -106,6 +110,7 @@ def plan_model(graph: ModelGraph, granularity: int, display_path: str) -> ModelP
         bricks=bricks,
         graph=_brick_graph(graph, [(begin, end) for begin, end, _ in windows]),
         guessed_dims=dict(graph.guessed_dims),
+        io=(len(graph.inputs), len(graph.outputs)),
     )
 
 

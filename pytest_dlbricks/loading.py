@@ -9,6 +9,7 @@ every brick does the same work as inside the model.
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ import onnx
 from onnx import external_data_helper, numpy_helper, shape_inference
 
 from .errors import ModelError
-from .settings import DEFAULT_DIM
+from .settings import DEFAULT_DIM, Settings
 
 #: Operators whose output changes from run to run: never folded into weights.
 NONDETERMINISTIC_OPS = frozenset(
@@ -27,6 +28,8 @@ NONDETERMINISTIC_OPS = frozenset(
 )
 #: Integer and boolean tensors up to this many elements keep their real value (shapes, indices, masks).
 MAX_KEPT_INTEGER_ELEMENTS = 1 << 20
+#: Lowest IR version that lets initializers stand apart from graph inputs (and be pre-packed).
+MIN_IR_VERSION = 4
 #: Longest error message of onnx or onnxruntime quoted in our own.
 MAX_CAUSE_CHARS = 400
 
@@ -137,11 +140,27 @@ def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
             yield from attribute.graphs
 
 
-def load_model(path: Path, dims: Mapping[str, int] | None = None) -> ModelGraph:
-    """Parse ``path`` into a :class:`ModelGraph`; raises :class:`ModelError` for anything unusable."""
+def load_model(path: Path, dims: Mapping[str, int] | None = None, optimize: Settings | None = None) -> ModelGraph:
+    """Parse ``path`` into a :class:`ModelGraph`; raises :class:`ModelError` for anything unusable.
+
+    With ``optimize``, the layers are those of the graph onnxruntime makes of the model for those
+    settings (fusions, eliminated nodes, layout changes): what actually runs, at the price of bricks
+    specific to the runtime, provider and machine.
+    """
     model = _read(path)
     try:
-        return _ModelLoader(path, model, dict(dims or {})).load()
+        loader = _ModelLoader(path, model, dict(dims or {}), data_dir=path.parent)
+        loader.prepare()
+        if optimize is None:
+            return loader.load()
+        from .running import optimize_model
+
+        with tempfile.TemporaryDirectory(prefix="dlbricks-") as folder:
+            optimized = optimize_model(path, loader.runnable_model(), path.parent, Path(folder), optimize)
+            runtime_loader = _ModelLoader(path, optimized, {}, data_dir=Path(folder))
+            runtime_loader.prepare()
+            runtime_loader.guessed = loader.guessed
+            return runtime_loader.load()
     except ModelError:
         raise
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
@@ -174,8 +193,10 @@ def describe_error(error: BaseException) -> str:
 class _ModelLoader:
     """One load of one model; split into steps so each stays short."""
 
-    def __init__(self, path: Path, model: onnx.ModelProto, dims: dict[str, int]) -> None:
+    def __init__(self, path: Path, model: onnx.ModelProto, dims: dict[str, int], data_dir: Path) -> None:
         self.path = path
+        #: Folder external data locations are relative to.
+        self.data_dir = data_dir
         self.model = model
         self.dims = dims
         self.guessed: dict[str, int] = {}
@@ -184,11 +205,24 @@ class _ModelLoader:
         self.inputs = [v.name for v in graph.input if v.name not in self.initializers]
         self.outputs = [v.name for v in graph.output]
 
-    def load(self) -> ModelGraph:
-        nodes = self._sort_nodes()
+    def prepare(self) -> None:
+        """Order, check and give concrete input dimensions to the model."""
+        self._sort_nodes()
         onnx.checker.check_model(self._structure())
         self._check_external_data()
         self._fix_input_dims()
+
+    def runnable_model(self) -> onnx.ModelProto:
+        """The prepared model as runtimes want it: initializers no longer listed as inputs."""
+        graph = self.model.graph
+        real_inputs = [value for value in graph.input if value.name not in self.initializers]
+        graph.ClearField("input")
+        graph.input.extend(real_inputs)
+        self.model.ir_version = max(self.model.ir_version, MIN_IR_VERSION)
+        return self.model
+
+    def load(self) -> ModelGraph:
+        nodes = list(self.model.graph.node)
         weights, constant_nodes = self._fold_constants(nodes)
         layers = self._live([node for index, node in enumerate(nodes) if index not in constant_nodes])
         if not layers:
@@ -246,7 +280,7 @@ class _ModelLoader:
 
     def _check_external_data(self) -> None:
         """Every external weight file lies in the model's folder and is long enough; none is read here."""
-        folder = self.path.parent.resolve()
+        folder = self.data_dir.resolve()
         for tensor in self.initializers.values():
             if not external_data_helper.uses_external_data(tensor):
                 continue
@@ -285,7 +319,7 @@ class _ModelLoader:
                 dim.Clear()
                 dim.dim_value = self.dims.get(name, DEFAULT_DIM)
 
-    def _sort_nodes(self) -> list[onnx.NodeProto]:
+    def _sort_nodes(self) -> None:
         """Put the model's nodes in a topological order that stays as close to the file's as possible."""
         nodes = list(self.model.graph.node)
         producer: dict[str, int] = {}
@@ -313,7 +347,6 @@ class _ModelLoader:
             reordered = [onnx.NodeProto.FromString(nodes[index].SerializeToString()) for index in order]
             self.model.graph.ClearField("node")
             self.model.graph.node.extend(reordered)
-        return list(self.model.graph.node)
 
     def _fold_constants(self, nodes: list[onnx.NodeProto]) -> tuple[set[str], set[int]]:
         """Names of all constant values and the indices of the nodes that only compute constants."""
@@ -365,7 +398,7 @@ class _ModelLoader:
             for node in self.model.graph.node
             if node.op_type == "Constant" and not node.domain and len(node.attribute) == 1
         }
-        base_dir = str(self.path.parent)
+        base_dir = str(self.data_dir)
         values: dict[str, np.ndarray] = {}
         for name in names:
             if name in self.initializers:
@@ -384,7 +417,7 @@ class _ModelLoader:
         """Run the model once on synthetic inputs to learn what shape inference could not tell."""
         from .running import run_reference
 
-        results = run_reference(self.path, self.model, names)
+        results = run_reference(self.path, self.runnable_model(), self.data_dir, names)
         specs = dict(specs)
         kept = dict(kept)
         for name, array in results.items():

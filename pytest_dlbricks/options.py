@@ -11,14 +11,18 @@ from typing import Any, TypeVar
 import pytest
 
 from .settings import (
+    CUT_MODES,
     DEFAULT_DIM,
     DEFAULT_GLOBS,
+    DEFAULT_PRECISION,
     OPTIMIZATION_LEVELS,
     STATISTICS,
     Settings,
+    parse_bool,
     parse_choice,
     parse_dim,
     parse_granularity,
+    parse_precision,
     parse_threads,
 )
 
@@ -26,6 +30,13 @@ T = TypeVar("T")
 
 _parse_optimization = parse_choice(OPTIMIZATION_LEVELS, "optimization level")
 _parse_statistic = parse_choice(STATISTICS, "statistic")
+_parse_cut = parse_choice(CUT_MODES, "cut")
+
+
+def _check_precision(text: str) -> str:
+    """Validate a precision on the command line; the text is kept so that "off" differs from unset."""
+    parse_precision(text)
+    return text
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,8 @@ class _Option:
     default: str
     convert: Callable[[str], Any] | None = None
     repeatable: bool = False
+    #: A flag without a value that turns something on (its ini value is a truth value).
+    switch: bool = False
     #: Name of the ini value, None for a flag only.
     ini: str | None = None
 
@@ -98,6 +111,33 @@ _OPTIONS = (
         repeatable=True,
         ini="dlbricks_globs",
     ),
+    _Option(
+        "--dlbricks-cut",
+        "GRAPH",
+        "Cut the graph onnxruntime runs for this provider, optimization level and machine (optimized:"
+        " fusions and layout included, accurate) or the model as written (original: portable bricks).",
+        "optimized",
+        _parse_cut,
+        ini="dlbricks_cut",
+    ),
+    _Option(
+        "--dlbricks-precision",
+        "PCT",
+        "Time each brick until the margin of error of its mean is this small (95% confidence), so the"
+        " estimates are that precise; off keeps pytest-benchmark's time per item.",
+        f"{DEFAULT_PRECISION:.0%}",
+        _check_precision,
+        ini="dlbricks_precision",
+    ),
+    _Option(
+        "--dlbricks-validate",
+        "",
+        "Also time every model end to end, interleaved with its bricks, and report how close the"
+        " estimates come (items <model>::e2e and, for models with parallel branches, ::e2e-parallel).",
+        "off",
+        switch=True,
+        ini="dlbricks_validate",
+    ),
 )
 
 
@@ -105,14 +145,18 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("dlbricks", "dlbricks: benchmark ONNX models brick by brick")
     for option in _OPTIONS:
         ini_note = f" Ini: {option.ini}." if option.ini else ""
-        group.addoption(
-            option.flag,
-            metavar=option.metavar,
-            type=option.convert,
-            action="append" if option.repeatable else "store",
-            default=None,
-            help=f"{option.help}{ini_note} Default: {option.default}.",
-        )
+        help_text = f"{option.help}{ini_note} Default: {option.default}.".replace("%", "%%")  # argparse formats help
+        if option.switch:
+            group.addoption(option.flag, action="store_const", const=True, default=None, help=help_text)
+        else:
+            group.addoption(
+                option.flag,
+                metavar=option.metavar,
+                type=option.convert,
+                action="append" if option.repeatable else "store",
+                default=None,
+                help=help_text,
+            )
         if option.ini and option.repeatable:
             parser.addini(option.ini, f"dlbricks: {option.help}", type="linelist", default=[])
         elif option.ini:
@@ -134,7 +178,15 @@ def read_settings(config: pytest.Config) -> Settings | None:
         optimization=_flag_or_ini(config, "dlbricks_optimization", _parse_optimization) or "all",
         statistic=_flag_or_ini(config, "dlbricks_statistic", _parse_statistic) or "median",
         globs=tuple(globs),
+        cut=_flag_or_ini(config, "dlbricks_cut", _parse_cut) or "optimized",
+        validate=bool(_flag_or_ini(config, "dlbricks_validate", parse_bool)),
+        precision=_precision(config),
     )
+
+
+def _precision(config: pytest.Config) -> float | None:
+    text = _flag_or_ini(config, "dlbricks_precision", _check_precision)
+    return DEFAULT_PRECISION if text is None else parse_precision(text)
 
 
 def _resolved(config: pytest.Config, path: Path | None) -> Path | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import statistics
 import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -11,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .bricks import BrickSpec
-from .composition import compose
+from .composition import NO_OVERHEAD, CallOverhead, compose
 from .cutting import ModelPlan
 from .settings import Settings
+from .validation import Validation, accuracy
 
 REPORT_VERSION = 1
 
@@ -40,16 +43,26 @@ def build_report(
     failed: Sequence[FailedModel],
     bricks: Mapping[str, BrickSpec],
     results: Mapping[str, BrickResult],
+    *,
+    overhead: CallOverhead | None = None,
+    validations: Mapping[tuple[str, str], Validation] | None = None,
+    wall_time_s: float | None = None,
 ) -> dict[str, object]:
-    """The report as JSON-ready data; times are in seconds, the statistic is ``settings.statistic``."""
+    """The report as JSON-ready data; times are in seconds, the statistic is ``settings.statistic``.
+
+    ``overhead`` is the cost of one inference call, which composition counts once per model;
+    ``validations`` are the end-to-end measurements by model path and executor.
+    """
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
+    validations = validations or {}
+    call = overhead or NO_OVERHEAD
     users: dict[str, Counter[str]] = {signature: Counter() for signature in bricks}
     for plan in plans:
         for signature, count in plan.signatures.items():
             users[signature][plan.path] += count
     models: list[dict[str, object]] = []
     for plan in plans:
-        estimate = compose(plan, times)
+        estimate = compose(plan, times, call)
         models.append(
             {
                 "path": plan.path,
@@ -64,6 +77,7 @@ def build_report(
                 "unbuildable_layers": [
                     {"layer": b.layer_index, "op": b.op_type, "cause": b.reason} for b in plan.broken
                 ],
+                **_validation_fields(plan, estimate.sequential_s, validations, call),
             }
         )
     models.extend(
@@ -83,7 +97,10 @@ def build_report(
             "distinct_bricks": len(bricks),
             "distinct_ratio": len(bricks) / total_bricks if total_bricks else None,
             "measured_bricks": len(times),
+            "call_overhead_s": dataclasses.asdict(overhead) if overhead else None,
+            "wall_time_s": wall_time_s,
         },
+        "accuracy": _accuracy(models, times, users),
         "models": models,
         "bricks": [
             {
@@ -96,6 +113,56 @@ def build_report(
             }
             for signature, brick in bricks.items()
         ],
+    }
+
+
+def _validation_fields(
+    plan: ModelPlan,
+    sequential_s: float | None,
+    validations: Mapping[tuple[str, str], Validation],
+    overhead: CallOverhead,
+) -> dict[str, object]:
+    """A model's end-to-end measurements: ``measured_s`` and ``ratio`` for the sequential executor,
+    ``measured_parallel_s`` and ``critical_path_ratio`` for the parallel one, and the details."""
+    details = {
+        executor: validation.summarize(plan, overhead)
+        for (path, executor), validation in validations.items()
+        if path == plan.path
+    }
+    if not details:
+        return {}
+    fields: dict[str, object] = {"validation": details}
+    if "sequential" in details:
+        sequential = details["sequential"]
+        fields["measured_s"] = sequential["measured_s"]
+        fields["ratio"] = sequential["ratio"]
+        # How far the reported estimate, timed earlier, drifted from the one timed beside the model.
+        fields["estimate_drift"] = sequential_s / sequential["estimate_s"] if sequential_s else None
+    if "parallel" in details:
+        fields["measured_parallel_s"] = details["parallel"]["measured_s"]
+        fields["critical_path_ratio"] = details["parallel"]["ratio"]
+    return fields
+
+
+def _accuracy(
+    models: Sequence[Mapping[str, object]], times: Mapping[str, float], users: Mapping[str, Counter[str]]
+) -> dict[str, object] | None:
+    """How close the estimates came, over all validated models, and what the method saved."""
+    validated = [model for model in models if "validation" in model]
+    if not validated:
+        return None
+    details: list[Mapping[str, Mapping[str, float]]] = [model["validation"] for model in validated]  # type: ignore[misc]
+    spreads = [summary["spread"] for detail in details for summary in detail.values()]
+    paths = {model["path"] for model in validated}
+    distinct = [time_s for signature, time_s in times.items() if paths & set(users[signature])]
+    measured = [float(model["measured_s"]) for model in validated if "measured_s" in model]  # type: ignore[arg-type]
+    return {
+        "sequential": accuracy([detail["sequential"]["ratio"] for detail in details if "sequential" in detail]),
+        "critical_path": accuracy([detail["parallel"]["ratio"] for detail in details if "parallel" in detail]),
+        # Typical relative spread (interquartile range) of a model's per-round ratios: the machine's noise.
+        "noise": statistics.median(spreads) if spreads else None,
+        # The paper's measure of the time saved: end-to-end latencies over distinct brick latencies.
+        "speedup": sum(measured) / sum(distinct) if distinct and measured else None,
     }
 
 
@@ -132,33 +199,21 @@ def format_seconds(seconds: float | None) -> str:
 
 
 _COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path", "Complete")
+_VALIDATION_COLUMNS = ("Measured", "Ratio")
+_LEFT_ALIGNED = ("Model", "Complete")
 
 
 def render_table(report: Mapping[str, object]) -> str:
-    """One row per model and a closing line on uniqueness, as printed after pytest-benchmark's table."""
+    """One row per model and closing lines on uniqueness and accuracy, printed after pytest-benchmark's table."""
     models: Sequence[Mapping[str, object]] = report["models"]  # type: ignore[assignment]
-    rows = [_COLUMNS]
-    for model in models:
-        if "error" in model:
-            rows.append((str(model["path"]), "-", "-", "-", "-", "-", "error"))
-            continue
-        complete = "yes" if model["complete"] else f"no ({model['measured_bricks']}/{model['bricks']})"
-        rows.append(
-            (
-                str(model["path"]),
-                str(model["layers"]),
-                str(model["bricks"]),
-                str(model["unique_bricks"]),
-                format_seconds(model["sequential_s"]),  # type: ignore[arg-type]
-                format_seconds(model["critical_path_s"]),  # type: ignore[arg-type]
-                complete,
-            )
-        )
-    widths = [max(len(row[column]) for row in rows) for column in range(len(_COLUMNS))]
+    validated = any("measured_s" in model for model in models)
+    columns = _COLUMNS + (_VALIDATION_COLUMNS if validated else ())
+    rows = [columns] + [_row(model, validated) for model in models]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(columns))]
     lines = [
         "  ".join(
-            cell.ljust(width) if column in (0, 6) else cell.rjust(width)
-            for column, (cell, width) in enumerate(zip(row, widths))
+            cell.ljust(width) if name in _LEFT_ALIGNED else cell.rjust(width)
+            for name, cell, width in zip(columns, row, widths)
         ).rstrip()
         for row in rows
     ]
@@ -171,4 +226,55 @@ def render_table(report: Mapping[str, object]) -> str:
         + (f" ({ratio:.0%})" if isinstance(ratio, float) else "")
         + f", {summary['measured_bricks']} measured"
     )
+    lines.extend(_accuracy_lines(report.get("accuracy"), summary))  # type: ignore[arg-type]
     return "\n".join(lines)
+
+
+def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
+    if "error" in model:
+        return (str(model["path"]), "-", "-", "-", "-", "-", "error") + (("-", "-") if validated else ())
+    complete = "yes" if model["complete"] else f"no ({model['measured_bricks']}/{model['bricks']})"
+    row = (
+        str(model["path"]),
+        str(model["layers"]),
+        str(model["bricks"]),
+        str(model["unique_bricks"]),
+        format_seconds(model["sequential_s"]),  # type: ignore[arg-type]
+        format_seconds(model["critical_path_s"]),  # type: ignore[arg-type]
+        complete,
+    )
+    if not validated:
+        return row
+    ratio = model.get("ratio")
+    measured = model.get("measured_s")
+    return (
+        *row,
+        format_seconds(measured if isinstance(measured, float) else None),
+        f"{ratio:.3f}" if isinstance(ratio, float) else "-",
+    )
+
+
+def _accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, object]) -> list[str]:
+    """The validation summary: accuracy per executor, the machine's noise, the time the method saved."""
+    if not accuracy:
+        return []
+    lines = []
+    for executor, label in (("sequential", "sequential"), ("critical_path", "critical path (parallel executor)")):
+        result: Mapping[str, float] | None = accuracy[executor]  # type: ignore[assignment]
+        if result:
+            lines.append(
+                f"accuracy of {label} estimates: {result['accuracy']:.1%}"
+                f" (geometric mean ratio {result['geometric_mean_ratio']:.3f},"
+                f" {result['within_10_percent']}/{result['models']} models within +-10%)"
+            )
+    noise, speedup, wall = accuracy.get("noise"), accuracy.get("speedup"), summary.get("wall_time_s")
+    details = []
+    if isinstance(noise, float):
+        details.append(f"machine noise +-{noise / 2:.1%} (half the interquartile range of per-round ratios)")
+    if isinstance(speedup, float):
+        details.append(f"benchmarking speedup {speedup:.1f}x (end-to-end latencies / distinct brick latencies)")
+    if isinstance(wall, float):
+        details.append(f"wall time {wall:.1f} s")
+    if details:
+        lines.append("; ".join(details))
+    return lines

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -9,8 +10,9 @@ import onnx
 import onnxruntime as ort
 
 from .bricks import BrickSpec
+from .composition import CallOverhead
 from .errors import ModelError
-from .loading import TensorSpec
+from .loading import MIN_IR_VERSION, TensorSpec
 from .settings import Settings
 from .synthesis import SynthesisError, brick_feeds, build_brick_model, model_feeds
 
@@ -23,29 +25,65 @@ _OPTIMIZATION_LEVELS = {
 }
 #: onnxruntime logs warnings (unused initializers and the like) to stderr; keep errors only.
 _LOG_ERRORS_ONLY = 3
+#: Weights at least this large go to the external data file of an optimized model, so that loading
+#: the optimized graph never reads them.
+_EXTERNAL_WEIGHT_BYTES = 1024
 
 
-def session_options(settings: Settings | None = None) -> ort.SessionOptions:
-    """Session options for the user's thread count and optimization level (onnxruntime's defaults otherwise)."""
+def session_options(
+    settings: Settings | None = None, data_dir: Path | None = None, *, parallel: bool = False
+) -> ort.SessionOptions:
+    """Options for the user's thread count and optimization level (onnxruntime's defaults otherwise).
+
+    ``data_dir`` is where external weights of a model given as bytes live; ``parallel`` selects the
+    parallel executor (sequential is onnxruntime's default).
+    """
     options = ort.SessionOptions()
     options.log_severity_level = _LOG_ERRORS_ONLY
     if settings is not None:
         options.intra_op_num_threads = settings.intra_op_threads
         options.graph_optimization_level = _OPTIMIZATION_LEVELS[settings.optimization]
+    if data_dir is not None:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_dir))
+    if parallel:
+        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     return options
 
 
-def create_session(model: onnx.ModelProto, settings: Settings | None = None) -> ort.InferenceSession:
+def create_session(
+    model: onnx.ModelProto, settings: Settings | None = None, data_dir: Path | None = None, *, parallel: bool = False
+) -> ort.InferenceSession:
     providers = list(settings.providers) if settings is not None else ["CPUExecutionProvider"]
-    return ort.InferenceSession(model.SerializeToString(), session_options(settings), providers=providers)
+    options = session_options(settings, data_dir, parallel=parallel)
+    return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
 
 
-def run_reference(path: Path, model: onnx.ModelProto, names: list[str]) -> dict[str, np.ndarray]:
+def optimize_model(
+    path: Path, model: onnx.ModelProto, data_dir: Path, folder: Path, settings: Settings
+) -> onnx.ModelProto:
+    """The graph onnxruntime runs for ``model`` under ``settings``, saved in ``folder``, weights apart.
+
+    Fusions, eliminated nodes and layout changes (such as NCHWc convolutions) are the runtime's own,
+    for this provider, optimization level and machine: bricks cut from this graph cost what they
+    cost inside the model.
+    """
+    options = session_options(settings, data_dir)
+    options.optimized_model_filepath = str(folder / "optimized.onnx")
+    options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", str(_EXTERNAL_WEIGHT_BYTES)
+    )
+    try:
+        ort.InferenceSession(model.SerializeToString(), options, providers=list(settings.providers))
+        return onnx.load(str(folder / "optimized.onnx"), load_external_data=False)
+    except Exception as error:  # onnxruntime's exception types are not part of its API
+        raise ModelError(path, f"onnxruntime cannot load the model: {_short(error)}") from error
+
+
+def run_reference(path: Path, model: onnx.ModelProto, data_dir: Path, names: list[str]) -> dict[str, np.ndarray]:
     """Run ``model`` once on synthetic inputs and return the values ``names`` took (tensors only)."""
     reference = onnx.ModelProto()
     reference.CopyFrom(model)
-    if any(onnx.external_data_helper.uses_external_data(t) for t in reference.graph.initializer):
-        onnx.external_data_helper.load_external_data_for_model(reference, str(path.parent))
     present = {output.name for output in reference.graph.output}
     reference.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names if name not in present)
     initializers = {t.name for t in reference.graph.initializer}
@@ -53,7 +91,7 @@ def run_reference(path: Path, model: onnx.ModelProto, names: list[str]) -> dict[
         (value.name, _declared_spec(path, value)) for value in reference.graph.input if value.name not in initializers
     ]
     try:
-        session = create_session(reference)
+        session = create_session(reference, data_dir=data_dir)
         results = session.run(names, model_feeds(inputs))
     except SynthesisError as error:
         raise ModelError(path, f"cannot make inputs for a reference run: {error}") from error
@@ -72,11 +110,11 @@ def _declared_spec(path: Path, value: onnx.ValueInfoProto) -> TensorSpec:
 class BrickRunner:
     """A brick ready to time: its session and feeds are made once, each call is one inference."""
 
-    def __init__(self, brick: BrickSpec, settings: Settings) -> None:
+    def __init__(self, brick: BrickSpec, settings: Settings, *, parallel: bool = False) -> None:
         self.brick = brick
         try:
             self.feeds = brick_feeds(brick)
-            self.session = create_session(build_brick_model(brick), settings)
+            self.session = create_session(build_brick_model(brick), settings, parallel=parallel)
         except SynthesisError as error:
             raise BrickError(str(error)) from error
         except Exception as error:  # onnxruntime's exception types are not part of its API
@@ -98,6 +136,84 @@ class BrickRunner:
                     f"output {name} has shape {list(result.shape)} but {list(spec.shape)} inside the model;"
                     " timing it would measure different work"
                 )
+
+
+def measure_call_overhead(settings: Settings, rounds: int = 11, calls: int = 100) -> CallOverhead:
+    """What an inference call costs beyond its layers, as intercepts and slopes of tiny models' times.
+
+    Chains of 1 to 16 trivial layers give the fixed cost (the time a chain of no layers would take;
+    a one-layer model's time would also remove the per-layer cost the whole model pays, and
+    over-correct); one layer reading 1 to 8 inputs, and 1 to 8 layers each writing an output, give
+    the cost of each further input and output. All are timed interleaved, back to back, so the
+    machine's noise hits them alike.
+    """
+    families = {
+        "chain": [_tiny_model(size, 1, 1) for size in _SIZES],
+        "inputs": [_tiny_model(1, size, 1) for size in _SIZES[:4]],
+        "outputs": [_tiny_model(size, 1, size) for size in _SIZES[:4]],
+    }
+    medians = _interleaved_medians(
+        {name: [create_session(model, settings) for model in models] for name, models in families.items()},
+        rounds,
+        calls,
+    )
+    layer_s, fixed_s = np.polyfit(_SIZES, medians["chain"], 1)
+    per_input_s, _ = np.polyfit(_SIZES[:4], medians["inputs"], 1)
+    per_output_s, _ = np.polyfit(_SIZES[:4], medians["outputs"], 1)
+    return CallOverhead(
+        fixed_s=max(float(fixed_s), 0.0),
+        per_input_s=max(float(per_input_s), 0.0),
+        per_output_s=max(float(per_output_s - layer_s), 0.0),
+    )
+
+
+def measure_parallel_fixed_cost(settings: Settings, rounds: int = 5, calls: int = 20) -> float:
+    """The fixed cost of a call under the parallel executor (thread hand-offs), as a chain's intercept."""
+    sessions = {"parallel": [create_session(_tiny_model(size, 1, 1), settings, parallel=True) for size in _SIZES]}
+    _, fixed_s = np.polyfit(_SIZES, _interleaved_medians(sessions, rounds, calls)["parallel"], 1)
+    return max(float(fixed_s), 0.0)
+
+
+_SIZES = (1, 2, 4, 8, 16)
+
+
+def _interleaved_medians(
+    families: dict[str, list[ort.InferenceSession]], rounds: int, calls: int
+) -> dict[str, list[float]]:
+    """Median time of a call of each session, the sessions taking turns round after round."""
+    samples: dict[str, list[list[float]]] = {name: [[] for _ in group] for name, group in families.items()}
+    for _ in range(rounds):
+        for name, group in families.items():
+            for session, times in zip(group, samples[name]):
+                times.append(_time_calls(session, calls))
+    return {name: [float(np.median(times)) for times in group] for name, group in samples.items()}
+
+
+def _time_calls(session: ort.InferenceSession, calls: int) -> float:
+    feeds = {value.name: np.ones(1, np.float32) for value in session.get_inputs()}
+    session.run(None, feeds)
+    start = time.perf_counter()
+    for _ in range(calls):
+        session.run(None, feeds)
+    return (time.perf_counter() - start) / calls
+
+
+def _tiny_model(layers: int, inputs: int, outputs: int) -> onnx.ModelProto:
+    """One-element tensors: ``inputs`` summed, then ``layers`` additions, the last ``outputs`` returned."""
+    helper = onnx.helper
+    names = [f"x{i}" for i in range(inputs)]
+    nodes = [helper.make_node("Sum", names, ["v0"])]
+    nodes += [helper.make_node("Add", [f"v{i}", f"v{i}"], [f"v{i + 1}"]) for i in range(layers)]
+    returned = [f"v{i}" for i in range(layers + 1 - outputs, layers + 1)]
+    graph = helper.make_graph(
+        nodes,
+        "calibration",
+        [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [1]) for name in names],
+        [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [1]) for name in returned],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = MIN_IR_VERSION
+    return model
 
 
 class BrickError(Exception):

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .bricks import BrickSpec
+from .bricks import BrickSpec, UnbuildableBrick, describe_brick
 from .collector import ModelFile
+from .composition import CallOverhead
 from .cutting import ModelPlan, plan_model
 from .errors import ModelError
 from .loading import load_model
 from .reporting import BrickResult, FailedModel, build_report, render_table, write_json
 from .settings import Settings
+from .validation import BrickRounds, Validation, has_parallel_branches, rounds_for
 
 #: pytest-benchmark statistics kept per brick.
 KEPT_STATS = ("min", "max", "mean", "median", "stddev", "iqr", "rounds")
+#: Confidence level of ``--dlbricks-precision``'s margin of error.
+PRECISION_CONFIDENCE = 0.95
 
 
 class DLBricksSession:
@@ -37,6 +43,11 @@ class DLBricksSession:
         #: Distinct bricks by signature, in the order they were first met.
         self.bricks: dict[str, BrickSpec] = {}
         self.results: dict[str, BrickResult] = {}
+        #: Validations by model path and executor.
+        self.validations: dict[tuple[str, str], Validation] = {}
+        #: Cost of one inference call on this machine, measured before the first timing.
+        self.overhead: CallOverhead | None = None
+        self.started = time.perf_counter()
         self.report: dict[str, object] | None = None
         self.write_error: str | None = None
 
@@ -47,12 +58,18 @@ class DLBricksSession:
 
     def add_model(self, path: Path, display_path: str) -> tuple[ModelPlan, list[BrickSpec]]:
         """Cut the model at ``path``; returns its plan and the bricks no earlier model had."""
+        optimize = self.settings if self.settings.cut == "optimized" else None
         try:
-            graph = load_model(path, self.settings.dims)
+            graph = load_model(path, self.settings.dims, optimize)
         except ModelError as error:
             self.failed.append(FailedModel(display_path, error.cause))
             raise
         plan = plan_model(graph, self.settings.granularity, display_path)
+        if self.settings.validate:
+            try:
+                plan.whole = describe_brick(graph, 0, len(graph.layers))
+            except UnbuildableBrick:
+                plan.whole = None  # its e2e item says why it cannot run
         self.plans.append(plan)
         new_bricks = []
         for brick in plan.bricks:
@@ -85,6 +102,7 @@ class DLBricksSession:
             except BrickError as error:
                 users = ", ".join(self.models_using(signature))
                 pytest.fail(f"brick {brick.label} (used by {users}): {error}", pytrace=False)
+            self._measure_overhead()
             benchmark.extra_info.update(
                 {"signature": signature, "ops": list(brick.ops), "models": self.models_using(signature)}
             )
@@ -98,10 +116,72 @@ class DLBricksSession:
         test_brick.dlbricks_signature = signature  # type: ignore[attr-defined]
         return test_brick
 
+    def executors_to_validate(self, plan: ModelPlan) -> list[str]:
+        """The sequential executor always; the parallel one where the model has branches to overlap."""
+        return ["sequential", "parallel"] if has_parallel_branches(plan) else ["sequential"]
+
+    def timing_marks(self) -> list[pytest.MarkDecorator]:
+        """pytest-benchmark settings for brick items: rounds until precise, unless the user set a precision."""
+        if self.settings.precision is None or self.config.getoption("benchmark_precision", None) is not None:
+            return []
+        return [pytest.mark.benchmark(precision=self.settings.precision, confidence=PRECISION_CONFIDENCE)]
+
+    def e2e_test(self, plan: ModelPlan, executor: str) -> Callable[..., None]:
+        """The test function timing a whole model, each round right after timing its bricks again."""
+
+        def test_model(benchmark: Any) -> None:
+            from .running import BrickError, BrickRunner
+
+            if plan.whole is None:
+                pytest.fail(
+                    f"{plan.path}: the model's outputs are not all tensors; it cannot be timed whole", pytrace=False
+                )
+            try:
+                model = BrickRunner(plan.whole, self.settings, parallel=executor == "parallel")
+                model.check()
+                runners = {
+                    signature: BrickRunner(self.bricks[signature], self.settings) for signature in plan.signatures
+                }
+            except BrickError as error:
+                pytest.fail(f"{plan.path}: cannot time the whole model: {error}", pytrace=False)
+            bricks = BrickRounds(runners, warm_up=model)
+            self._measure_overhead(parallel=executor == "parallel")
+            start = time.perf_counter()
+            model()
+            bricks()
+            rounds = rounds_for(time.perf_counter() - start)
+            benchmark.extra_info.update({"model": plan.path, "executor": executor})
+            benchmark.pedantic(model, setup=bricks, rounds=rounds, warmup_rounds=1)
+            if benchmark.stats:
+                self.validations[(plan.path, executor)] = Validation(
+                    executor, list(benchmark.stats.stats.data), bricks.rounds
+                )
+
+        return test_model
+
+    def _measure_overhead(self, *, parallel: bool = False) -> None:
+        from .running import measure_call_overhead, measure_parallel_fixed_cost
+
+        if self.overhead is None:
+            self.overhead = measure_call_overhead(self.settings)
+        if parallel and self.overhead.parallel_fixed_s is None:
+            self.overhead = dataclasses.replace(
+                self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings)
+            )
+
     def pytest_sessionfinish(self) -> None:
         if not self.plans and not self.failed:
             return
-        self.report = build_report(self.settings, self.plans, self.failed, self.bricks, self.results)
+        self.report = build_report(
+            self.settings,
+            self.plans,
+            self.failed,
+            self.bricks,
+            self.results,
+            overhead=self.overhead,
+            validations=self.validations,
+            wall_time_s=time.perf_counter() - self.started,
+        )
         if self.settings.json_path is not None:
             try:
                 write_json(self.settings.json_path, self.report)

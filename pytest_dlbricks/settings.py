@@ -11,7 +11,12 @@ from pathlib import Path
 OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "layout", "all")
 #: Brick time statistics composition can use (pytest-benchmark's names).
 STATISTICS = ("median", "mean", "min")
+#: What bricks are cut from: the graph onnxruntime runs (accurate, specific to the runtime and
+#: machine) or the model as written (portable signatures, for suites run elsewhere).
+CUT_MODES = ("optimized", "original")
 DEFAULT_GLOBS = ("*.onnx",)
+#: Relative margin of error (95% confidence) each brick is timed to, unless the user says otherwise.
+DEFAULT_PRECISION = 0.02
 #: Size given to a symbolic dimension the user did not set.
 DEFAULT_DIM = 1
 
@@ -29,6 +34,11 @@ class Settings:
     statistic: str = "median"
     globs: tuple[str, ...] = DEFAULT_GLOBS
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    cut: str = "optimized"
+    #: Time each model end to end too, interleaved with its bricks, and report the estimates' accuracy.
+    validate: bool = False
+    #: Relative margin of error each brick is timed to; None leaves pytest-benchmark's time per item.
+    precision: float | None = DEFAULT_PRECISION
 
     def describe(self) -> dict[str, object]:
         """The settings as they appear in the JSON report."""
@@ -41,6 +51,9 @@ class Settings:
             "optimization": self.optimization,
             "statistic": self.statistic,
             "providers": list(self.providers),
+            "cut": self.cut,
+            "precision": self.precision,
+            "validate": self.validate,
             "onnxruntime": onnxruntime.__version__,
         }
 
@@ -80,6 +93,30 @@ def parse_threads(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"thread count cannot be negative, not {value}")
     return value
+
+
+def parse_precision(text: str) -> float | None:
+    """A relative precision such as ``2%`` or ``0.02``; ``off`` for pytest-benchmark's own rounds."""
+    value = text.strip().lower()
+    if value in ("off", "none", "0", "0%"):
+        return None
+    try:
+        precision = float(value[:-1]) / 100 if value.endswith("%") else float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"precision must look like 2% or 0.02, or be off, not {text!r}") from None
+    if not 0 < precision < 1:
+        raise argparse.ArgumentTypeError(f"precision must lie between 0% and 100%, not {text!r}")
+    return precision
+
+
+def parse_bool(text: str) -> bool:
+    """An ini truth value."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
 
 
 def parse_choice(choices: tuple[str, ...], what: str) -> Callable[[str], str]:

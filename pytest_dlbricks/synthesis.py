@@ -12,10 +12,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .bricks import BrickSpec
-from .loading import TensorSpec
+from .loading import MIN_IR_VERSION, TensorSpec
 
-#: Lowest IR version that lets initializers stand apart from graph inputs (and keep pre-packing).
-MIN_IR_VERSION = 4
 _SEED = 20200420
 
 

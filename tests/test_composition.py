@@ -9,7 +9,7 @@ import pytest
 import tiny_models
 
 from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.composition import Estimate, compose, critical_path
+from pytest_dlbricks.composition import CallOverhead, Estimate, compose, critical_path
 from pytest_dlbricks.cutting import BrokenBrick, ModelPlan, plan_model
 from pytest_dlbricks.loading import load_model
 
@@ -86,3 +86,36 @@ def test_critical_path_of_independent_bricks_is_the_slowest() -> None:
     assert critical_path(plan, [1.0, 3.0, 2.0]) == pytest.approx(3.0)
     graph.add_edge(0, 2)
     assert critical_path(plan, [1.0, 3.0, 2.5]) == pytest.approx(3.5)
+
+
+def test_the_call_overhead_is_counted_once_per_model(tmp_path: Path) -> None:
+    """Each of the chain's three bricks paid a call; the model pays one."""
+    plan = plan_of(tiny_models.chain(tmp_path), 2)
+    (signature,) = plan.signatures
+    overhead = CallOverhead(fixed_s=1.0)
+    estimate = compose(plan, {signature: 5.0}, overhead)
+    assert estimate.sequential_s == pytest.approx(3 * (5.0 - 1.0) + 1.0)
+    assert estimate.critical_path_s == pytest.approx(estimate.sequential_s)
+
+
+def test_inputs_and_outputs_beyond_the_first_cost_extra(tmp_path: Path) -> None:
+    overhead = CallOverhead(fixed_s=1.0, per_input_s=0.5, per_output_s=0.25)
+    assert overhead.of(1, 1) == 1.0
+    assert overhead.of(3, 2) == pytest.approx(1.0 + 2 * 0.5 + 0.25)
+    assert overhead.of(3, 2, parallel=True) == overhead.of(3, 2), "unmeasured parallel cost: the sequential one"
+    parallel = CallOverhead(fixed_s=1.0, parallel_fixed_s=7.0)
+    assert parallel.of(1, 1, parallel=True) == 7.0
+
+
+def test_the_parallel_call_cost_goes_to_the_critical_path_only(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.diamond(tmp_path), 1)
+    times = times_by_op(plan, {"Relu": 3.0, "Sigmoid": 3.0, "Tanh": 3.0, "Neg": 3.0, "Add": 3.0})
+    estimate = compose(plan, times, CallOverhead(fixed_s=1.0, parallel_fixed_s=10.0))
+    assert estimate.sequential_s == pytest.approx(5 * 2.0 + 1.0)
+    assert estimate.critical_path_s == pytest.approx(4 * 2.0 + 10.0)
+
+
+def test_a_brick_never_counts_for_less_than_nothing(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.chain(tmp_path), 2)
+    (signature,) = plan.signatures
+    assert compose(plan, {signature: 0.5}, CallOverhead(fixed_s=1.0)).sequential_s == pytest.approx(1.0)

@@ -48,6 +48,20 @@ def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
             "  --dlbricks-glob=PATTERN",
             "*File name pattern of the model files to collect;*",
             "*repeatable. Ini: dlbricks_globs. Default: [*].onnx.",
+            "  --dlbricks-cut=GRAPH  Cut the graph onnxruntime runs for this provider,",
+            "*optimization level and machine (optimized: fusions and*",
+            "*layout included, accurate) or the model as written*",
+            "*(original: portable bricks). Ini: dlbricks_cut. Default:*",
+            "*optimized.",
+            "  --dlbricks-precision=PCT",
+            "*Time each brick until the margin of error of its mean is*",
+            "*this small (95% confidence), so the estimates are that*",
+            "*precise; off keeps pytest-benchmark's time per item.*",
+            "*Ini: dlbricks_precision. Default: 2%.",
+            "  --dlbricks-validate   Also time every model end to end, interleaved with its",
+            "*bricks, and report how close the estimates come (items*",
+            "*<model>::e2e and, for models with parallel branches,*",
+            "*::e2e-parallel). Ini: dlbricks_validate. Default: off.",
         ],
         consecutive=True,
     )
@@ -93,13 +107,22 @@ def test_sample_models_become_brick_benchmarks_and_estimates(
 
 
 def test_item_ids_carry_operators_and_short_signature(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
-    result = run(pytester, "--dlbricks-granularity=2", "--collect-only", "-q", "models/tiny_resnet.onnx")
+    result = run(
+        pytester,
+        "--dlbricks-granularity=2",
+        "--dlbricks-cut=original",
+        "--collect-only",
+        "-q",
+        "models/tiny_resnet.onnx",
+    )
     result.stdout.re_match_lines([r"models/tiny_resnet\.onnx::brick\[Conv\+BatchNormalization-[0-9a-f]{8}\]"])
 
 
 def test_repeated_layers_become_one_item(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     """The MLP's hidden layers repeat: at G=1 its five Gemms and four Relus are three distinct bricks."""
-    result = run(pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", "models/mlp.onnx")
+    result = run(
+        pytester, "--dlbricks-granularity=1", "--dlbricks-cut=original", "--dlbricks-json=r.json", "models/mlp.onnx"
+    )
     report = read_report(pytester.path / "r.json")
     (mlp,) = report["models"]
     assert (mlp["layers"], mlp["bricks"]) == (10, 10)
@@ -123,7 +146,15 @@ def test_bricks_shared_across_models_run_once(
 
 
 def test_keyword_selection_leaves_models_incomplete(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
-    result = run(pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", "-k", "Gemm", "models/mlp.onnx")
+    result = run(
+        pytester,
+        "--dlbricks-granularity=1",
+        "--dlbricks-cut=original",
+        "--dlbricks-json=r.json",
+        "-k",
+        "Gemm",
+        "models/mlp.onnx",
+    )
     report = read_report(pytester.path / "r.json")
     (mlp,) = report["models"]
     assert mlp["complete"] is False and mlp["sequential_s"] is None
@@ -138,7 +169,9 @@ def test_keyword_selects_a_shared_brick_by_any_model_name(
     copy_models(SAMPLE_MODELS / "mlp.onnx", folder="a")
     copy_models(SAMPLE_MODELS / "mlp.onnx", folder="b")
     (pytester.path / "b" / "mlp.onnx").rename(pytester.path / "b" / "other.onnx")
-    result = run(pytester, "--dlbricks-granularity=1", "--collect-only", "-q", "-k", "other", "a", "b")
+    result = run(
+        pytester, "--dlbricks-granularity=1", "--dlbricks-cut=original", "--collect-only", "-q", "-k", "other", "a", "b"
+    )
     selected = [line for line in result.stdout.lines if "::brick[" in line]
     assert len(selected) == 5 and all(line.startswith("a/mlp.onnx::") for line in selected)
 
@@ -243,7 +276,13 @@ def test_bad_ini_value_is_usage_error(pytester: pytest.Pytester) -> None:
 
 
 def test_benchmark_extra_info_names_users(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
-    run(pytester, "--dlbricks-granularity=1", "--benchmark-json=bench.json", "models/mlp.onnx")
+    run(
+        pytester,
+        "--dlbricks-granularity=1",
+        "--dlbricks-cut=original",
+        "--benchmark-json=bench.json",
+        "models/mlp.onnx",
+    )
     saved = json.loads((pytester.path / "bench.json").read_text())
     infos = [benchmark["extra_info"] for benchmark in saved["benchmarks"]]
     assert infos and all(set(info["models"]) == {"models/mlp.onnx"} for info in infos)
@@ -257,7 +296,9 @@ def test_light_models_of_the_onnx_wheel(
 ) -> None:
     """The 9 real architectures with old-IR quirks: all load, every brick runs, counts add up, ResNet-50 dedupes."""
     copy_models(*sorted(LIGHT_MODELS.glob("*.onnx")), folder="light")
-    result = run(pytester, f"--dlbricks-granularity={granularity}", "--dlbricks-json=r.json", "light")
+    result = run(
+        pytester, f"--dlbricks-granularity={granularity}", "--dlbricks-cut=original", "--dlbricks-json=r.json", "light"
+    )
     report = read_report(pytester.path / "r.json")
     result.assert_outcomes(passed=report["summary"]["distinct_bricks"])
     models = {Path(model["path"]).stem: model for model in report["models"]}
@@ -270,3 +311,65 @@ def test_light_models_of_the_onnx_wheel(
     assert resnet["unique_bricks"] < resnet["bricks"] * (0.4 if granularity == 1 else 0.8)
     per_brick_uses = sum(sum(brick["models"].values()) for brick in report["bricks"])
     assert per_brick_uses == report["summary"]["bricks"]
+
+
+def test_bricks_are_cut_from_the_graph_onnxruntime_runs_by_default(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    """onnxruntime fuses the MLP's Gemm and Relu: fewer layers than written, and the report says which graph."""
+    run(pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", "models/mlp.onnx").assert_outcomes(passed=4)
+    report = read_report(pytester.path / "r.json")
+    (mlp,) = report["models"]
+    assert mlp["layers"] < 10 and mlp["complete"]
+    assert report["settings"]["cut"] == "optimized"
+
+
+def test_validation_times_models_end_to_end_and_reports_accuracy(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    result = run(
+        pytester,
+        "--dlbricks-granularity=2",
+        "--dlbricks-validate",
+        "--dlbricks-json=r.json",
+        "models/tiny_resnet.onnx",
+        "models/tiny_inception.onnx",
+        "-v",
+    )
+    report = read_report(pytester.path / "r.json")
+    result.stdout.fnmatch_lines_random(
+        [
+            "models/tiny_resnet.onnx::e2e PASSED*",
+            "models/tiny_inception.onnx::e2e PASSED*",
+            "models/tiny_inception.onnx::e2e-parallel PASSED*",
+        ]
+    )
+    assert "tiny_resnet.onnx::e2e-parallel" not in result.stdout.str(), "a chain has nothing to overlap"
+    result.assert_outcomes(passed=report["summary"]["distinct_bricks"] + 3)
+    result.stdout.fnmatch_lines(
+        [
+            "Model * Complete * Measured * Ratio",
+            "accuracy of sequential estimates: *% (geometric mean ratio *, */2 models within +-10%)",
+            "accuracy of critical path (parallel executor) estimates: *",
+            "machine noise +-*; benchmarking speedup *x (end-to-end latencies / distinct brick latencies); wall time *",
+        ]
+    )
+    for model in report["models"]:
+        assert model["measured_s"] > 0
+        assert 0.2 < model["ratio"] < 5, "a sane ratio even on a noisy machine"
+        assert model["validation"]["sequential"]["rounds"] >= 7
+    assert report["accuracy"]["sequential"]["models"] == 2
+    assert report["accuracy"]["critical_path"]["models"] == 1
+    assert report["summary"]["call_overhead_s"]["fixed_s"] > 0
+    assert report["summary"]["call_overhead_s"]["parallel_fixed_s"] is not None
+
+
+def test_bricks_are_timed_to_the_requested_precision(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    def brick_options(*args: str) -> list[dict]:
+        run(pytester, "--dlbricks-granularity=1", "--benchmark-json=b.json", "models/mlp.onnx", *args)
+        return [b["options"] for b in json.loads((pytester.path / "b.json").read_text())["benchmarks"]]
+
+    assert {(o["precision"], o["confidence"]) for o in brick_options()} == {(0.02, 0.95)}
+    assert {o["precision"] for o in brick_options("--dlbricks-precision=5%")} == {0.05}
+    assert {o["precision"] for o in brick_options("--dlbricks-precision=off")} == {None}
+    assert {o["precision"] for o in brick_options("--benchmark-precision=0.1")} == {0.1}, "the user's own wins"

@@ -78,6 +78,8 @@ def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
         "distinct_bricks": 6,
         "distinct_ratio": pytest.approx(0.75),
         "measured_bricks": 6,
+        "call_overhead_s": None,
+        "wall_time_s": None,
     }
     first, *rest = report["bricks"]
     assert first["signature"] == next(iter(bricks))

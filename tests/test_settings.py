@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import onnxruntime
@@ -12,9 +13,11 @@ from pytest_dlbricks.settings import (
     OPTIMIZATION_LEVELS,
     STATISTICS,
     Settings,
+    parse_bool,
     parse_choice,
     parse_dim,
     parse_granularity,
+    parse_precision,
     parse_threads,
 )
 
@@ -119,8 +122,39 @@ def test_settings_describe_what_the_report_records() -> None:
         "optimization": "basic",
         "statistic": "mean",
         "providers": ["CPUExecutionProvider"],
+        "cut": "optimized",
+        "precision": 0.02,
+        "validate": False,
         "onnxruntime": onnxruntime.__version__,
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("2%", 0.02), ("0.5%", 0.005), ("0.1", 0.1), ("off", None), ("OFF", None), ("0", None)]
+)
+def test_parse_precision_accepts(text: str, expected: float | None) -> None:
+    assert parse_precision(text) == (pytest.approx(expected) if expected is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("two", "precision must look like 2% or 0.02, or be off, not 'two'"), ("150%", "between 0% and 100%")],
+)
+def test_parse_precision_rejects(text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+        parse_precision(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("true", True), ("Yes", True), ("1", True), ("false", False), ("", False)]
+)
+def test_parse_bool(text: str, expected: bool) -> None:
+    assert parse_bool(text) is expected
+
+
+def test_parse_bool_rejects() -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="expected true or false, not 'maybe'"):
+        parse_bool("maybe")
 
 
 def test_settings_defaults() -> None:

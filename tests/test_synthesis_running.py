@@ -14,8 +14,16 @@ import tiny_models
 
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
+from pytest_dlbricks.errors import ModelError
 from pytest_dlbricks.loading import TensorSpec, load_model
-from pytest_dlbricks.running import BrickError, BrickRunner, run_reference, session_options
+from pytest_dlbricks.running import (
+    BrickError,
+    BrickRunner,
+    measure_call_overhead,
+    measure_parallel_fixed_cost,
+    run_reference,
+    session_options,
+)
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.synthesis import (
     MIN_IR_VERSION,
@@ -201,6 +209,49 @@ def test_session_options_follow_the_settings() -> None:
 def test_reference_run_returns_intermediate_values(tmp_path: Path) -> None:
     path = tiny_models.computed_reshape(tmp_path)
     model = onnx.load(str(path))
-    values = run_reference(path, model, ["target", "flat"])
+    values = run_reference(path, model, path.parent, ["target", "flat"])
     assert values["target"].tolist() == [2, -1]
     assert values["flat"].shape == (2, 12)
+
+
+def test_the_call_overhead_is_a_few_microseconds_and_positive(settings: Settings) -> None:
+    overhead = measure_call_overhead(settings, rounds=3, calls=20)
+    assert 0 < overhead.fixed_s < 1e-3
+    assert 0 <= overhead.per_input_s < 1e-4
+    assert 0 <= overhead.per_output_s < 1e-4
+    assert overhead.parallel_fixed_s is None
+
+
+def test_the_parallel_fixed_cost_is_measured_apart(settings: Settings) -> None:
+    assert measure_parallel_fixed_cost(settings, rounds=1, calls=2) >= 0
+
+
+def test_optimized_loading_cuts_what_onnxruntime_runs(tmp_path: Path, settings: Settings) -> None:
+    """onnxruntime fuses each Conv with its Relu (and may change the layout): no Relu is left alone."""
+    path = tiny_models.chain(tmp_path, bias=True)
+    original = load_model(path)
+    optimized = load_model(path, optimize=settings)
+    assert [layer.op_type for layer in original.layers] == ["Conv", "Relu"] * 3
+    assert "Relu" not in [layer.op_type for layer in optimized.layers]
+    assert [layer.op_type for layer in optimized.layers].count("Conv") + [
+        layer.op_type for layer in optimized.layers
+    ].count("FusedConv") == 3
+    for brick in plan_model(optimized, 1, path.name).bricks:
+        assert isinstance(brick, BrickSpec)
+        BrickRunner(brick, settings).check()
+
+
+def test_optimized_loading_of_old_ir_weights_built_at_run_time(tmp_path: Path, settings: Settings) -> None:
+    graph = load_model(tiny_models.old_ir_constant_of_shape(tmp_path), optimize=settings)
+    assert graph.layers and all(layer.op_type != "ConstantOfShape" for layer in graph.layers)
+    assert graph.inputs == ["x"], "initializers listed as inputs are not inputs"
+
+
+def test_a_model_onnxruntime_cannot_load_is_a_model_error(tmp_path: Path, settings: Settings) -> None:
+    path = tiny_models.single_layer(tmp_path, "Relu", [1, 4])
+    model = onnx.load(str(path))
+    model.graph.node[0].domain = "com.example.unknown"
+    model.opset_import.append(onnx.helper.make_opsetid("com.example.unknown", 1))
+    onnx.save(model, str(path))
+    with pytest.raises(ModelError, match="onnxruntime cannot load the model"):
+        load_model(path, optimize=settings)

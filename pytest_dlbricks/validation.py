@@ -1,0 +1,115 @@
+"""Validation: a whole model timed round by round right after its bricks, and the accuracy that shows.
+
+On a shared machine the same model's time moves by tens of percent within minutes. Comparing an
+estimate with a measurement taken at another moment would mostly measure that drift. So each
+validation round times every distinct brick of the model and then the whole model, and each
+round's estimate is compared with the same round's measurement; medians over rounds follow.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from .composition import CallOverhead, compose
+from .cutting import ModelPlan
+
+#: Executors a model is validated against, and the estimate each one is compared with.
+ESTIMATE_OF_EXECUTOR = {"sequential": "sequential_s", "parallel": "critical_path_s"}
+#: A model is "within" the target when its estimate is within this fraction of the measurement.
+WITHIN = 0.10
+#: Timed calls of each brick per round, after one untimed call that warms its caches.
+CALLS_PER_ROUND = 3
+#: Time a validation aims to spend on one model, within the bounds on rounds below.
+VALIDATION_SECONDS = 2.0
+MIN_ROUNDS = 7
+MAX_ROUNDS = 200
+
+
+@dataclass
+class BrickRounds:
+    """Times each distinct brick of a model once per round; used as pytest-benchmark's round setup.
+
+    Each round ends with one untimed call of the whole model (``warm_up``), so that the model is
+    timed as warm as its bricks are: caches filled and executor threads awake.
+    """
+
+    runners: Mapping[str, Callable[[], object]]
+    warm_up: Callable[[], object]
+    #: One entry per round: seconds by brick signature (median of the round's calls).
+    rounds: list[dict[str, float]] = field(default_factory=list)
+
+    def __call__(self) -> None:
+        times: dict[str, float] = {}
+        for signature, run in self.runners.items():
+            run()
+            calls = []
+            for _ in range(CALLS_PER_ROUND):
+                start = time.perf_counter()
+                run()
+                calls.append(time.perf_counter() - start)
+            times[signature] = statistics.median(calls)
+        self.rounds.append(times)
+        self.warm_up()
+
+
+def rounds_for(round_seconds: float) -> int:
+    """How many validation rounds fit the time budget, within sensible bounds."""
+    if round_seconds <= 0:
+        return MAX_ROUNDS
+    return max(MIN_ROUNDS, min(MAX_ROUNDS, math.ceil(VALIDATION_SECONDS / round_seconds)))
+
+
+@dataclass(frozen=True)
+class Validation:
+    """One model measured under one executor, paired round by round with its bricks' times."""
+
+    executor: str
+    model_s: Sequence[float]
+    brick_rounds: Sequence[Mapping[str, float]]
+
+    def summarize(self, plan: ModelPlan, overhead: CallOverhead) -> dict[str, float]:
+        """Measured time, estimate and their ratio (medians over rounds), and how much rounds disagree."""
+        estimate_field = ESTIMATE_OF_EXECUTOR[self.executor]
+        # pytest-benchmark's warm-up rounds run the setup too: pair the last rounds with the measurements.
+        paired = list(zip(self.brick_rounds[-len(self.model_s) :], self.model_s))
+        estimates = [getattr(compose(plan, times, overhead), estimate_field) for times, _ in paired]
+        ratios = [estimate / measured for estimate, (_, measured) in zip(estimates, paired)]
+        ratio = statistics.median(ratios)
+        return {
+            "measured_s": statistics.median(self.model_s),
+            "estimate_s": statistics.median(estimates),
+            "ratio": ratio,
+            "spread": _relative_iqr(ratios),
+            "rounds": len(paired),
+        }
+
+
+def has_parallel_branches(plan: ModelPlan) -> bool:
+    """Whether some brick lies off the longest chain of bricks, so a parallel executor can overlap work."""
+    return bool(plan.graph) and nx.dag_longest_path_length(plan.graph) + 1 < plan.graph.number_of_nodes()
+
+
+def accuracy(ratios: Sequence[float]) -> dict[str, float | int] | None:
+    """Accuracy of estimates whose ratios to the measurements are ``ratios``; None without any."""
+    if not ratios:
+        return None
+    logs = [math.log(ratio) for ratio in ratios]
+    return {
+        "models": len(ratios),
+        "geometric_mean_ratio": math.exp(statistics.fmean(logs)),
+        "accuracy": math.exp(-statistics.fmean(abs(value) for value in logs)),
+        "within_10_percent": sum(abs(ratio - 1) <= WITHIN for ratio in ratios),
+    }
+
+
+def _relative_iqr(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    low, _, high = statistics.quantiles(values, n=4)
+    return (high - low) / statistics.median(values)

@@ -1,0 +1,93 @@
+"""Unit tests of validation: rounds paired with their bricks, ratios, accuracy, and the round budget."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import tiny_models
+
+from pytest_dlbricks.composition import NO_OVERHEAD, CallOverhead
+from pytest_dlbricks.cutting import ModelPlan, plan_model
+from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.validation import (
+    MAX_ROUNDS,
+    MIN_ROUNDS,
+    BrickRounds,
+    Validation,
+    accuracy,
+    has_parallel_branches,
+    rounds_for,
+)
+
+
+def plan_of(path: Path, granularity: int) -> ModelPlan:
+    return plan_model(load_model(path), granularity, path.name)
+
+
+def test_each_round_times_every_brick_then_warms_the_model() -> None:
+    calls: list[str] = []
+    rounds = BrickRounds(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, lambda: calls.append("model")
+    )
+    rounds()
+    rounds()
+    assert calls == (["a"] * 4 + ["b"] * 4 + ["model"]) * 2, "one warm-up call and three timed calls per brick"
+    assert len(rounds.rounds) == 2 and set(rounds.rounds[0]) == {"a", "b"}
+    assert all(seconds >= 0 for times in rounds.rounds for seconds in times.values())
+
+
+def test_rounds_are_paired_with_the_model_times_that_follow_them(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.chain(tmp_path), 2)
+    (signature,) = plan.signatures
+    # The first brick round belongs to pytest-benchmark's warm-up round and has no measurement.
+    brick_rounds = [{signature: 100.0}, {signature: 1.0}, {signature: 2.0}, {signature: 3.0}]
+    validation = Validation("sequential", [3.0, 6.0, 9.0], brick_rounds)
+    summary = validation.summarize(plan, NO_OVERHEAD)
+    assert summary["ratio"] == pytest.approx(1.0), "each round's estimate is 3x its brick time, as the model"
+    assert summary["spread"] == pytest.approx(0.0)
+    assert (summary["measured_s"], summary["estimate_s"], summary["rounds"]) == (6.0, 6.0, 3)
+
+
+def test_the_parallel_executor_is_compared_with_the_critical_path(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.diamond(tmp_path), 1)
+    times = {signature: 1.0 for signature in plan.signatures}
+    summary = Validation("parallel", [4.0], [times]).summarize(plan, CallOverhead())
+    assert summary["estimate_s"] == pytest.approx(4.0), "Relu, the longer branch (Tanh, Neg), Add"
+
+
+def test_ratios_are_medians_over_rounds_robust_to_one_disturbed_round(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.chain(tmp_path), 2)
+    (signature,) = plan.signatures
+    rounds = [{signature: 1.0}] * 5
+    summary = Validation("sequential", [3.0, 3.0, 30.0, 3.0, 3.0], rounds).summarize(plan, NO_OVERHEAD)
+    assert summary["ratio"] == pytest.approx(1.0)
+
+
+def test_accuracy_of_ratios() -> None:
+    result = accuracy([1.0, 1.05, 0.8])
+    assert result is not None
+    assert result["models"] == 3
+    assert result["within_10_percent"] == 2
+    assert result["geometric_mean_ratio"] == pytest.approx((1.0 * 1.05 * 0.8) ** (1 / 3))
+    assert result["accuracy"] == pytest.approx(math.exp(-(0 + math.log(1.05) + abs(math.log(0.8))) / 3))
+    assert accuracy([]) is None
+
+
+def test_over_and_under_estimates_do_not_cancel_in_accuracy() -> None:
+    result = accuracy([1.25, 0.8])
+    assert result is not None
+    assert result["geometric_mean_ratio"] == pytest.approx(1.0)
+    assert result["accuracy"] == pytest.approx(0.8)
+
+
+def test_parallel_branches(tmp_path: Path) -> None:
+    assert has_parallel_branches(plan_of(tiny_models.diamond(tmp_path), 1))
+    assert not has_parallel_branches(plan_of(tiny_models.chain(tmp_path), 1))
+    assert not has_parallel_branches(plan_of(tiny_models.diamond(tmp_path), 5)), "one brick holds both branches"
+
+
+@pytest.mark.parametrize(("seconds", "rounds"), [(0.0, MAX_ROUNDS), (1e-6, MAX_ROUNDS), (0.1, 20), (10.0, MIN_ROUNDS)])
+def test_rounds_fit_the_time_budget(seconds: float, rounds: int) -> None:
+    assert rounds_for(seconds) == rounds
