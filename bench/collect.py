@@ -14,7 +14,10 @@ heaviest for the models with the largest weights.
 
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
 
-    python bench/collect.py [--granularity G] [--rounds R]
+    python bench/collect.py [--granularity G] [--rounds R] [--cut optimized|original]
+
+With the default ``--cut optimized``, collection includes onnxruntime optimizing each model (one
+session creation and saving the graph it runs), which is what the plugin does by default.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import onnxruntime as ort
 
 from pytest_dlbricks.cutting import ModelPlan, plan_model
 from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.settings import CUT_MODES, Settings
 
 MODELS_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 #: Collection should cost no more than about this many times onnxruntime's session creation.
@@ -67,6 +71,7 @@ def parse_args() -> argparse.Namespace:
         "--granularity", metavar="G", type=int, default=1, help="Layers per brick. Default: %(default)r"
     )
     parser.add_argument("--rounds", metavar="R", type=int, default=5, help="Interleaved rounds. Default: %(default)r")
+    parser.add_argument("--cut", choices=CUT_MODES, default="optimized", help="What is cut. Default: %(default)s")
     args = parser.parse_args()
     if args.granularity < 1 or args.rounds < 1:
         parser.error("--granularity and --rounds must be at least 1")
@@ -82,30 +87,31 @@ def time_session(path: Path) -> float:
     return time.perf_counter() - start
 
 
-def time_collection(path: Path, granularity: int) -> tuple[float, ModelPlan]:
+def time_collection(path: Path, granularity: int, cut: str) -> tuple[float, ModelPlan]:
     """Seconds the plugin's collection takes for the model (load, then cut), and the plan it made."""
+    optimize = Settings(granularity) if cut == "optimized" else None
     start = time.perf_counter()
-    plan = plan_model(load_model(path, {}), granularity, path.name)
+    plan = plan_model(load_model(path, {}, optimize), granularity, path.name)
     return time.perf_counter() - start, plan
 
 
-def measure_round(models: list[ModelTimes], granularity: int, *, session_first: bool) -> None:
+def measure_round(models: list[ModelTimes], granularity: int, cut: str, *, session_first: bool) -> None:
     """Time both for every model; which one goes first alternates between rounds."""
     for model in models:
         if session_first:
             model.session_s.append(time_session(model.path))
-        seconds, plan = time_collection(model.path, granularity)
+        seconds, plan = time_collection(model.path, granularity, cut)
         model.collection_s.append(seconds)
         model.layers, model.bricks = plan.layers, len(plan.bricks)
         if not session_first:
             model.session_s.append(time_session(model.path))
 
 
-def measure(paths: list[Path], granularity: int, rounds: int) -> list[ModelTimes]:
+def measure(paths: list[Path], granularity: int, rounds: int, cut: str) -> list[ModelTimes]:
     models = [ModelTimes(path) for path in paths]
     for index in range(rounds):
         start = time.perf_counter()
-        measure_round(models, granularity, session_first=index % 2 == 0)
+        measure_round(models, granularity, cut, session_first=index % 2 == 0)
         print(f"round {index + 1}/{rounds}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return models
 
@@ -133,13 +139,13 @@ def run_pytest_collect(model_dir: Path, options: list[str]) -> tuple[float, str]
     return seconds, lines[-1] if lines else ""
 
 
-def end_to_end(paths: list[Path], granularity: int) -> tuple[tuple[float, str], tuple[float, str]]:
+def end_to_end(paths: list[Path], granularity: int, cut: str) -> tuple[tuple[float, str], tuple[float, str]]:
     """pytest collection of a copy of the models with dlbricks on, then with it off (start-up alone)."""
     with tempfile.TemporaryDirectory(prefix="dlbricks-collect-") as tmp:
         model_dir = Path(tmp)
         for path in paths:
             shutil.copy(path, model_dir / path.name)
-        enabled = run_pytest_collect(model_dir, [f"--dlbricks-granularity={granularity}"])
+        enabled = run_pytest_collect(model_dir, [f"--dlbricks-granularity={granularity}", f"--dlbricks-cut={cut}"])
         disabled = run_pytest_collect(model_dir, [])
     return enabled, disabled
 
@@ -204,11 +210,11 @@ def render_end_to_end(models: list[ModelTimes], enabled: tuple[float, str], disa
 def main() -> None:
     args = parse_args()
     paths = sorted(MODELS_DIR.glob("*.onnx"))
-    models = measure(paths, args.granularity, args.rounds)
-    enabled, disabled = end_to_end(paths, args.granularity)
+    models = measure(paths, args.granularity, args.rounds, args.cut)
+    enabled, disabled = end_to_end(paths, args.granularity, args.cut)
     print(
         f"dlbricks collection vs onnxruntime {ort.__version__} session creation (CPU),"
-        f" granularity {args.granularity}, medians of {args.rounds} interleaved rounds\n"
+        f" granularity {args.granularity}, cut {args.cut}, medians of {args.rounds} interleaved rounds\n"
     )
     print(render_table(models))
     print()
