@@ -20,6 +20,7 @@ import onnx
 from onnx import external_data_helper, numpy_helper, shape_inference
 
 from .errors import ModelError
+from .ordering import canonical_order, content_keys
 from .settings import DEFAULT_DIM, Settings
 
 #: Operators whose output changes from run to run: never folded into weights.
@@ -320,7 +321,7 @@ class _ModelLoader:
                 dim.dim_value = self.dims.get(name, DEFAULT_DIM)
 
     def _sort_nodes(self) -> None:
-        """Put the model's nodes in a topological order that stays as close to the file's as possible."""
+        """Put the model's nodes in the topological order of :mod:`.ordering`, whatever the file's order."""
         nodes = list(self.model.graph.node)
         producer: dict[str, int] = {}
         for index, node in enumerate(nodes):
@@ -331,16 +332,19 @@ class _ModelLoader:
         graph = nx.DiGraph()
         graph.add_nodes_from(range(len(nodes)))
         known = set(self.initializers) | set(self.inputs)
+        reads = [node_inputs(node) for node in nodes]
         for index, node in enumerate(nodes):
-            for name in node_inputs(node):
+            for name in reads[index]:
                 if name in producer:
                     graph.add_edge(producer[name], index)
                 elif name not in known:
                     raise ModelError(
                         self.path, f"node {node.name or node.op_type!r} reads {name!r}, which nothing produces"
                     )
+        sources = {name: f"input{position}" for position, name in enumerate(self.inputs)}
+        sources.update({t.name: f"weight:{t.data_type}:{list(t.dims)}" for t in self.initializers.values()})
         try:
-            order = list(nx.lexicographical_topological_sort(graph))
+            order = canonical_order(graph, content_keys(nodes, graph, reads, sources, self.outputs))
         except nx.NetworkXUnfeasible as error:
             raise ModelError(self.path, "the graph has a cycle, so it cannot be executed") from error
         if order != sorted(order):

@@ -1,0 +1,26 @@
+"""Unit tests of the canonical node order: fixed by the graph, chains kept together."""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from pytest_dlbricks.ordering import canonical_order
+
+
+def test_a_chain_is_followed_before_a_smaller_key_elsewhere() -> None:
+    # 0 -> 1 -> 2 and 0 -> 3: after 1, its successor 2 goes first although 3 has the smaller key.
+    graph = nx.DiGraph([(0, 1), (1, 2), (0, 3)])
+    keys = {0: "a", 1: "b", 2: "z", 3: "c"}
+    assert canonical_order(graph, keys) == [0, 1, 2, 3]
+
+
+def test_ready_nodes_go_by_key_not_by_index() -> None:
+    graph = nx.DiGraph()
+    graph.add_nodes_from([0, 1, 2])
+    assert canonical_order(graph, {0: "c", 1: "a", 2: "b"}) == [1, 2, 0]
+
+
+def test_a_node_waits_for_all_its_inputs() -> None:
+    graph = nx.DiGraph([(0, 2), (1, 2)])
+    order = canonical_order(graph, {0: "b", 1: "c", 2: "a"})
+    assert order.index(2) == 2
