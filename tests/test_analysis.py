@@ -10,6 +10,7 @@ import pytest
 import tiny_models
 from test_reporting import distinct_bricks, result
 
+from conftest import LIGHT_MODELS
 from pytest_dlbricks.analysis import (
     TOP_BRICKS,
     BrickWork,
@@ -103,6 +104,10 @@ def test_op_types_add_up_across_layers_of_a_brick() -> None:
 
 @pytest.fixture
 def analysed(tmp_path: Path) -> dict[str, Any]:
+    return analysed_report(tmp_path)
+
+
+def analysed_report(tmp_path: Path) -> dict[str, Any]:
     """A chain at G=1 (Conv, Relu, three times), the loop model at G=1 (Loop unknown), and a failed model."""
     plans, work = [], {}
     for path in (tiny_models.chain(tmp_path, blocks=3), tiny_models.loop_outer_scope(tmp_path)):
@@ -200,3 +205,19 @@ def test_without_times_or_measurements_the_fields_are_empty(tmp_path: Path) -> N
     assert brick["flops_per_s"] is None and brick["op_time_s"] is None
     assert report["peak"] is None and report["machine"] == {}
     assert report["summary"]["unknown_flops_share"] is None
+
+
+# -- real models ---------------------------------------------------------------------------------
+
+
+def test_light_models_flops_match_their_published_multiply_adds() -> None:
+    """Every layer of the onnx wheel's 9 CNNs is counted; Conv and Gemm give the published counts
+    (ResNet-50 4.09 G multiply-adds, VGG-19 19.6 G) at 2 FLOPs per multiply-add."""
+    published_macs = {"light_resnet50": 4.09e9, "light_vgg19": 19.63e9}
+    for path in sorted(LIGHT_MODELS.glob("*.onnx")):
+        plan, work = planned(path, 1)
+        assert all(brick.flops is not None for brick in work.values()), path.stem
+        layers = [layer for signature in plan.signatures.elements() for layer in work[signature].layers]
+        products = sum(layer.flops or 0 for layer in layers if layer.op_type in ("Conv", "Gemm"))
+        if path.stem in published_macs:
+            assert products == pytest.approx(2 * published_macs[path.stem], rel=0.01), path.stem
