@@ -76,6 +76,7 @@ def time_session_creation(path: Path, settings: Settings | None = None) -> float
 
 def measure_run(settings: Settings, models: Mapping[str, Path]) -> RunMeasurements:
     """The machine's peak, and the load time of each model (by report path) in ``models``."""
+    peak = measure_peak(settings)  # first: it also warms onnxruntime up for the load times
     load_s: dict[str, float] = {}
     load_errors: dict[str, str] = {}
     for name, path in models.items():
@@ -83,9 +84,7 @@ def measure_run(settings: Settings, models: Mapping[str, Path]) -> RunMeasuremen
             load_s[name] = time_session_creation(path, settings)
         except Exception as error:  # onnxruntime's exception types are not part of its API
             load_errors[name] = f"onnxruntime cannot create a session for the model: {describe_error(error)}"
-    return RunMeasurements(
-        peak=measure_peak(settings), load_s=load_s, load_errors=load_errors, machine=describe_machine()
-    )
+    return RunMeasurements(peak=peak, load_s=load_s, load_errors=load_errors, machine=describe_machine())
 
 
 def describe_machine() -> dict[str, object]:
