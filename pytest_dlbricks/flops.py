@@ -51,7 +51,7 @@ class _Op:
         return self.input(index) is not None
 
 
-Counter = Callable[[_Op], "int | None"]
+FlopCounter = Callable[[_Op], "int | None"]
 
 
 def operator_cost(
@@ -275,7 +275,7 @@ def _global_lp_pool(op: _Op) -> int:
 # -- normalisation, softmax, reductions ----------------------------------------------------------
 
 
-def _per_input_element(flops: int) -> Counter:
+def _per_input_element(flops: int) -> FlopCounter:
     def count(op: _Op) -> int:
         return flops * _need(op.input(0)).numel
 
@@ -375,7 +375,7 @@ _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _STATE_UPDATE = {"RNN": 0, "GRU": 5, "LSTM": 5}
 
 
-def _recurrent(op_type: str) -> Counter:
+def _recurrent(op_type: str) -> FlopCounter:
     gates = _GATES[op_type]
 
     def count(op: _Op) -> int:
@@ -400,7 +400,7 @@ def _recurrent(op_type: str) -> Counter:
 
 # -- the table -----------------------------------------------------------------------------------
 
-_COUNTERS: dict[tuple[str, str], Counter] = {
+_COUNTERS: dict[tuple[str, str], FlopCounter] = {
     **{("", op): _zero for op in DATA_MOVEMENT_OPS},
     **{("", op): _elementwise for op in ELEMENTWISE_OPS},
     **{("", op): _variadic for op in VARIADIC_OPS - {"Mean"}},
