@@ -8,8 +8,10 @@ Conventions (each operator family's counter says what it counts):
   tensor once: the operator's memory traffic with no cache and no fusion.
 * Operators that only move, select or reinterpret data (Reshape, Transpose, Concat, Gather, Cast,
   Dropout at inference...) do 0 FLOPs.
-* An operator not counted here (control flow, custom domains, Resize, TopK...) or one whose needed
-  shapes are unknown has unknown FLOPs, ``None``: never 0, so that a report can say how much time
+* onnxruntime's fused operators (FusedConv, FusedGemm, Gelu, SkipLayerNormalization, NCHWc Conv...)
+  count as the operators they replace.
+* An operator not counted here (control flow, other custom operators, Resize, TopK...) or one whose
+  needed shapes are unknown has unknown FLOPs, ``None``: never 0, so that a report can say how much time
   it cannot account for.
 """
 
@@ -127,7 +129,7 @@ ELEMENTWISE_OPS = frozenset(
     {
         "Abs", "Acos", "Acosh", "Add", "And", "Asin", "Asinh", "Atan", "Atanh", "BitShift", "BitwiseAnd",
         "BitwiseNot", "BitwiseOr", "BitwiseXor", "Ceil", "Celu", "Clip", "Cos", "Cosh", "Div", "Elu", "Equal",
-        "Erf", "Exp", "Floor", "Gelu", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "IsInf",
+        "Erf", "Exp", "Floor", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "IsInf",
         "IsNaN", "LeakyRelu", "Less", "LessOrEqual", "Log", "Mish", "Mod", "Mul", "Neg", "Not", "Or", "PRelu",
         "Pow", "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softplus",
         "Softsign", "Sqrt", "Sub", "Tan", "Tanh", "ThresholdedRelu", "Where", "Xor",
@@ -398,6 +400,69 @@ def _recurrent(op_type: str) -> FlopCounter:
     return count
 
 
+# -- onnxruntime's own operators ----------------------------------------------------------------
+# What onnxruntime's graph optimizations put in the graph it runs (the default cut): fused
+# operators of the com.microsoft domain and the NCHWc layout operators of its CPU provider.
+# Fused work is counted as the operators it replaces, so both cuts count a model alike, except
+# the work the optimizations remove (a BatchNormalization folded into a Conv's weights).
+
+#: Domain of onnxruntime's CPU layout-blocked (NCHWc) operators.
+NCHWC = "com.microsoft.nchwc"
+MICROSOFT = "com.microsoft"
+#: Per element: x / sqrt(2), erf, + 1, * x, * 0.5, as the pattern onnxruntime fuses into Gelu.
+GELU_FLOPS = 5
+#: Per element, the tanh approximation: x^3 (2), * 0.044715, + x, * sqrt(2/pi), tanh, + 1, * x * 0.5 (2).
+FAST_GELU_FLOPS = 9
+
+
+def _fused_activation(op: _Op) -> int:
+    """One FLOP per output element for an activation fused in with an ``activation`` attribute."""
+    return _need(op.output(0)).numel if op.attributes.get("activation") else 0
+
+
+def _fused_conv(op: _Op) -> int:
+    """Conv, plus its fused activation, plus the fused residual add of a 4th input (``Z`` or ``Sum``)."""
+    extra = _need(op.output(0)).numel if op.has_input(3) else 0
+    return _conv(op) + _fused_activation(op) + extra
+
+
+def _fused_gemm(op: _Op) -> int:
+    return _gemm(op) + _fused_activation(op)
+
+
+def _fused_matmul(op: _Op) -> int:
+    """MatMul with transposes folded in, and its ``alpha`` scaling when not 1."""
+    if op.attributes.get("transBatchA", 0) or op.attributes.get("transBatchB", 0):
+        raise _Unknown
+    first = _need(op.input(0))
+    if len(first.shape) < 2:
+        raise _Unknown
+    shared = first.shape[-2] if op.attributes.get("transA", 0) else first.shape[-1]
+    out = _need(op.output(0)).numel
+    return 2 * out * shared + (out if float(op.attributes.get("alpha", 1.0)) != 1.0 else 0)
+
+
+def _per_output_element(flops: int, *, bias: int | None = None) -> FlopCounter:
+    """``flops`` per output element, one more when input ``bias`` is given."""
+
+    def count(op: _Op) -> int:
+        extra = 1 if bias is not None and op.has_input(bias) else 0
+        return (flops + extra) * _need(op.output(0)).numel
+
+    return count
+
+
+def _skip_layer_normalization(simplified: bool) -> FlopCounter:
+    """Add the skip input (and a bias when given), then normalize: 1 + 7 per element, 1 + 4 simplified."""
+
+    def count(op: _Op) -> int:
+        bias_index = 3 if simplified else 4
+        per_element = 1 + (4 if simplified else 7) + (1 if op.has_input(bias_index) else 0)
+        return per_element * _need(op.input(0)).numel
+
+    return count
+
+
 # -- the table -----------------------------------------------------------------------------------
 
 _COUNTERS: dict[tuple[str, str], FlopCounter] = {
@@ -436,4 +501,23 @@ _COUNTERS: dict[tuple[str, str], FlopCounter] = {
     ("com.microsoft", "MultiHeadAttention"): _multi_head_attention,
     ("com.microsoft", "Attention"): _fused_attention,
     **{("", op): _recurrent(op) for op in _GATES},
+    ("", "Gelu"): _per_output_element(GELU_FLOPS),
+    (MICROSOFT, "Gelu"): _per_output_element(GELU_FLOPS),
+    (MICROSOFT, "BiasGelu"): _per_output_element(GELU_FLOPS + 1),
+    (MICROSOFT, "FastGelu"): _per_output_element(FAST_GELU_FLOPS, bias=1),
+    (MICROSOFT, "QuickGelu"): _per_output_element(3),
+    (MICROSOFT, "BiasSoftmax"): _per_input_element(6),
+    (MICROSOFT, "FusedConv"): _fused_conv,
+    (MICROSOFT, "FusedGemm"): _fused_gemm,
+    (MICROSOFT, "FusedMatMul"): _fused_matmul,
+    (MICROSOFT, "SkipLayerNormalization"): _skip_layer_normalization(simplified=False),
+    (MICROSOFT, "SkipSimplifiedLayerNormalization"): _skip_layer_normalization(simplified=True),
+    (MICROSOFT, "SimplifiedLayerNormalization"): _per_input_element(4),
+    (NCHWC, "Conv"): _fused_conv,
+    (NCHWC, "MaxPool"): _pool,
+    (NCHWC, "AveragePool"): _pool,
+    (NCHWC, "GlobalMaxPool"): _global_pool,
+    (NCHWC, "GlobalAveragePool"): _global_pool,
+    (NCHWC, "ReorderInput"): _zero,
+    (NCHWC, "ReorderOutput"): _zero,
 }

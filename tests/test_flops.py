@@ -210,7 +210,7 @@ def test_lstm_gru_rnn_count_their_products_gates_and_state() -> None:
 
 
 @pytest.mark.parametrize(
-    ("op", "domain"), [("Loop", ""), ("If", ""), ("Resize", ""), ("TopK", ""), ("FusedConv", "com.microsoft")]
+    ("op", "domain"), [("Loop", ""), ("If", ""), ("Resize", ""), ("TopK", ""), ("QOrderedMatMul", "com.microsoft")]
 )
 def test_operators_not_counted_are_unknown_not_zero(op: str, domain: str) -> None:
     result = cost(op, [[2, 3]], [[2, 3]], domain)
@@ -241,3 +241,53 @@ def test_node_cost_reads_attributes_and_specs_by_name() -> None:
     einsum = helper.make_node("Einsum", ["a", "b"], ["y"], equation="ji,jk->ik")
     assert node_cost(einsum, specs).flops == 2 * 4 * 8 * 16
     assert node_cost(helper.make_node("Relu", ["a"], ["unknown"]), specs).flops is None
+
+
+# -- onnxruntime's fused and layout operators (the graph it runs) --------------------------------
+
+MS = "com.microsoft"
+NCHWC = "com.microsoft.nchwc"
+
+
+@pytest.mark.parametrize("domain", [MS, NCHWC])
+def test_fused_conv_counts_the_conv_its_activation_and_its_residual_add(domain: str) -> None:
+    # The Conv above (55,296 + 1,024 bias adds), then 1,024 activations, then 1,024 adds of a 4th input.
+    conv = [[1, 3, 8, 8], [16, 3, 3, 3], [16]]
+    out = [[1, 16, 8, 8]]
+    assert flops("Conv" if domain == NCHWC else "FusedConv", conv, out, domain) == 56_320
+    name = "Conv" if domain == NCHWC else "FusedConv"
+    assert flops(name, conv, out, domain, activation=b"Relu") == 57_344
+    assert flops(name, [*conv, [1, 16, 8, 8]], out, domain, activation=b"Relu") == 58_368
+
+
+def test_fused_gemm_and_matmul() -> None:
+    assert flops("FusedGemm", [[4, 8], [8, 16], [16]], [[4, 16]], MS, activation=b"Relu") == 1088 + 64
+    assert flops("FusedMatMul", [[4, 8], [8, 16]], [[4, 16]], MS) == 1024
+    assert flops("FusedMatMul", [[8, 4], [16, 8]], [[4, 16]], MS, transA=1, transB=1) == 1024
+    assert flops("FusedMatMul", [[4, 8], [8, 16]], [[4, 16]], MS, alpha=0.5) == 1024 + 64, "the scaling"
+    assert flops("FusedMatMul", [[4, 8], [8, 16]], [[4, 16]], MS, transBatchA=1) is None
+
+
+def test_gelu_family_counts_the_pattern_it_replaces() -> None:
+    x = [[2, 3]]
+    assert flops("Gelu", x, x) == flops("Gelu", x, x, MS) == 5 * 6
+    assert flops("BiasGelu", [[2, 3], [3]], x, MS) == 6 * 6
+    assert flops("FastGelu", [[2, 3]], x, MS) == 9 * 6
+    assert flops("FastGelu", [[2, 3], [3]], x, MS) == 10 * 6
+    assert flops("QuickGelu", x, x, MS) == 3 * 6
+
+
+def test_fused_normalizations_and_softmax() -> None:
+    x, g = [2, 16], [16]  # 32 elements
+    assert flops("SkipLayerNormalization", [x, x, g, g], [x], MS) == (1 + 7) * 32
+    assert flops("SkipLayerNormalization", [x, x, g, g, g], [x], MS) == (1 + 7 + 1) * 32
+    assert flops("SkipSimplifiedLayerNormalization", [x, x, g], [x], MS) == (1 + 4) * 32
+    assert flops("SimplifiedLayerNormalization", [x, g], [x], MS) == 4 * 32
+    assert flops("BiasSoftmax", [x, x], [x], MS) == 6 * 32
+
+
+def test_nchwc_pooling_and_reorders() -> None:
+    assert flops("MaxPool", [[1, 16, 8, 8]], [[1, 16, 4, 4]], NCHWC, kernel_shape=[2, 2]) == 256 * 4
+    assert flops("GlobalAveragePool", [[1, 16, 4, 4]], [[1, 16, 1, 1]], NCHWC) == 256
+    assert cost("ReorderInput", [[1, 3, 8, 8]], [[1, 16, 8, 8]], NCHWC) == Cost(0, (192 + 1024) * 4)
+    assert flops("Upsample", [[1, 16, 4, 4]], [[1, 16, 8, 8]], NCHWC) is None
