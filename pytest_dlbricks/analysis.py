@@ -8,6 +8,10 @@ A brick of several layers is timed as a whole. Its time is shared among its laye
 a roofline estimate of each: the larger of its FLOPs at the measured GEMM peak and its bytes at the
 measured bandwidth (bytes alone when its FLOPs are unknown). With one layer per brick the time per
 operator type is exact.
+
+Model figures follow composition: a brick counts its time less the cost of one inference call
+(``work_s``), and the model pays its own call once (``call_s``), so a model's time by operator type
+plus ``call_s`` is its sequential estimate.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import onnx
 
 from .bricks import BrickSpec
+from .composition import CallOverhead
 from .cutting import BrokenBrick, ModelPlan
 from .flops import node_cost
 from .loading import ModelGraph
@@ -43,6 +48,8 @@ class BrickWork:
 
     label: str
     layers: tuple[LayerWork, ...]
+    #: Number of the brick's inputs and outputs: what one call of it costs depends on them.
+    io: tuple[int, int] = (1, 1)
 
     @property
     def flops(self) -> int | None:
@@ -94,7 +101,11 @@ def plan_work(graph: ModelGraph, plan: ModelPlan, signatures: Collection[str] | 
         wanted = signatures is None or (isinstance(brick, BrickSpec) and brick.signature in signatures)
         if isinstance(brick, BrickSpec) and brick.signature not in work and wanted:
             layers = graph.layers[begin : begin + size]
-            work[brick.signature] = BrickWork(brick.label, tuple(_layer_work(layer, graph) for layer in layers))
+            work[brick.signature] = BrickWork(
+                brick.label,
+                tuple(_layer_work(layer, graph) for layer in layers),
+                (len(brick.inputs), len(brick.outputs)),
+            )
         begin += size
     if begin != len(graph.layers):
         raise ValueError(f"the plan covers {begin} layers of {len(graph.layers)}")
@@ -127,9 +138,10 @@ def annotate(
     """A copy of ``report`` (from :func:`~pytest_dlbricks.reporting.build_report`) with the analysis fields."""
     measured = measured if measured is not None else RunMeasurements()
     peak = measured.peak
-    bricks = [_brick_fields(entry, work.get(entry["signature"]), peak) for entry in report["bricks"]]
+    overhead = CallOverhead(**(report["summary"].get("call_overhead_s") or {}))
+    bricks = [_brick_fields(entry, work.get(entry["signature"]), peak, overhead) for entry in report["bricks"]]
     models = [_model_fields(entry, bricks, measured) for entry in report["models"]]
-    complete = [model for model in models if model.get("complete") and model.get("sequential_s") is not None]
+    complete = [model for model in models if model.get("op_time_s") is not None]
     estimated = sum(model["sequential_s"] for model in complete)
     unknown = sum(model["unknown_flops_time_s"] for model in complete)
     summary = {
@@ -149,10 +161,18 @@ def annotate(
     }
 
 
-def _brick_fields(entry: Mapping[str, Any], work: BrickWork | None, peak: Peak | None) -> dict[str, Any]:
+def _brick_fields(
+    entry: Mapping[str, Any], work: BrickWork | None, peak: Peak | None, overhead: CallOverhead
+) -> dict[str, Any]:
+    """A brick's work, and its throughput as timed (one whole inference call, as benchmarked)."""
     seconds = entry["time_s"]
     flops = work.flops if work is not None else None
     rate = flops / seconds if flops is not None and seconds else None
+    op_time = work_s = None
+    if work is not None and seconds is not None:
+        op_time = split_time(work, seconds, peak)
+        # What the brick adds to a model's sequential estimate, as composition counts it.
+        work_s = max(seconds - overhead.of(*work.io), 0.0)
     return {
         **entry,
         "label": work.label if work is not None else None,
@@ -161,7 +181,8 @@ def _brick_fields(entry: Mapping[str, Any], work: BrickWork | None, peak: Peak |
         "unknown_flops_ops": work.unknown_ops if work is not None else [],
         "flops_per_s": rate,
         "peak_fraction": _fraction(rate, peak),
-        "op_time_s": split_time(work, seconds, peak) if work is not None and seconds is not None else None,
+        "op_time_s": op_time,
+        "work_s": work_s,
     }
 
 
@@ -187,22 +208,25 @@ def _model_times(
     entry: Mapping[str, Any], uses: list[tuple[dict[str, Any], int]], peak: Peak | None, flops: int
 ) -> dict[str, Any]:
     """Fields that need every brick's time: None for an incomplete model."""
-    names = ("flops_per_s", "peak_fraction", "unknown_flops_time_s", "unknown_flops_bricks", "op_time_s", "top_bricks")
-    if not entry.get("complete") or any(brick["time_s"] is None for brick, _ in uses):
-        return dict.fromkeys(names)
-    total_s = sum(brick["time_s"] * count for brick, count in uses)
+    names = ("flops_per_s", "peak_fraction", "call_s", "unknown_flops_time_s", "unknown_flops_bricks")
+    total_s = entry.get("sequential_s")
+    if not entry.get("complete") or total_s is None or any(brick["work_s"] is None for brick, _ in uses):
+        return dict.fromkeys((*names, "op_time_s", "top_bricks"))
     unknown = [(brick, count) for brick, count in uses if brick["flops"] is None]
-    unknown_s = sum(brick["time_s"] * count for brick, count in unknown)
-    known_s = total_s - unknown_s
-    rate = flops / known_s if known_s > 0 else None
+    unknown_s = sum(brick["work_s"] * count for brick, count in unknown)
+    # The model's own call, counted once: what its estimate holds beyond its bricks' work.
+    call_s = max(total_s - sum(brick["work_s"] * count for brick, count in uses), 0.0)
+    rate = flops / (total_s - unknown_s) if total_s - unknown_s > 0 else None
     op_time: Counter[str] = Counter()
     for brick, count in uses:
-        for op, seconds in (brick["op_time_s"] or {}).items():
-            op_time[op] += seconds * count
-    heaviest = sorted(uses, key=lambda use: -use[0]["time_s"] * use[1])[:TOP_BRICKS]
+        scale = brick["work_s"] / brick["time_s"] if brick["time_s"] else 0.0
+        for op, seconds in brick["op_time_s"].items():
+            op_time[op] += seconds * scale * count
+    heaviest = sorted(uses, key=lambda use: -use[0]["work_s"] * use[1])[:TOP_BRICKS]
     return {
         "flops_per_s": rate,
         "peak_fraction": _fraction(rate, peak),
+        "call_s": call_s,
         "unknown_flops_time_s": unknown_s,
         "unknown_flops_bricks": sum(count for _, count in unknown),
         "op_time_s": dict(op_time.most_common()),
@@ -211,8 +235,8 @@ def _model_times(
                 "signature": brick["signature"],
                 "label": brick["label"],
                 "count": count,
-                "time_s": brick["time_s"] * count,
-                "share": brick["time_s"] * count / total_s if total_s > 0 else None,
+                "time_s": brick["work_s"] * count,
+                "share": brick["work_s"] * count / total_s if total_s > 0 else None,
             }
             for brick, count in heaviest
         ],

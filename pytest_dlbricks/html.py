@@ -21,6 +21,9 @@ PALETTE = (
     "#b07aa1", "#ff9da7", "#9c755f", "#a0cbe8", "#8cd17d", "#d37295",
 )  # fmt: skip
 OTHER_COLOUR = "#bab0ac"
+#: Colour and label of a model's own inference call, counted once in its estimate.
+CALL_COLOUR = "#d4dae1"
+CALL = "inference call"
 #: Bricks in the run-wide table, heaviest first.
 TOP_BRICKS = 15
 #: Longest model path drawn in a chart before it is shortened from the left.
@@ -182,7 +185,7 @@ def _op_chart(models: Sequence[Mapping[str, Any]], colours: Mapping[str, str]) -
     for index, model in enumerate(rows):
         y = 8 + index * row_height
         parts.append(_svg_label(model["path"], left - 10, y + 15))
-        op_time = model.get("op_time_s")
+        op_time = _op_times(model)
         total = sum(op_time.values()) if op_time else 0.0
         if not op_time or total <= 0:
             parts.append(f'<text class="muted" x="{left}" y="{y + 15}">incomplete: not every brick was measured</text>')
@@ -191,15 +194,15 @@ def _op_chart(models: Sequence[Mapping[str, Any]], colours: Mapping[str, str]) -
         for op, seconds in _grouped(op_time, colours):
             span = bar_width * seconds / total
             tip = f"{op}: {format_seconds(seconds)} ({format_share(seconds / total)})"
-            colour = colours.get(op, OTHER_COLOUR)
+            colour = CALL_COLOUR if op == CALL else colours.get(op, OTHER_COLOUR)
             parts.append(
                 f'<rect x="{x:.1f}" y="{y + 3}" width="{max(span, 0.5):.1f}" height="20" fill="{colour}">'
                 f"<title>{escape(model['path'])}: {escape(tip)}</title></rect>"
             )
             if span >= 34:
-                parts.append(
-                    f'<text class="inside" x="{x + 4:.1f}" y="{y + 17}">{format_share(seconds / total)}</text>'
-                )
+                ink = "#1f2328" if _is_light(colour) else "#ffffff"
+                share = format_share(seconds / total)
+                parts.append(f'<text class="inside" style="fill:{ink}" x="{x + 4:.1f}" y="{y + 17}">{share}</text>')
             x += span
         parts.append(f'<text x="{left + bar_width + 8}" y="{y + 17}">{escape(format_seconds(total))}</text>')
     height = 16 + len(rows) * row_height
@@ -207,18 +210,28 @@ def _op_chart(models: Sequence[Mapping[str, Any]], colours: Mapping[str, str]) -
     legend = "".join(f'<span><i style="background:{colour}"></i>{escape(op)}</span>' for op, colour in colours.items())
     if any(op not in colours for m in rows for op in (m.get("op_time_s") or {})):
         legend += f'<span><i style="background:{OTHER_COLOUR}"></i>other</span>'
+    if any(m.get("call_s") for m in rows):
+        legend += f'<span><i style="background:{CALL_COLOUR}"></i>{CALL} (once per model)</span>'
     note = (
-        "<p class=muted>Share of each model's sequential estimate by operator type; the estimate is at the"
-        " right. Hover a segment for its time.</p>"
+        "<p class=muted>Share of each model's sequential estimate by operator type, and of the model's own"
+        " inference call; the estimate is at the right. Hover a segment for its time.</p>"
     )
     return f"{note}{svg}<div class=legend>{legend}</div>"
 
 
 def _grouped(op_time: Mapping[str, float], colours: Mapping[str, str]) -> list[tuple[str, float]]:
-    """Operator types in legend order, those without a colour of their own summed as "other"."""
+    """Operator types in legend order, those without a colour of their own summed as "other", the call last."""
     shown = [(op, op_time[op]) for op in colours if op in op_time]
-    other = sum(seconds for op, seconds in op_time.items() if op not in colours)
-    return shown + ([("other", other)] if other > 0 else [])
+    other = sum(seconds for op, seconds in op_time.items() if op not in colours and op != CALL)
+    return shown + ([("other", other)] if other > 0 else []) + ([(CALL, op_time[CALL])] if CALL in op_time else [])
+
+
+def _op_times(model: Mapping[str, Any]) -> dict[str, float]:
+    """The model's time by operator type and, when it has one, its own inference call."""
+    times = dict(model.get("op_time_s") or {})
+    if times and model.get("call_s"):
+        times[CALL] = model["call_s"]
+    return times
 
 
 def _ratio_chart(models: Sequence[Mapping[str, Any]]) -> str:
@@ -296,7 +309,7 @@ def _bricks_table(report: Mapping[str, Any]) -> str:
 def _model_details(model: Mapping[str, Any]) -> str:
     title = f"{escape(model['path'])} <span class=muted>{escape(format_seconds(model['sequential_s']))}"
     title += f", load {escape(format_seconds(model.get('load_s')))}</span>"
-    op_time = model.get("op_time_s")
+    op_time = _op_times(model)
     if not op_time:
         return (
             f"<details><summary>{title}</summary><p class=muted>Incomplete: not every brick was measured.</p></details>"

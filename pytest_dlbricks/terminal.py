@@ -13,6 +13,8 @@ from .reporting import format_seconds
 
 #: Operator types listed per model at ``-v``; the rest are summed as "other".
 SHOWN_OP_TYPES = 5
+#: How a model's own inference call, counted once, shows among its operator types.
+CALL_LABEL = "(call)"
 #: Bricks listed per model at ``-v``.
 SHOWN_BRICKS = 3
 
@@ -26,7 +28,7 @@ def render_analysis(report: Mapping[str, Any], *, verbose: bool) -> str:
         broken_down = [model for model in models if model.get("op_time_s")]
         if broken_down:
             lines += ["", "Time by operator type:"]
-            lines += _labelled(broken_down, lambda model: _op_shares(model["op_time_s"]))
+            lines += _labelled(broken_down, _op_shares)
             lines += ["", "Top bricks by time in the model:"]
             lines += _labelled(broken_down, _top_bricks)
     return "\n".join(lines)
@@ -102,11 +104,15 @@ def _model_rows(models: Sequence[Mapping[str, Any]], with_peak: bool) -> list[st
     return [lines[0].rstrip(), "-" * len(lines[0].rstrip()), *(line.rstrip() for line in lines[1:])]
 
 
-def _op_shares(op_time_s: Mapping[str, float]) -> str:
-    total = sum(op_time_s.values())
+def _op_shares(model: Mapping[str, Any]) -> str:
+    """The model's time by operator type, heaviest first, with its own inference call as ``(call)``."""
+    times = dict(model["op_time_s"])
+    if model.get("call_s"):
+        times[CALL_LABEL] = model["call_s"]
+    total = sum(times.values())
     if total <= 0:
         return "-"
-    ordered = sorted(op_time_s.items(), key=lambda item: -item[1])
+    ordered = sorted(times.items(), key=lambda item: -item[1])
     shown = [f"{op} {format_share(seconds / total)}" for op, seconds in ordered[:SHOWN_OP_TYPES]]
     rest = ordered[SHOWN_OP_TYPES:]
     if rest:

@@ -21,6 +21,7 @@ from pytest_dlbricks.analysis import (
     plan_work,
     split_time,
 )
+from pytest_dlbricks.composition import CallOverhead
 from pytest_dlbricks.cutting import ModelPlan, plan_model
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.reporting import FailedModel, build_report
@@ -221,3 +222,24 @@ def test_light_models_flops_match_their_published_multiply_adds() -> None:
         products = sum(layer.flops or 0 for layer in layers if layer.op_type in ("Conv", "Gemm"))
         if path.stem in published_macs:
             assert products == pytest.approx(2 * published_macs[path.stem], rel=0.01), path.stem
+
+
+def test_the_call_overhead_is_taken_off_bricks_and_counted_once_per_model(tmp_path: Path) -> None:
+    """As composition does: each brick's time less one call, and the model's own call once."""
+    plan, work = planned(tiny_models.chain(tmp_path, blocks=3), 1)
+    bricks = distinct_bricks([plan])
+    times = {"Conv": 4e-6, "Relu": 1e-6}
+    results = {s: result(times[brick.ops[0]]) for s, brick in bricks.items()}
+    overhead = CallOverhead(fixed_s=0.5e-6)
+    report = build_report(Settings(granularity=1), [plan], [], bricks, results, overhead=overhead)
+    (model,) = annotate(report, work, RunMeasurements(peak=PEAK))["models"]
+    assert model["sequential_s"] == pytest.approx(3 * 3.5e-6 + 3 * 0.5e-6 + 0.5e-6)
+    assert model["call_s"] == pytest.approx(0.5e-6)
+    assert model["op_time_s"] == {"Conv": pytest.approx(10.5e-6), "Relu": pytest.approx(1.5e-6)}
+    assert sum(model["op_time_s"].values()) + model["call_s"] == pytest.approx(model["sequential_s"])
+    assert model["top_bricks"][0]["time_s"] == pytest.approx(10.5e-6)
+    assert model["top_bricks"][0]["share"] == pytest.approx(10.5 / 12.5)
+    assert model["flops_per_s"] == pytest.approx(model["flops"] / 12.5e-6)
+    conv = next(brick for brick in annotate(report, work)["bricks"] if brick["ops"] == ["Conv"])
+    assert conv["work_s"] == pytest.approx(3.5e-6), "a brick's work: its time less one call"
+    assert conv["flops_per_s"] == pytest.approx(CONV_FLOPS / 4e-6), "its throughput as it was timed"

@@ -389,14 +389,14 @@ def test_report_gains_flops_peak_and_load_times(pytester: pytest.Pytester, sampl
     for model in (mlp, rnn):
         assert model["load_s"] > 0
         assert model["flops"] > 0 and model["flops_per_s"] > 0 and model["peak_fraction"] > 0
-        assert sum(model["op_time_s"].values()) == pytest.approx(model["sequential_s"])
+        assert sum(model["op_time_s"].values()) + model["call_s"] == pytest.approx(model["sequential_s"])
         assert model["top_bricks"][0]["time_s"] >= model["top_bricks"][-1]["time_s"]
-    assert set(mlp["op_time_s"]) == {"Gemm", "Relu", "Softmax"}
-    assert mlp["unknown_flops_time_s"] == 0
+    assert "Softmax" in mlp["op_time_s"] and any("Gemm" in op for op in mlp["op_time_s"])
+    assert mlp["unknown_flops_time_s"] == 0, "onnxruntime's fused operators are counted too"
     assert rnn["unknown_flops_time_s"] > 0, "the Loop's FLOPs are unknown"
     loop = next(brick for brick in report["bricks"] if "Loop" in brick["ops"])
     assert loop["flops"] is None and loop["unknown_flops_ops"] == ["Loop"]
-    gemm = next(brick for brick in report["bricks"] if brick["ops"] == ["Gemm", "Relu"])
+    gemm = next(brick for brick in report["bricks"] if "Softmax" in brick["ops"])
     assert gemm["flops"] > 0 and gemm["bytes"] > 0 and gemm["flops_per_s"] > 0
 
 
@@ -410,10 +410,10 @@ def test_verbose_shows_where_the_time_goes(pytester: pytest.Pytester, sample_mod
             "models/mlp.onnx * ms * us * kFLOP * -",
             "models/tiny_resnet.onnx * ms * MFLOP * -",
             "Time by operator type:",
-            "  models/mlp.onnx * Gemm *%, Relu *%, Softmax *%",
+            "  models/mlp.onnx * *Gemm *%, *",
             "  models/tiny_resnet.onnx * Conv *%, *",
             "Top bricks by time in the model:",
-            "  models/mlp.onnx * Gemm-* x3 *%, *",
+            "  models/mlp.onnx * *Gemm-* x3 *%, *",
         ]
     )
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from test_analysis import analysed_report
 
-from pytest_dlbricks.html import OTHER_COLOUR, PALETTE, render_html
+from pytest_dlbricks.html import CALL, CALL_COLOUR, OTHER_COLOUR, PALETTE, render_html
 from pytest_dlbricks.terminal import format_flops, format_rate, format_share, render_analysis
 
 VOID = {"meta", "br", "wbr", "hr", "img", "input", "link"}
@@ -205,3 +205,19 @@ def test_an_incomplete_model_says_so_instead_of_a_bar(report: dict[str, Any]) ->
     parse(page)
     assert "incomplete: not every brick was measured" in page
     assert '<span class="warn">no (1/6)</span>' in page
+
+
+def test_the_models_own_call_shows_beside_its_operator_types(report: dict[str, Any]) -> None:
+    chain = report["models"][0]
+    chain["call_s"] = 5e-6  # Conv 12 us, Relu 3 us, call 5 us
+    lines = render_analysis(report, verbose=True).splitlines()
+    assert "  chain.onnx          Conv 60%, (call) 25%, Relu 15%" in lines
+    page = render_html(report)
+    parse(page)
+    assert f'<i style="background:{CALL_COLOUR}"></i>{CALL} (once per model)' in page
+    assert f'fill="{CALL_COLOUR}"><title>chain.onnx: {CALL}: 5.0 us (25%)</title>' in page
+
+
+def test_labels_inside_bars_contrast_with_their_colour(report: dict[str, Any]) -> None:
+    page = render_html(report)
+    assert '<text class="inside" style="fill:#ffffff"' in page, "white on Conv's dark blue"
