@@ -5,7 +5,8 @@ Conventions (each operator family's counter says what it counts):
 * A FLOP is one arithmetic operation on one element; a multiply-add counts 2. Comparisons, selects
   and the adds of a reduction count 1 each.
 * Bytes moved are what an unfused operator reads (activations and weights) and writes, every
-  tensor once: the operator's memory traffic with no cache and no fusion.
+  tensor once: the operator's memory traffic with no cache and no fusion. Operators that only
+  reshape a tensor (Reshape, Squeeze, Flatten...) move none: onnxruntime aliases their output.
 * Operators that only move, select or reinterpret data (Reshape, Transpose, Concat, Gather, Cast,
   Dropout at inference...) do 0 FLOPs.
 * onnxruntime's fused operators (FusedConv, FusedGemm, Gelu, SkipLayerNormalization, NCHWc Conv...)
@@ -64,7 +65,7 @@ def operator_cost(
     outputs: Sequence[TensorSpec | None],
 ) -> Cost:
     """The cost of one operator; ``None`` stands for an absent optional input or an unknown spec."""
-    moved = sum(_nbytes(spec) for spec in [*inputs, *outputs] if spec is not None)
+    moved = 0 if op_type in VIEW_OPS and not _domain(domain) else sum(_nbytes(s) for s in [*inputs, *outputs] if s)
     counter = _COUNTERS.get((_domain(domain), op_type))
     flops = None
     if counter is not None:
@@ -124,6 +125,8 @@ DATA_MOVEMENT_OPS = frozenset(
         "Split", "Squeeze", "Tile", "Transpose", "Trilu", "Unsqueeze",
     }
 )  # fmt: skip
+#: Operators that only give a tensor another shape: onnxruntime aliases their output, they move no bytes.
+VIEW_OPS = frozenset({"Dropout", "Flatten", "Identity", "Reshape", "Squeeze", "Unsqueeze"})
 #: One FLOP per output element: activations, arithmetic, comparisons, logic, selection.
 ELEMENTWISE_OPS = frozenset(
     {

@@ -150,9 +150,10 @@ def test_quantization_scales_and_shifts() -> None:
     assert flops("DequantizeLinear", [[10], [], []], [[10]]) == 20
 
 
-def test_data_movement_does_no_arithmetic_but_moves_bytes() -> None:
-    reshape = cost("Reshape", [[2, 3, 4], [2]], [[6, 4]])
-    assert reshape == Cost(flops=0, bytes=24 * 4 * 2 + 2 * 4)
+def test_data_movement_does_no_arithmetic_and_views_move_no_bytes() -> None:
+    assert cost("Reshape", [[2, 3, 4], [2]], [[6, 4]]) == Cost(flops=0, bytes=0), "a view of its input"
+    assert cost("Squeeze", [[2, 1, 4]], [[2, 4]]) == Cost(flops=0, bytes=0)
+    assert cost("Gather", [[5, 4], [2]], [[2, 4]]) == Cost(flops=0, bytes=(20 + 2 + 8) * 4)
     assert flops("Transpose", [[2, 3]], [[3, 2]]) == 0
     assert flops("Concat", [[2, 3], [2, 3]], [[4, 3]]) == 0
     assert flops("Dropout", [[2, 3]], [[2, 3]]) == 0
