@@ -236,23 +236,25 @@ def _einsum_letters(term: str, rank: int) -> list[str]:
 
 def _conv(op: _Op) -> int:
     """``2 * C/group * prod(kernel)`` per output element, plus one per output element for the bias."""
-    weight = _need(op.input(1))
-    out = _need(op.output(0))
-    if not weight.shape or weight.shape[0] == 0:
-        raise _Unknown
-    per_output = weight.numel // weight.shape[0]
-    return 2 * out.numel * per_output + (out.numel if op.has_input(2) else 0)
+    return 2 * _need(op.output(0)).numel * _per_filter(op) + _bias(op)
 
 
 def _conv_transpose(op: _Op) -> int:
     """Each input element is multiplied into ``M/group * prod(kernel)`` outputs: 2 FLOPs each; plus the bias."""
-    x = _need(op.input(0))
+    return 2 * _need(op.input(0)).numel * _per_filter(op) + _bias(op)
+
+
+def _per_filter(op: _Op) -> int:
+    """Elements of a convolution weight per slice of its first axis."""
     weight = _need(op.input(1))
-    out = _need(op.output(0))
     if not weight.shape or weight.shape[0] == 0:
         raise _Unknown
-    per_input = weight.numel // weight.shape[0]
-    return 2 * x.numel * per_input + (out.numel if op.has_input(2) else 0)
+    return weight.numel // weight.shape[0]
+
+
+def _bias(op: _Op) -> int:
+    """One add per output element when the third input, a bias, is given."""
+    return _need(op.output(0)).numel if op.has_input(2) else 0
 
 
 def _pool(op: _Op) -> int:
