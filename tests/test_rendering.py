@@ -193,6 +193,9 @@ def test_validation_adds_columns_and_a_ratio_chart(report: dict[str, Any]) -> No
     page = render_html(report)
     parse(page)
     assert "<h2>Estimate vs measured</h2>" in page
+    assert "estimate 15.0 us, measured 14.0 us" in page
+    chain["validation"] = {"sequential": {"estimate_s": 14.5e-6, "measured_s": 14e-6, "ratio": 15 / 14}}
+    assert "estimate 14.5 us, measured 14.0 us" in render_html(report), "the estimate paired with the model"
     assert '<th class="num">Measured</th><th class="num">Ratio</th>' in page
     assert "ratio 1.071" in page
     assert page.count("<circle") == 1, "one model was validated"
