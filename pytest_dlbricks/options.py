@@ -80,6 +80,9 @@ _OPTIONS = (
     ),
     _Option("--dlbricks-json", "PATH", "Write per-model estimates and per-brick times as JSON.", "no file", Path),
     _Option(
+        "--dlbricks-html", "PATH", "Write the report as one self-contained HTML page with charts.", "no file", Path
+    ),
+    _Option(
         "--dlbricks-threads",
         "N",
         "onnxruntime intra-op threads; 0 is onnxruntime's own choice.",
@@ -174,6 +177,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
         granularity=granularity,
         dims=dict(dims),
         json_path=_resolved(config, config.getoption("dlbricks_json")),
+        html_path=_resolved(config, config.getoption("dlbricks_html")),
         intra_op_threads=_flag_or_ini(config, "dlbricks_threads", parse_threads) or 0,
         optimization=_flag_or_ini(config, "dlbricks_optimization", _parse_optimization) or "all",
         statistic=_flag_or_ini(config, "dlbricks_statistic", _parse_statistic) or "median",

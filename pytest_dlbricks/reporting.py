@@ -168,13 +168,17 @@ def _accuracy(
 
 def write_json(path: Path, data: object) -> None:
     """Write ``data`` as JSON so that readers never see a half-written file (temporary file, then rename)."""
+    write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` so that readers never see a half-written file (temporary file, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; a report is not
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(data, stream, indent=2)
-            stream.write("\n")
+            stream.write(text)
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)

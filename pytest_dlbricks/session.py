@@ -11,14 +11,17 @@ from typing import Any
 
 import pytest
 
+from .analysis import BrickWork, RunMeasurements, annotate, plan_work
 from .bricks import BrickSpec, UnbuildableBrick, describe_brick
 from .collector import ModelFile
 from .composition import CallOverhead
 from .cutting import ModelPlan, plan_model
 from .errors import ModelError
+from .html import render_html
 from .loading import load_model
-from .reporting import BrickResult, FailedModel, build_report, render_table, write_json
+from .reporting import BrickResult, FailedModel, build_report, render_table, write_json, write_text
 from .settings import Settings
+from .terminal import render_analysis
 from .validation import BrickRounds, Validation, has_parallel_branches, rounds_for
 
 #: pytest-benchmark statistics kept per brick.
@@ -48,8 +51,13 @@ class DLBricksSession:
         #: Cost of one inference call on this machine, measured before the first timing.
         self.overhead: CallOverhead | None = None
         self.started = time.perf_counter()
+        #: FLOPs and bytes of each distinct brick's layers, by signature.
+        self.work: dict[str, BrickWork] = {}
+        #: Model files by report path, for measuring their load time.
+        self.model_files: dict[str, Path] = {}
         self.report: dict[str, object] | None = None
-        self.write_error: str | None = None
+        self.write_errors: list[str] = []
+        self.written: list[Path] = []
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
         if any(fnmatch.fnmatch(file_path.name, pattern) for pattern in self.settings.globs):
@@ -71,11 +79,13 @@ class DLBricksSession:
             except UnbuildableBrick:
                 plan.whole = None  # its e2e item says why it cannot run
         self.plans.append(plan)
+        self.model_files[display_path] = path
         new_bricks = []
         for brick in plan.bricks:
             if isinstance(brick, BrickSpec) and brick.signature not in self.bricks:
                 self.bricks[brick.signature] = brick
                 new_bricks.append(brick)
+        self.work.update(plan_work(graph, plan, {brick.signature for brick in new_bricks}))
         return plan, new_bricks
 
     def models_using(self, signature: str) -> dict[str, int]:
@@ -169,10 +179,11 @@ class DLBricksSession:
                 self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings)
             )
 
-    def pytest_sessionfinish(self) -> None:
+    def pytest_sessionfinish(self, exitstatus: int) -> None:
         if not self.plans and not self.failed:
             return
-        self.report = build_report(
+        measured = self._measure_run() if exitstatus != pytest.ExitCode.INTERRUPTED else None
+        report = build_report(
             self.settings,
             self.plans,
             self.failed,
@@ -182,11 +193,28 @@ class DLBricksSession:
             validations=self.validations,
             wall_time_s=time.perf_counter() - self.started,
         )
+        self.report = annotate(report, self.work, measured)
         if self.settings.json_path is not None:
-            try:
-                write_json(self.settings.json_path, self.report)
-            except OSError as error:
-                self.write_error = f"cannot write {self.settings.json_path}: {error.strerror or error}"
+            self._write(self.settings.json_path, write_json, self.report)
+        if self.settings.html_path is not None:
+            self._write(self.settings.html_path, write_text, render_html(self.report))
+
+    def _measure_run(self) -> RunMeasurements | None:
+        """The machine's peak and the load time of every model with a measured brick; None if none was."""
+        if not self.results:
+            return None
+        from .probes import measure_run
+
+        measured = [plan.path for plan in self.plans if any(s in self.results for s in plan.signatures)]
+        return measure_run(self.settings, {path: self.model_files[path] for path in measured})
+
+    def _write(self, path: Path, write: Callable[[Path, Any], None], content: object) -> None:
+        try:
+            write(path, content)
+        except OSError as error:
+            self.write_errors.append(f"cannot write {path}: {error.strerror or error}")
+        else:
+            self.written.append(path)
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -197,7 +225,11 @@ class DLBricksSession:
             "-", f"dlbricks: granularity {settings.granularity}, {settings.statistic} brick times"
         )
         terminalreporter.write_line(render_table(self.report))
-        if self.write_error is not None:
-            terminalreporter.write_line(f"dlbricks: {self.write_error}", red=True)
-        elif settings.json_path is not None:
-            terminalreporter.write_line(f"dlbricks: report written to {settings.json_path}")
+        if terminalreporter.verbosity >= 0:
+            analysis = render_analysis(self.report, verbose=terminalreporter.verbosity > 0)
+            if analysis:
+                terminalreporter.write_line(analysis)
+        for error in self.write_errors:
+            terminalreporter.write_line(f"dlbricks: {error}", red=True)
+        for path in self.written:
+            terminalreporter.write_line(f"dlbricks: report written to {path}")

@@ -28,6 +28,7 @@ class Settings:
     granularity: int
     dims: Mapping[str, int] = field(default_factory=dict)
     json_path: Path | None = None
+    html_path: Path | None = None
     #: Threads onnxruntime uses inside an operator; 0 leaves onnxruntime's default.
     intra_op_threads: int = 0
     optimization: str = "all"

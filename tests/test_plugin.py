@@ -36,6 +36,8 @@ def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
             "*Ini: dlbricks_dims. Default: none given.",
             "  --dlbricks-json=PATH  Write per-model estimates and per-brick times as JSON.",
             "*Default: no file.",
+            "  --dlbricks-html=PATH  Write the report as one self-contained HTML page with",
+            "*charts. Default: no file.",
             "  --dlbricks-threads=N  onnxruntime intra-op threads; 0 is onnxruntime's own",
             "*choice. Ini: dlbricks_threads. Default: 0.",
             "  --dlbricks-optimization=LEVEL",
@@ -373,3 +375,95 @@ def test_bricks_are_timed_to_the_requested_precision(pytester: pytest.Pytester, 
     assert {o["precision"] for o in brick_options("--dlbricks-precision=5%")} == {0.05}
     assert {o["precision"] for o in brick_options("--dlbricks-precision=off")} == {None}
     assert {o["precision"] for o in brick_options("--benchmark-precision=0.1")} == {0.1}, "the user's own wins"
+
+
+# -- analysis: FLOPs, peak, load times, HTML -----------------------------------------------------
+
+
+def test_report_gains_flops_peak_and_load_times(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    run(pytester, "--dlbricks-granularity=2", "--dlbricks-json=r.json", "models/mlp.onnx", "models/tiny_rnn.onnx")
+    report = read_report(pytester.path / "r.json")
+    assert report["peak"]["flops_per_s"] > 0 and report["peak"]["bytes_per_s"] > 0
+    assert report["machine"]["cores"] >= 1
+    mlp, rnn = report["models"]
+    for model in (mlp, rnn):
+        assert model["load_s"] > 0
+        assert model["flops"] > 0 and model["flops_per_s"] > 0 and model["peak_fraction"] > 0
+        assert sum(model["op_time_s"].values()) + model["call_s"] == pytest.approx(model["sequential_s"])
+        assert model["top_bricks"][0]["time_s"] >= model["top_bricks"][-1]["time_s"]
+    assert "Softmax" in mlp["op_time_s"] and any("Gemm" in op for op in mlp["op_time_s"])
+    assert mlp["unknown_flops_time_s"] == 0, "onnxruntime's fused operators are counted too"
+    assert rnn["unknown_flops_time_s"] > 0, "the Loop's FLOPs are unknown"
+    loop = next(brick for brick in report["bricks"] if "Loop" in brick["ops"])
+    assert loop["flops"] is None and loop["unknown_flops_ops"] == ["Loop"]
+    gemm = next(brick for brick in report["bricks"] if "Softmax" in brick["ops"])
+    assert gemm["flops"] > 0 and gemm["bytes"] > 0 and gemm["flops_per_s"] > 0
+
+
+def test_verbose_shows_where_the_time_goes(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    result = run(pytester, "--dlbricks-granularity=1", "-v", "models/mlp.onnx", "models/tiny_resnet.onnx")
+    result.stdout.fnmatch_lines(
+        [
+            "2 models, * measured",
+            "dlbricks: peak * GFLOP/s (GEMM), * GB/s; models reach * of the peak",
+            "Model * Load * Sequential * FLOPs * GFLOP/s * Of peak * Unknown FLOPs",
+            "models/mlp.onnx * ms * us * kFLOP * -",
+            "models/tiny_resnet.onnx * ms * MFLOP * -",
+            "Time by operator type:",
+            "  models/mlp.onnx * *Gemm *%, *",
+            "  models/tiny_resnet.onnx * Conv *%, *",
+            "Top bricks by time in the model:",
+            "  models/mlp.onnx * *Gemm-* x3 *%, *",
+        ]
+    )
+
+
+def test_default_output_stays_compact(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    result = run(pytester, "--dlbricks-granularity=2", "models/mlp.onnx")
+    result.stdout.fnmatch_lines(
+        ["1 models, * measured", "dlbricks: peak * GFLOP/s (GEMM), * (-v: load times, operator types)"]
+    )
+    assert "Time by operator type" not in result.stdout.str()
+    quiet = run(pytester, "--dlbricks-granularity=2", "-q", "models/mlp.onnx")
+    assert "dlbricks: peak" not in quiet.stdout.str()
+    quiet.stdout.fnmatch_lines(["models/mlp.onnx * yes"])
+
+
+def test_nothing_measured_means_no_peak_and_no_load_time(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    result = run(pytester, "--dlbricks-granularity=2", "--benchmark-disable", "--dlbricks-json=r.json", "-v", "models")
+    assert "dlbricks: peak" not in result.stdout.str()
+    report = read_report(pytester.path / "r.json")
+    assert report["peak"] is None
+    assert all(model["load_s"] is None and model["flops"] > 0 for model in report["models"])
+
+
+def test_html_report_is_one_self_contained_file(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-html=out/report.html", "models")
+    result.assert_outcomes(passed=result.parseoutcomes()["passed"])
+    result.stdout.fnmatch_lines(["dlbricks: report written to *out/report.html"])
+    page = (pytester.path / "out" / "report.html").read_text(encoding="utf-8")
+    assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
+    for name in ("mlp", "tiny_inception", "tiny_resnet", "tiny_rnn", "transformer_block"):
+        assert f"{name}.onnx" in page
+    assert page.count("<svg") == 1, "the stacked bars; no validation ran"
+    assert "Estimate vs measured" not in page
+    for forbidden in ("<script", "<link", "http://", "https://", "url("):
+        assert forbidden not in page
+    assert sorted(p.name for p in (pytester.path / "out").iterdir()) == ["report.html"]
+
+
+def test_an_unwritable_html_path_is_reported_and_the_json_still_written(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    (pytester.path / "blocker").write_text("a file where a folder should be")
+    result = run(
+        pytester,
+        "--dlbricks-granularity=3",
+        "--dlbricks-html=blocker/report.html",
+        "--dlbricks-json=r.json",
+        "models/mlp.onnx",
+    )
+    result.stdout.fnmatch_lines(
+        ["dlbricks: cannot write *blocker/report.html: *", "dlbricks: report written to *r.json"]
+    )
+    assert read_report(pytester.path / "r.json")["models"][0]["complete"] is True

@@ -1,0 +1,447 @@
+"""The HTML report: one self-contained page rendered as a string from the report's data.
+
+No server, no network, no script, no external font: styles are inline and charts are inline SVG
+drawn here, so the file opens from disk anywhere and can be attached to a CI run as it is.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from html import escape
+from typing import Any
+
+from . import __version__
+from .reporting import format_seconds
+from .terminal import format_flops, format_rate, format_share
+
+#: Colours of the operator types, heaviest first; the rest share OTHER_COLOUR.
+PALETTE = (
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
+    "#b07aa1", "#ff9da7", "#9c755f", "#a0cbe8", "#8cd17d", "#d37295",
+)  # fmt: skip
+OTHER_COLOUR = "#bab0ac"
+#: Colour and label of a model's own inference call, counted once in its estimate.
+CALL_COLOUR = "#d4dae1"
+CALL = "inference call"
+#: Bricks in the run-wide table, heaviest first.
+TOP_BRICKS = 15
+#: Longest model path drawn in a chart before it is shortened from the left.
+LABEL_CHARS = 42
+
+_STYLE = """
+:root { color-scheme: light; --ink: #1f2328; --muted: #59636e; --line: #d1d9e0; --band: #f6f8fa; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial,
+       sans-serif; color: var(--ink); background: #fff; }
+main { max-width: 1480px; margin: 0 auto; padding: 24px 28px 40px; }
+h1 { font-size: 24px; margin: 0 0 4px; }
+h2 { font-size: 18px; margin: 32px 0 10px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
+h3 { font-size: 15px; margin: 16px 0 6px; }
+p { margin: 6px 0; }
+.muted { color: var(--muted); }
+.cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 16px 0 4px; }
+.card { border: 1px solid var(--line); border-radius: 6px; padding: 10px 14px; min-width: 170px; }
+.card .value { font-size: 20px; font-weight: 600; font-variant-numeric: tabular-nums; }
+.card .label { color: var(--muted); font-size: 12px; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; font-variant-numeric: tabular-nums; }
+th, td { padding: 4px 6px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
+th { background: var(--band); font-weight: 600; vertical-align: bottom; }
+.wide { overflow-x: auto; }
+td.num, th.num { text-align: right; }
+td.num { white-space: nowrap; }
+td code.path { overflow-wrap: anywhere; }
+tbody tr:nth-child(even) td { background: #fbfcfd; }
+code { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+.bar { position: relative; min-width: 160px; }
+.bar span.fill { position: absolute; left: 0; top: 5px; bottom: 5px; background: #c8d9ea; border-radius: 2px; }
+.bar span.text { position: relative; padding-left: 4px; }
+.legend { display: flex; flex-wrap: wrap; gap: 6px 16px; margin: 8px 0 0; font-size: 13px; }
+.legend i { display: inline-block; width: 12px; height: 12px; border-radius: 2px; margin-right: 5px;
+            vertical-align: -1px; }
+svg { display: block; width: 100%; height: auto; font: 12px system-ui, -apple-system, "Segoe UI", Roboto,
+      Arial, sans-serif; }
+svg text { fill: var(--ink); }
+svg text.inside { font-size: 11px; }
+svg text.muted { fill: var(--muted); }
+details { border: 1px solid var(--line); border-radius: 6px; padding: 6px 12px; margin: 8px 0; }
+details[open] { padding-bottom: 12px; }
+summary { cursor: pointer; font-weight: 600; }
+summary .muted { font-weight: 400; }
+dl { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; margin: 0; }
+dt { color: var(--muted); }
+dd { margin: 0; }
+.columns { display: grid; grid-template-columns: 1fr 1fr; gap: 24px; }
+.warn { color: #9a6700; }
+.bad { color: #cf222e; }
+"""
+
+
+def render_html(report: Mapping[str, Any]) -> str:
+    """The whole page for ``report`` (see :func:`pytest_dlbricks.analysis.annotate`)."""
+    models = list(report["models"])
+    colours = _colours(models)
+    validated = [m for m in models if m.get("measured_s") is not None]
+    sections = [
+        _header(report),
+        _section("Models", _models_table(models, validated=bool(validated))),
+        _section("Where the time goes", _op_chart(models, colours), anchor="op-types"),
+    ]
+    if validated:
+        sections.append(_section("Estimate vs measured", _ratio_chart(validated), anchor="validation"))
+    sections += [
+        _section("Top bricks", _bricks_table(report), anchor="bricks"),
+        _section("Per model", "".join(_model_details(m) for m in models if "error" not in m), anchor="per-model"),
+        _section("Settings and machine", _settings(report), anchor="settings"),
+        _notes(),
+    ]
+    return (
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>pytest-dlbricks report: {len(models)} models</title>\n<style>{_STYLE}</style>\n</head>\n"
+        f"<body>\n<main>\n{''.join(sections)}</main>\n</body>\n</html>\n"
+    )
+
+
+# -- page parts ----------------------------------------------------------------------------------
+
+
+def _header(report: Mapping[str, Any]) -> str:
+    summary = report["summary"]
+    settings = report.get("settings", {})
+    ratio = summary.get("distinct_ratio")
+    lead = (
+        f"{summary['models']} models, {summary['layers']} layers cut into {summary['bricks']} bricks of at most"
+        f" {report['granularity']} layers; {summary['distinct_bricks']} distinct"
+        + (f" ({format_share(ratio)})" if ratio is not None else "")
+        + f", {summary['measured_bricks']} measured. Estimates add {settings.get('statistic', 'median')} brick times."
+    )
+    peak = report.get("peak") or {}
+    unknown = summary.get("unknown_flops_share")
+    cards = [
+        (format_rate(peak.get("flops_per_s")), "GFLOP/s GEMM peak (this run)"),
+        ("-" if not peak else f"{peak['bytes_per_s'] / 1e9:.1f}", "GB/s bandwidth (this run)"),
+        (format_share(unknown), "of estimated time in bricks with unknown FLOPs"),
+        (str(summary.get("failed_models", 0)), "models that failed to load"),
+    ]
+    card_html = "".join(
+        f'<div class="card"><div class="value">{escape(value)}</div><div class="label">{escape(label)}</div></div>'
+        for value, label in cards
+    )
+    return f"<h1>pytest-dlbricks report</h1>\n<p>{escape(lead)}</p>\n<div class=cards>{card_html}</div>\n"
+
+
+def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool) -> str:
+    columns = ["Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path"]
+    if validated:
+        columns += ["Measured", "Ratio"]
+    columns += ["Load", "FLOPs", "GFLOP/s", "Of peak", "Unknown FLOPs", "Complete"]
+    rows = []
+    for model in models:
+        if "error" in model:
+            rows.append([_path(model["path"]), f'<span class="bad">{escape(model["error"])}</span>'])
+            continue
+        cells = [
+            _path(model["path"]),
+            str(model["layers"]),
+            str(model["bricks"]),
+            str(model["unique_bricks"]),
+            format_seconds(model["sequential_s"]),
+            format_seconds(model["critical_path_s"]),
+        ]
+        if validated:
+            ratio = model.get("ratio")
+            cells += [format_seconds(model.get("measured_s")), "-" if ratio is None else f"{ratio:.3f}"]
+        unknown = model.get("unknown_flops_time_s")
+        cells += [
+            _load(model),
+            format_flops(model.get("flops")),
+            format_rate(model.get("flops_per_s")),
+            format_share(model.get("peak_fraction")),
+            "-" if not unknown else f"{format_seconds(unknown)} ({format_share(unknown / model['sequential_s'])})",
+            "yes"
+            if model["complete"]
+            else f'<span class="warn">no ({model["measured_bricks"]}/{model["bricks"]})</span>',
+        ]
+        rows.append(cells)
+    numeric = set(range(1, len(columns) - 1))
+    return _table(columns, rows, numeric=numeric)
+
+
+def _load(model: Mapping[str, Any]) -> str:
+    if "load_error" in model:
+        return f'<span class="bad" title="{escape(model["load_error"])}">failed</span>'
+    return escape(format_seconds(model.get("load_s")))
+
+
+def _op_chart(models: Sequence[Mapping[str, Any]], colours: Mapping[str, str]) -> str:
+    """A bar per model, 100% wide, in segments by operator type; the model's estimate at its end."""
+    rows = [m for m in models if "error" not in m]
+    if not rows:
+        return "<p class=muted>No model was cut into bricks.</p>"
+    left, right, width, row_height = 300, 90, 1180, 30
+    bar_width = width - left - right
+    parts = []
+    for index, model in enumerate(rows):
+        y = 8 + index * row_height
+        parts.append(_svg_label(model["path"], left - 10, y + 15))
+        op_time = _op_times(model)
+        total = sum(op_time.values()) if op_time else 0.0
+        if not op_time or total <= 0:
+            parts.append(f'<text class="muted" x="{left}" y="{y + 15}">incomplete: not every brick was measured</text>')
+            continue
+        x = float(left)
+        for op, seconds in _grouped(op_time, colours):
+            span = bar_width * seconds / total
+            tip = f"{op}: {format_seconds(seconds)} ({format_share(seconds / total)})"
+            colour = CALL_COLOUR if op == CALL else colours.get(op, OTHER_COLOUR)
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y + 3}" width="{max(span, 0.5):.1f}" height="20" fill="{colour}">'
+                f"<title>{escape(model['path'])}: {escape(tip)}</title></rect>"
+            )
+            if span >= 34:
+                ink = "#1f2328" if _is_light(colour) else "#ffffff"
+                share = format_share(seconds / total)
+                parts.append(f'<text class="inside" style="fill:{ink}" x="{x + 4:.1f}" y="{y + 17}">{share}</text>')
+            x += span
+        parts.append(f'<text x="{left + bar_width + 8}" y="{y + 17}">{escape(format_seconds(total))}</text>')
+    height = 16 + len(rows) * row_height
+    svg = f'<svg viewBox="0 0 {width} {height}" role="img" aria-label="time by operator type">{"".join(parts)}</svg>'
+    legend = "".join(f'<span><i style="background:{colour}"></i>{escape(op)}</span>' for op, colour in colours.items())
+    if any(op not in colours for m in rows for op in (m.get("op_time_s") or {})):
+        legend += f'<span><i style="background:{OTHER_COLOUR}"></i>other</span>'
+    if any(m.get("call_s") for m in rows):
+        legend += f'<span><i style="background:{CALL_COLOUR}"></i>{CALL} (once per model)</span>'
+    note = (
+        "<p class=muted>Share of each model's sequential estimate by operator type, and of the model's own"
+        " inference call; the estimate is at the right. Hover a segment for its time.</p>"
+    )
+    return f"{note}{svg}<div class=legend>{legend}</div>"
+
+
+def _grouped(op_time: Mapping[str, float], colours: Mapping[str, str]) -> list[tuple[str, float]]:
+    """Operator types in legend order, those without a colour of their own summed as "other", the call last."""
+    shown = [(op, op_time[op]) for op in colours if op in op_time]
+    other = sum(seconds for op, seconds in op_time.items() if op not in colours and op != CALL)
+    return shown + ([("other", other)] if other > 0 else []) + ([(CALL, op_time[CALL])] if CALL in op_time else [])
+
+
+def _op_times(model: Mapping[str, Any]) -> dict[str, float]:
+    """The model's time by operator type and, when it has one, its own inference call."""
+    times = dict(model.get("op_time_s") or {})
+    if times and model.get("call_s"):
+        times[CALL] = model["call_s"]
+    return times
+
+
+def _ratio_chart(models: Sequence[Mapping[str, Any]]) -> str:
+    """Estimate / measured per model on a common axis, with the +-10% band."""
+    ratios = [float(m["ratio"]) for m in models if m.get("ratio") is not None]
+    low = min([0.8, *ratios]) - 0.05
+    high = max([1.2, *ratios]) + 0.05
+    left, right, width, row_height = 300, 330, 1180, 26
+    span = width - left - right
+
+    def x_of(ratio: float) -> float:
+        return left + span * (ratio - low) / (high - low)
+
+    height = 36 + len(models) * row_height
+    parts = [
+        f'<rect x="{x_of(0.9):.1f}" y="6" width="{x_of(1.1) - x_of(0.9):.1f}" height="{height - 30}" fill="#e6f4ea"/>',
+        f'<line x1="{x_of(1.0):.1f}" x2="{x_of(1.0):.1f}" y1="6" y2="{height - 24}" stroke="#59636e"/>',
+    ]
+    for tick in _ticks(low, high):
+        parts.append(
+            f'<text class="muted" x="{x_of(tick):.1f}" y="{height - 8}" text-anchor="middle">{tick:.1f}</text>'
+        )
+    for index, model in enumerate(models):
+        y = 10 + index * row_height
+        parts.append(_svg_label(model["path"], left - 10, y + 13))
+        ratio = model.get("ratio")
+        # The ratio pairs each timed round of the model with an estimate timed beside it.
+        paired = (model.get("validation") or {}).get("sequential", {}).get("estimate_s", model["sequential_s"])
+        text = f"estimate {format_seconds(paired)}, measured {format_seconds(model['measured_s'])}"
+        if ratio is not None:
+            colour = "#1a7f37" if 0.9 <= ratio <= 1.1 else "#cf222e"
+            parts.append(
+                f'<circle cx="{x_of(float(ratio)):.1f}" cy="{y + 9}" r="6" fill="{colour}">'
+                f"<title>{escape(model['path'])}: ratio {ratio:.3f}</title></circle>"
+            )
+            text += f", ratio {ratio:.3f}"
+        parts.append(f'<text x="{left + span + 12}" y="{y + 13}">{escape(text)}</text>')
+    svg = f'<svg viewBox="0 0 {width} {height}" role="img" aria-label="estimate over measured">{"".join(parts)}</svg>'
+    note = (
+        "<p class=muted>Ratio of the sequential estimate to the measured whole model, each round of the"
+        " model paired with an estimate timed beside it; the band is +-10%.</p>"
+    )
+    return note + svg
+
+
+def _ticks(low: float, high: float) -> list[float]:
+    step = 0.1 if high - low <= 1.5 else 0.5
+    first = round(low / step + 0.4999) * step
+    return [round(first + i * step, 2) for i in range(int((high - first) / step) + 1)]
+
+
+def _bricks_table(report: Mapping[str, Any]) -> str:
+    """The bricks that cost the most time over all models (time per run times uses)."""
+    bricks = [b for b in report["bricks"] if b.get("time_s") is not None]
+    if not bricks:
+        return "<p class=muted>No brick was measured.</p>"
+    # What the brick adds to the models' estimates: its work (time less one call) times its uses.
+    weight = {b["signature"]: (b.get("work_s") or b["time_s"]) * sum(b["models"].values()) for b in bricks}
+    heaviest = sorted(bricks, key=lambda b: -weight[b["signature"]])[:TOP_BRICKS]
+    rows = []
+    for brick in heaviest:
+        users = ", ".join(f"{_short(path)} x{count}" for path, count in brick["models"].items())
+        rows.append(
+            [
+                f"<code>{escape(brick.get('label') or brick['signature'][:8])}</code>",
+                escape(users),
+                escape(format_seconds(brick["time_s"])),
+                escape(format_seconds(weight[brick["signature"]])),
+                escape(format_flops(brick.get("flops")))
+                if brick.get("flops") is not None
+                else f'<span class="warn">unknown ({escape(", ".join(brick.get("unknown_flops_ops", [])))})</span>',
+                escape(format_rate(brick.get("flops_per_s"))),
+                _bar(brick.get("peak_fraction")),
+            ]
+        )
+    columns = ["Brick", "Used by", "Time", "Time in models", "FLOPs", "GFLOP/s", "Of peak"]
+    note = f"<p class=muted>The {len(heaviest)} bricks that cost the most over all models, heaviest first.</p>"
+    return note + _table(columns, rows, numeric={2, 3, 4, 5})
+
+
+def _model_details(model: Mapping[str, Any]) -> str:
+    title = f"{escape(model['path'])} <span class=muted>{escape(format_seconds(model['sequential_s']))}"
+    title += f", load {escape(format_seconds(model.get('load_s')))}</span>"
+    op_time = _op_times(model)
+    if not op_time:
+        return (
+            f"<details><summary>{title}</summary><p class=muted>Incomplete: not every brick was measured.</p></details>"
+        )
+    total = sum(op_time.values())
+    op_rows = [[escape(op), escape(format_seconds(s)), _bar(s / total if total else None)] for op, s in op_time.items()]
+    brick_rows = [
+        [
+            f"<code>{escape(brick['label'] or brick['signature'][:8])}</code>",
+            str(brick["count"]),
+            escape(format_seconds(brick["time_s"])),
+            _bar(brick["share"]),
+        ]
+        for brick in model["top_bricks"]
+    ]
+    ops = _table(["Operator type", "Time", "Share"], op_rows, numeric={1})
+    top = _table(["Brick", "Uses", "Time", "Share"], brick_rows, numeric={1, 2})
+    return (
+        f"<details><summary>{title}</summary><div class=columns>"
+        f"<div><h3>Time by operator type</h3>{ops}</div><div><h3>Top bricks</h3>{top}</div></div></details>"
+    )
+
+
+def _settings(report: Mapping[str, Any]) -> str:
+    settings = dict(report.get("settings", {}))
+    machine = dict(report.get("machine") or {})
+    peak = report.get("peak")
+    if peak:
+        machine["GEMM peak"] = f"{format_rate(peak['flops_per_s'])} GFLOP/s ({peak.get('gemm', '')})"
+        machine["bandwidth"] = f"{peak['bytes_per_s'] / 1e9:.1f} GB/s ({peak.get('bandwidth', '')})"
+    else:
+        machine["peak"] = "not measured: no brick was timed"
+    return (
+        f"<div class=columns><div><h3>Settings</h3>{_definitions(settings)}</div>"
+        f"<div><h3>Machine</h3>{_definitions(machine)}</div></div>"
+    )
+
+
+def _notes() -> str:
+    return (
+        "<h2>How to read it</h2><p class=muted>FLOPs are counted from each layer's operator and shapes"
+        " (a multiply-add is 2); layers moving data count 0, and operators the counter does not know"
+        " (control flow, other custom operators) are unknown, so a model's GFLOP/s leaves out its bricks of"
+        " unknown FLOPs. A model's time counts each brick's time less one inference call, and the model's"
+        " own call once. A brick of several layers shares its time among them by a roofline estimate from"
+        " the measured peak and bandwidth. A brick can pass 100% of the peak where its layer runs better"
+        " than the probe's 512x512 GEMM. Load is onnxruntime's session creation time for the model file,"
+        f" measured once in this run.</p><p class=muted>pytest-dlbricks {escape(__version__)}</p>\n"
+    )
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _colours(models: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """A colour for each of the heaviest operator types over all models."""
+    totals: Counter[str] = Counter()
+    for model in models:
+        for op, seconds in (model.get("op_time_s") or {}).items():
+            totals[op] += seconds
+    return {op: PALETTE[index] for index, (op, _) in enumerate(totals.most_common(len(PALETTE)))}
+
+
+def _section(title: str, body: str, anchor: str | None = None) -> str:
+    attribute = f' id="{anchor}"' if anchor else ""
+    return f"<section{attribute}><h2>{escape(title)}</h2>\n{body}\n</section>\n"
+
+
+def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: set[int]) -> str:
+    """A table of cells that are HTML already, with the ``numeric`` columns right-aligned.
+
+    The last cell of a row shorter than the header spans the remaining columns.
+    """
+
+    def cls(index: int) -> str:
+        return ' class="num"' if index in numeric else ""
+
+    def cells(row: Sequence[str]) -> str:
+        html = [f"<td{cls(i)}>{cell}</td>" for i, cell in enumerate(row[:-1])]
+        span = len(columns) - len(row) + 1
+        html.append(f'<td colspan="{span}">{row[-1]}</td>' if span > 1 else f"<td{cls(len(row) - 1)}>{row[-1]}</td>")
+        return "".join(html)
+
+    head = "".join(f"<th{cls(i)}>{escape(column)}</th>" for i, column in enumerate(columns))
+    body = "".join(f"<tr>{cells(row)}</tr>" for row in rows)
+    return f"<div class=wide><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+
+
+def _definitions(values: Mapping[str, Any]) -> str:
+    items = "".join(f"<dt>{escape(str(key))}</dt><dd>{escape(_value(value))}</dd>" for key, value in values.items())
+    return f"<dl>{items}</dl>"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ", ".join(f"{key}={item}" for key, item in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value))
+    return str(value)
+
+
+def _bar(fraction: float | None) -> str:
+    """A share as text over a bar of that width (capped at 100%)."""
+    if fraction is None:
+        return "-"
+    width = max(0.0, min(fraction, 1.0)) * 100
+    return (
+        f'<div class="bar"><span class="fill" style="width:{width:.1f}%"></span>'
+        f'<span class="text">{escape(format_share(fraction))}</span></div>'
+    )
+
+
+def _is_light(colour: str) -> bool:
+    """Whether dark text reads better than white on ``colour`` (``#rrggbb``), by relative luminance."""
+    red, green, blue = (int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5))
+    return 0.2126 * red + 0.7152 * green + 0.0722 * blue > 0.6
+
+
+def _path(path: str) -> str:
+    """A model path that may wrap after its slashes."""
+    return f"<code class=path>{escape(path).replace('/', '/<wbr>')}</code>"
+
+
+def _short(path: str, limit: int = LABEL_CHARS) -> str:
+    return path if len(path) <= limit else "..." + path[-(limit - 3) :]
+
+
+def _svg_label(path: str, x: int, y: int) -> str:
+    return f'<text x="{x}" y="{y}" text-anchor="end"><title>{escape(path)}</title>{escape(_short(path))}</text>'

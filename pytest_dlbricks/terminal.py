@@ -1,0 +1,135 @@
+"""Terminal text beyond the per-model table: the machine's peak in one line, and at ``-v`` where the time goes.
+
+Pure functions of the report (see :func:`pytest_dlbricks.analysis.annotate`) that return text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .reporting import format_seconds
+
+#: Operator types listed per model at ``-v``; the rest are summed as "other".
+SHOWN_OP_TYPES = 5
+#: How a model's own inference call, counted once, shows among its operator types.
+CALL_LABEL = "(call)"
+#: Bricks listed per model at ``-v``.
+SHOWN_BRICKS = 3
+
+
+def render_analysis(report: Mapping[str, Any], *, verbose: bool) -> str:
+    """The peak line, and with ``verbose`` the per-model load, throughput, operator types and top bricks."""
+    lines = [] if report.get("peak") is None else [_peak_line(report, verbose=verbose)]
+    models = [model for model in report["models"] if "error" not in model]
+    if verbose and models:
+        lines += ["", *_model_rows(models, report.get("peak") is not None)]
+        broken_down = [model for model in models if model.get("op_time_s")]
+        if broken_down:
+            lines += ["", "Time by operator type:"]
+            lines += _labelled(broken_down, _op_shares)
+            lines += ["", "Top bricks by time in the model:"]
+            lines += _labelled(broken_down, _top_bricks)
+    return "\n".join(lines)
+
+
+def format_flops(flops: float | None) -> str:
+    """A FLOP count to three significant digits with an SI prefix: ``812 FLOP``, ``1.35 MFLOP``, ``40.9 GFLOP``."""
+    if flops is None:
+        return "-"
+    rounded = float(f"{flops:.3g}")
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if rounded >= scale:
+            value = round(rounded / scale, 6)
+            return f"{value:.{max(0, 2 - int(math.log10(value)))}f} {prefix}FLOP"
+    return f"{flops:.0f} FLOP"
+
+
+def format_rate(flops_per_s: float | None) -> str:
+    """FLOP/s in GFLOP/s: one decimal from 10 on, three significant digits below."""
+    if flops_per_s is None:
+        return "-"
+    giga = flops_per_s / 1e9
+    return f"{giga:.1f}" if giga >= 10 else f"{giga:.3g}"
+
+
+def format_share(fraction: float | None) -> str:
+    """A fraction as a percentage: none above 10%, one decimal from 1%, two significant digits below."""
+    if fraction is None:
+        return "-"
+    percent = fraction * 100
+    if round(percent, 1) >= 10:
+        return f"{percent:.0f}%"
+    return f"{percent:.1f}%" if percent >= 1 else f"{percent:.2g}%"
+
+
+def _peak_line(report: Mapping[str, Any], *, verbose: bool) -> str:
+    peak = report["peak"]
+    parts = [f"dlbricks: peak {format_rate(peak['flops_per_s'])} GFLOP/s (GEMM), {peak['bytes_per_s'] / 1e9:.1f} GB/s"]
+    fractions = [m["peak_fraction"] for m in report["models"] if m.get("peak_fraction") is not None]
+    if fractions:
+        low, high = format_share(min(fractions)), format_share(max(fractions))
+        parts.append(f"models reach {low} of the peak" if low == high else f"models reach {low} to {high} of the peak")
+    unknown = report["summary"].get("unknown_flops_share")
+    if unknown:
+        parts.append(f"{format_share(unknown)} of the time is in bricks with unknown FLOPs")
+    line = "; ".join(parts)
+    return line if verbose else f"{line} (-v: load times, operator types)"
+
+
+def _model_rows(models: Sequence[Mapping[str, Any]], with_peak: bool) -> list[str]:
+    header = ("Model", "Load", "Sequential", "FLOPs", "GFLOP/s", "Of peak", "Unknown FLOPs")
+    rows = [header]
+    for model in models:
+        unknown = model.get("unknown_flops_time_s")
+        rows.append(
+            (
+                str(model["path"]),
+                format_seconds(model.get("load_s")),
+                format_seconds(model.get("sequential_s")),
+                format_flops(model.get("flops")),
+                format_rate(model.get("flops_per_s")),
+                format_share(model.get("peak_fraction")) if with_peak else "-",
+                "-" if not unknown else f"{format_seconds(unknown)} ({format_share(unknown / model['sequential_s'])})",
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if column in (0, 6) else cell.rjust(w) for column, (cell, w) in enumerate(zip(row, widths))
+        )
+        for row in rows
+    ]
+    return [lines[0].rstrip(), "-" * len(lines[0].rstrip()), *(line.rstrip() for line in lines[1:])]
+
+
+def _op_shares(model: Mapping[str, Any]) -> str:
+    """The model's time by operator type, heaviest first, with its own inference call as ``(call)``."""
+    times = dict(model["op_time_s"])
+    if model.get("call_s"):
+        times[CALL_LABEL] = model["call_s"]
+    total = sum(times.values())
+    if total <= 0:
+        return "-"
+    ordered = sorted(times.items(), key=lambda item: -item[1])
+    shown = [f"{op} {format_share(seconds / total)}" for op, seconds in ordered[:SHOWN_OP_TYPES]]
+    rest = ordered[SHOWN_OP_TYPES:]
+    if rest:
+        shown.append(f"{len(rest)} other {format_share(sum(seconds for _, seconds in rest) / total)}")
+    return ", ".join(shown)
+
+
+def _top_bricks(model: Mapping[str, Any]) -> str:
+    return ", ".join(_brick_use(brick) for brick in model["top_bricks"][:SHOWN_BRICKS])
+
+
+def _brick_use(brick: Mapping[str, Any]) -> str:
+    """``Conv+Relu-3f2a91c0 x4 31%``: the brick, how often the model uses it, its share of the model's time."""
+    count = f" x{brick['count']}" if brick["count"] > 1 else ""
+    return f"{brick['label']}{count} {format_share(brick['share'])}"
+
+
+def _labelled(models: Sequence[Mapping[str, Any]], describe: Callable[[Mapping[str, Any]], str]) -> list[str]:
+    width = max(len(str(model["path"])) for model in models)
+    return [f"  {str(model['path']).ljust(width)}  {describe(model)}" for model in models]

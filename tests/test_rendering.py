@@ -1,0 +1,226 @@
+"""Unit tests of the renderers beyond the main table: the terminal's analysis and the HTML page."""
+
+from __future__ import annotations
+
+import copy
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_analysis import analysed_report
+
+from pytest_dlbricks.html import CALL, CALL_COLOUR, OTHER_COLOUR, PALETTE, render_html
+from pytest_dlbricks.terminal import format_flops, format_rate, format_share, render_analysis
+
+VOID = {"meta", "br", "wbr", "hr", "img", "input", "link"}
+SVG_LEAVES = {"rect", "circle", "line"}
+
+
+@pytest.fixture
+def report(tmp_path: Path) -> dict[str, Any]:
+    """chain.onnx (complete), loop_acc_None.onnx (complete, its Loop of unknown FLOPs), bad.onnx (failed)."""
+    return analysed_report(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("flops", "text"),
+    [(None, "-"), (0, "0 FLOP"), (812, "812 FLOP"), (999.6, "1.00 kFLOP"), (1_354_000, "1.35 MFLOP"),
+     (99_950, "100 kFLOP"), (40.94e9, "40.9 GFLOP"), (2.1e12, "2.10 TFLOP")],
+)  # fmt: skip
+def test_format_flops_keeps_three_digits(flops: float | None, text: str) -> None:
+    assert format_flops(flops) == text
+
+
+def test_format_rate_and_share() -> None:
+    assert [format_rate(r) for r in (None, 3.456e11, 8.352e9, 3.2e7, 0)] == ["-", "345.6", "8.35", "0.032", "0"]
+    assert [format_share(f) for f in (None, 0.0, 0.00032, 0.005, 0.0123, 0.0999, 0.1, 0.456, 1.5)] == [
+        "-", "0%", "0.032%", "0.5%", "1.2%", "10%", "10%", "46%", "150%",
+    ]  # fmt: skip
+
+
+# -- terminal ------------------------------------------------------------------------------------
+
+
+def test_default_analysis_is_one_line(report: dict[str, Any]) -> None:
+    text = render_analysis(report, verbose=False)
+    # chain: 3 x (Conv + Relu) FLOPs over 15 us; loop: 64 FLOPs over the 2 us of known bricks; peak 100 GFLOP/s.
+    assert text == (
+        "dlbricks: peak 100.0 GFLOP/s (GEMM), 10.0 GB/s; models reach 0.032% to 8.4% of the peak;"
+        " 37% of the time is in bricks with unknown FLOPs (-v: load times, operator types)"
+    )
+
+
+def test_no_peak_no_line(report: dict[str, Any]) -> None:
+    assert render_analysis({**report, "peak": None}, verbose=False) == ""
+
+
+def test_verbose_analysis_breaks_each_model_down(report: dict[str, Any]) -> None:
+    lines = render_analysis(report, verbose=True).splitlines()
+    assert lines[0].startswith("dlbricks: peak 100.0 GFLOP/s") and "(-v" not in lines[0]
+    header, rule, chain, loop = lines[2:6]
+    assert header.split() == ["Model", "Load", "Sequential", "FLOPs", "GFLOP/s", "Of", "peak", "Unknown", "FLOPs"]
+    assert set(rule) == {"-"}
+    assert chain.split() == ["chain.onnx", "2.00", "ms", "15.0", "us", "125", "kFLOP", "8.35", "8.4%", "-"]
+    assert loop.split() == [
+        "loop_acc_None.onnx",
+        "-",
+        "12.0",
+        "us",
+        "64",
+        "FLOP",
+        "0.032",
+        "0.032%",
+        "10.0",
+        "us",
+        "(83%)",
+    ]
+    assert "bad.onnx" not in "\n".join(lines), "a failed model has nothing to break down"
+    assert lines[7:10] == [
+        "Time by operator type:",
+        "  chain.onnx          Conv 80%, Relu 20%",
+        "  loop_acc_None.onnx  Loop 83%, Relu 8.3%, Sigmoid 8.3%",
+    ]
+    assert lines[11] == "Top bricks by time in the model:"
+    assert lines[12].startswith("  chain.onnx          Conv-") and " x3 80%, Relu-" in lines[12]
+    assert lines[13].startswith("  loop_acc_None.onnx  Loop-")
+
+
+def test_verbose_lists_at_most_five_op_types_then_the_rest(report: dict[str, Any]) -> None:
+    chain = report["models"][0]
+    chain["op_time_s"] = {f"Op{i}": float(10 - i) for i in range(8)}
+    lines = render_analysis(report, verbose=True).splitlines()
+    line = next(line for line in lines if line.startswith("  chain.onnx") and "Op0" in line)
+    assert line.endswith("Op0 19%, Op1 17%, Op2 15%, Op3 13%, Op4 12%, 3 other 23%")
+
+
+def test_an_incomplete_model_has_a_row_but_no_breakdown(report: dict[str, Any]) -> None:
+    chain = report["models"][0]
+    chain.update(complete=False, sequential_s=None, flops_per_s=None, peak_fraction=None, op_time_s=None)
+    chain.update(top_bricks=None, unknown_flops_time_s=None)
+    text = render_analysis(report, verbose=True)
+    assert "chain.onnx          2.00 ms           -  125 kFLOP        -        -  -" in text.splitlines()
+    assert "chain.onnx" not in text.split("Time by operator type:")[1]
+
+
+# -- HTML ----------------------------------------------------------------------------------------
+
+
+class _Checker(HTMLParser):
+    """Collects tags and checks every element that must be closed is closed in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: list[str] = []
+        self.tags: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        if tag not in VOID:
+            self.open.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.open and self.open[-1] == tag, f"</{tag}> closes <{self.open[-1] if self.open else None}>"
+        self.open.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def parse(page: str) -> _Checker:
+    checker = _Checker()
+    checker.feed(page)
+    checker.close()
+    assert checker.open == [], f"unclosed: {checker.open}"
+    return checker
+
+
+def test_page_is_well_formed_and_self_contained(report: dict[str, Any]) -> None:
+    page = render_html(report)
+    checker = parse(page)
+    assert page.startswith("<!doctype html>")
+    assert {"script", "link", "img", "iframe"}.isdisjoint(checker.tags)
+    for reference in ("http://", "https://", "url(", "@import", "src="):
+        assert reference not in page
+    for section in ("Models", "Where the time goes", "Top bricks", "Per model", "Settings and machine"):
+        assert f"<h2>{section}</h2>" in page
+    assert "Estimate vs measured" not in page
+    text = " ".join(checker.text)
+    assert "chain.onnx" in text and "loop_acc_None.onnx" in text and "bad.onnx" in text
+    assert "unknown (Loop)" in text
+    assert "100.0" in text and "GFLOP/s GEMM peak (this run)" in text
+    assert "test cpu" in text
+
+
+def test_a_failed_model_spans_the_row_with_its_error(report: dict[str, Any]) -> None:
+    page = render_html(report)
+    assert '<td colspan="11"><span class="bad">empty</span></td>' in page
+
+
+def test_every_operator_type_keeps_one_colour(report: dict[str, Any]) -> None:
+    page = render_html(report)
+    # Conv is the heaviest type over all models, then Loop, Relu, Sigmoid.
+    assert f'<i style="background:{PALETTE[0]}"></i>Conv' in page
+    assert f'<i style="background:{PALETTE[1]}"></i>Loop' in page
+    assert page.count(f'fill="{PALETTE[0]}"') == 1, "Conv only in the chain's bar"
+    assert f'fill="{PALETTE[2]}"' in page and page.count(f'fill="{PALETTE[2]}"') == 2, "Relu in both bars"
+    assert OTHER_COLOUR not in page
+
+
+def test_many_operator_types_share_the_other_colour(report: dict[str, Any]) -> None:
+    report["models"][0]["op_time_s"] = {f"Op{i}": 1.0 for i in range(len(PALETTE) + 3)}
+    page = render_html(report)
+    assert f'<i style="background:{OTHER_COLOUR}"></i>other' in page
+
+
+def test_text_from_the_report_is_escaped(report: dict[str, Any]) -> None:
+    report = copy.deepcopy(report)
+    report["models"][2]["error"] = "<b>bad</b> & worse"
+    report["machine"]["cpu"] = '"quoted" <cpu>'
+    page = render_html(report)
+    parse(page)
+    assert "&lt;b&gt;bad&lt;/b&gt; &amp; worse" in page and "<b>bad</b>" not in page
+    assert "&quot;quoted&quot; &lt;cpu&gt;" in page
+
+
+def test_validation_adds_columns_and_a_ratio_chart(report: dict[str, Any]) -> None:
+    chain = report["models"][0]
+    chain.update(measured_s=14e-6, ratio=15 / 14)
+    page = render_html(report)
+    parse(page)
+    assert "<h2>Estimate vs measured</h2>" in page
+    assert "estimate 15.0 us, measured 14.0 us" in page
+    chain["validation"] = {"sequential": {"estimate_s": 14.5e-6, "measured_s": 14e-6, "ratio": 15 / 14}}
+    assert "estimate 14.5 us, measured 14.0 us" in render_html(report), "the estimate paired with the model"
+    assert '<th class="num">Measured</th><th class="num">Ratio</th>' in page
+    assert "ratio 1.071" in page
+    assert page.count("<circle") == 1, "one model was validated"
+
+
+def test_an_incomplete_model_says_so_instead_of_a_bar(report: dict[str, Any]) -> None:
+    chain = report["models"][0]
+    chain.update(complete=False, measured_bricks=1, sequential_s=None, op_time_s=None, top_bricks=None)
+    page = render_html(report)
+    parse(page)
+    assert "incomplete: not every brick was measured" in page
+    assert '<span class="warn">no (1/6)</span>' in page
+
+
+def test_the_models_own_call_shows_beside_its_operator_types(report: dict[str, Any]) -> None:
+    chain = report["models"][0]
+    chain["call_s"] = 5e-6  # Conv 12 us, Relu 3 us, call 5 us
+    lines = render_analysis(report, verbose=True).splitlines()
+    assert "  chain.onnx          Conv 60%, (call) 25%, Relu 15%" in lines
+    page = render_html(report)
+    parse(page)
+    assert f'<i style="background:{CALL_COLOUR}"></i>{CALL} (once per model)' in page
+    assert f'fill="{CALL_COLOUR}"><title>chain.onnx: {CALL}: 5.0 us (25%)</title>' in page
+
+
+def test_labels_inside_bars_contrast_with_their_colour(report: dict[str, Any]) -> None:
+    page = render_html(report)
+    assert '<text class="inside" style="fill:#ffffff"' in page, "white on Conv's dark blue"
