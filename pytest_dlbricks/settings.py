@@ -61,13 +61,7 @@ class Settings:
 
 def parse_granularity(text: str) -> int:
     """A positive number of layers per brick."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"granularity must be a whole number of layers, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"granularity must be at least 1 layer, not {value}")
-    return value
+    return _whole_number(text, "granularity", minimum=1)
 
 
 def parse_dim(text: str) -> tuple[str, int]:
@@ -76,23 +70,21 @@ def parse_dim(text: str) -> tuple[str, int]:
     name = name.strip()
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE such as batch=8, not {text!r}")
-    try:
-        size = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"dimension {name!r} needs a whole number, not {value.strip()!r}") from None
-    if size < 1:
-        raise argparse.ArgumentTypeError(f"dimension {name!r} must be at least 1, not {size}")
-    return name, size
+    return name, _whole_number(value, f"dimension {name!r}", minimum=1)
 
 
 def parse_threads(text: str) -> int:
     """A thread count; 0 means onnxruntime's default."""
+    return _whole_number(text, "thread count", minimum=0)
+
+
+def _whole_number(text: str, what: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"thread count must be a whole number, not {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"thread count cannot be negative, not {value}")
+        raise argparse.ArgumentTypeError(f"{what} must be a whole number, not {text.strip()!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{what} must be at least {minimum}, not {value}")
     return value
 
 

@@ -20,16 +20,7 @@ LIGHT_MODELS = Path(onnx.__file__).resolve().parent / "backend" / "test" / "data
 FLOAT, INT64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
 
 #: Every tiny model that loads, for the checks that hold for all of them.
-LOADABLE: dict[str, Callable[[Path], Path]] = {
-    "chain": tiny_models.chain,
-    "diamond": tiny_models.diamond,
-    "symbolic": tiny_models.symbolic_batch,
-    "old_ir": tiny_models.old_ir_constant_of_shape,
-    "reshape": tiny_models.computed_reshape,
-    "range": tiny_models.scalar_range,
-    "loop": tiny_models.loop_outer_scope,
-    "if": tiny_models.if_outer_scope,
-}
+LOADABLE = tiny_models.BUILDERS
 
 
 def ops(graph: ModelGraph) -> list[str]:

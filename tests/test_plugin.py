@@ -258,8 +258,8 @@ def test_runtime_settings_are_recorded(pytester: pytest.Pytester, sample_models:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--dlbricks-granularity=0"], "*granularity must be at least 1 layer, not 0*"),
-        (["--dlbricks-granularity=two"], "*granularity must be a whole number of layers, not 'two'*"),
+        (["--dlbricks-granularity=0"], "*granularity must be at least 1, not 0*"),
+        (["--dlbricks-granularity=two"], "*granularity must be a whole number, not 'two'*"),
         (["--dlbricks-granularity=1", "--dlbricks-dim=batch"], "*expected NAME=VALUE such as batch=8, not 'batch'*"),
         (["--dlbricks-granularity=1", "--dlbricks-optimization=max"], "*optimization level must be one of*"),
     ],
@@ -274,7 +274,7 @@ def test_bad_ini_value_is_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\ndlbricks_granularity = -3\n")
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*ini option dlbricks_granularity: granularity must be at least 1 layer, not -3*"])
+    result.stderr.fnmatch_lines(["*ini option dlbricks_granularity: granularity must be at least 1, not -3*"])
 
 
 def test_benchmark_extra_info_names_users(pytester: pytest.Pytester, sample_models: list[Path]) -> None:

@@ -30,11 +30,11 @@ def test_granularity_accepts_positive_whole_numbers(text: str, value: int) -> No
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("0", "granularity must be at least 1 layer, not 0"),
-        ("-2", "granularity must be at least 1 layer, not -2"),
-        ("two", "granularity must be a whole number of layers, not 'two'"),
-        ("1.5", "granularity must be a whole number of layers, not '1.5'"),
-        ("", "granularity must be a whole number of layers, not ''"),
+        ("0", "granularity must be at least 1, not 0"),
+        ("-2", "granularity must be at least 1, not -2"),
+        ("two", "granularity must be a whole number, not 'two'"),
+        ("1.5", "granularity must be a whole number, not '1.5'"),
+        ("", "granularity must be a whole number, not ''"),
     ],
 )
 def test_granularity_rejects_with_a_message(text: str, message: str) -> None:
@@ -56,8 +56,8 @@ def test_dim_accepts_name_equals_value(text: str, value: tuple[str, int]) -> Non
         ("batch", "expected NAME=VALUE such as batch=8, not 'batch'"),
         ("=8", "expected NAME=VALUE such as batch=8, not '=8'"),
         ("  =8", "expected NAME=VALUE such as batch=8, not '  =8'"),
-        ("batch=eight", "dimension 'batch' needs a whole number, not 'eight'"),
-        ("batch=", "dimension 'batch' needs a whole number, not ''"),
+        ("batch=eight", "dimension 'batch' must be a whole number, not 'eight'"),
+        ("batch=", "dimension 'batch' must be a whole number, not ''"),
         ("batch=0", "dimension 'batch' must be at least 1, not 0"),
         ("batch=-4", "dimension 'batch' must be at least 1, not -4"),
     ],
@@ -75,7 +75,7 @@ def test_threads_accept_zero_and_more(text: str, value: int) -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("-1", "thread count cannot be negative, not -1"), ("many", "thread count must be a whole number, not 'many'")],
+    [("-1", "thread count must be at least 0, not -1"), ("many", "thread count must be a whole number, not 'many'")],
 )
 def test_threads_reject_with_a_message(text: str, message: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as caught:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -35,16 +34,7 @@ from pytest_dlbricks.synthesis import (
 )
 
 P = onnx.TensorProto
-BUILDERS: dict[str, Callable[[Path], Path]] = {
-    "chain": tiny_models.chain,
-    "diamond": tiny_models.diamond,
-    "symbolic": tiny_models.symbolic_batch,
-    "old_ir": tiny_models.old_ir_constant_of_shape,
-    "reshape": tiny_models.computed_reshape,
-    "range": tiny_models.scalar_range,
-    "loop": tiny_models.loop_outer_scope,
-    "if": tiny_models.if_outer_scope,
-}
+BUILDERS = tiny_models.BUILDERS
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ onnx 1.23's ``helper.make_model`` stamps an IR version that onnxruntime 1.31 rej
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -273,3 +273,16 @@ def single_layer(directory: Path, op: str, shape: Sequence[int], name: str = "si
     """One elementwise layer ``op`` on an input of ``shape``: the smallest model a brick can differ in."""
     node = helper.make_node(op, ["x"], ["y"], **attributes)
     return save(finish([node], [tensor("x", shape)], [tensor("y", shape)]), directory, name)
+
+
+#: Every builder of a model that loads and cuts, by a short name for test ids.
+BUILDERS: dict[str, Callable[[Path], Path]] = {
+    "chain": chain,
+    "diamond": diamond,
+    "symbolic": symbolic_batch,
+    "old_ir": old_ir_constant_of_shape,
+    "reshape": computed_reshape,
+    "range": scalar_range,
+    "loop": loop_outer_scope,
+    "if": if_outer_scope,
+}
