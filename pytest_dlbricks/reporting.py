@@ -137,7 +137,8 @@ def _validation_fields(
         fields["measured_s"] = sequential["measured_s"]
         fields["ratio"] = sequential["ratio"]
         # How far the reported estimate, timed earlier, drifted from the one timed beside the model.
-        fields["estimate_drift"] = sequential_s / sequential["estimate_s"] if sequential_s else None
+        paired = sequential["estimate_s"]
+        fields["estimate_drift"] = sequential_s / paired if sequential_s and paired else None
     if "parallel" in details:
         fields["measured_parallel_s"] = details["parallel"]["measured_s"]
         fields["critical_path_ratio"] = details["parallel"]["ratio"]
@@ -151,19 +152,24 @@ def _accuracy(
     validated = [model for model in models if "validation" in model]
     if not validated:
         return None
-    details: list[Mapping[str, Mapping[str, float]]] = [model["validation"] for model in validated]  # type: ignore[misc]
-    spreads = [summary["spread"] for detail in details for summary in detail.values()]
+    details: list[Mapping[str, Mapping[str, float | None]]] = [model["validation"] for model in validated]  # type: ignore[misc]
+    spreads = [s for detail in details for summary in detail.values() if (s := summary["spread"]) is not None]
     paths = {model["path"] for model in validated}
     distinct = [time_s for signature, time_s in times.items() if paths & set(users[signature])]
     measured = [float(model["measured_s"]) for model in validated if "measured_s" in model]  # type: ignore[arg-type]
     return {
-        "sequential": accuracy([detail["sequential"]["ratio"] for detail in details if "sequential" in detail]),
-        "critical_path": accuracy([detail["parallel"]["ratio"] for detail in details if "parallel" in detail]),
+        "sequential": accuracy(_ratios(details, "sequential")),
+        "critical_path": accuracy(_ratios(details, "parallel")),
         # Typical relative spread (interquartile range) of a model's per-round ratios: the machine's noise.
         "noise": statistics.median(spreads) if spreads else None,
         # The paper's measure of the time saved: end-to-end latencies over distinct brick latencies.
         "speedup": sum(measured) / sum(distinct) if distinct and measured else None,
     }
+
+
+def _ratios(details: Sequence[Mapping[str, Mapping[str, float | None]]], executor: str) -> list[float]:
+    """The models' ratios under ``executor``, leaving out models without an estimate."""
+    return [ratio for detail in details if executor in detail and (ratio := detail[executor]["ratio"]) is not None]
 
 
 def write_json(path: Path, data: object) -> None:

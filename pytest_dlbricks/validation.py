@@ -73,19 +73,21 @@ class Validation:
     model_s: Sequence[float]
     brick_rounds: Sequence[Mapping[str, float]]
 
-    def summarize(self, plan: ModelPlan, overhead: CallOverhead) -> dict[str, float]:
-        """Measured time, estimate and their ratio (medians over rounds), and how much rounds disagree."""
+    def summarize(self, plan: ModelPlan, overhead: CallOverhead) -> dict[str, float | None]:
+        """Measured time, estimate and their ratio (medians over rounds), and how much rounds disagree.
+
+        Without an estimate (a brick of the model cannot run), only the measurement is given.
+        """
         estimate_field = ESTIMATE_OF_EXECUTOR[self.executor]
         # pytest-benchmark's warm-up rounds run the setup too: pair the last rounds with the measurements.
         paired = list(zip(self.brick_rounds[-len(self.model_s) :], self.model_s))
         estimates = [getattr(compose(plan, times, overhead), estimate_field) for times, _ in paired]
-        ratios = [estimate / measured for estimate, (_, measured) in zip(estimates, paired)]
-        ratio = statistics.median(ratios)
+        ratios = [estimate / measured for estimate, (_, measured) in zip(estimates, paired) if estimate is not None]
         return {
             "measured_s": statistics.median(self.model_s),
-            "estimate_s": statistics.median(estimates),
-            "ratio": ratio,
-            "spread": _relative_iqr(ratios),
+            "estimate_s": statistics.median(e for e in estimates if e is not None) if ratios else None,
+            "ratio": statistics.median(ratios) if ratios else None,
+            "spread": _relative_iqr(ratios) if ratios else None,
             "rounds": len(paired),
         }
 

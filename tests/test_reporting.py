@@ -25,6 +25,7 @@ from pytest_dlbricks.reporting import (
     write_json,
 )
 from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.validation import Validation
 
 PROVIDER = "CPUExecutionProvider"
 
@@ -236,3 +237,21 @@ def test_render_table_aligns_its_columns(plans: list[ModelPlan]) -> None:
     # Numbers are right-aligned under their header: the Layers column ends at the same place.
     end = header.index("Layers") + len("Layers")
     assert first[end - 1] == "6" and second[end - 1] == "5"
+
+
+def test_a_validated_model_whose_bricks_did_not_all_run_does_not_break_the_report(plans: list[ModelPlan]) -> None:
+    chain = plans[0]
+    bricks = distinct_bricks(plans)
+    times = {signature: 1e-5 for signature in chain.signatures}
+    validations = {
+        ("chain.onnx", "sequential"): Validation("sequential", [3e-5], [times]),
+        ("diamond.onnx", "sequential"): Validation("sequential", [5e-5], [{}]),
+    }
+    report: Any = build_report(
+        Settings(granularity=2), plans, [], bricks, {s: result(1e-5) for s in times}, validations=validations
+    )
+    by_path = {model["path"]: model for model in report["models"]}
+    assert by_path["chain.onnx"]["ratio"] == pytest.approx(1.0)
+    assert by_path["diamond.onnx"]["ratio"] is None and by_path["diamond.onnx"]["measured_s"] == 5e-5
+    assert report["accuracy"]["sequential"]["models"] == 1
+    assert "accuracy of sequential estimates" in render_table(report)

@@ -91,3 +91,9 @@ def test_parallel_branches(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("seconds", "rounds"), [(0.0, MAX_ROUNDS), (1e-6, MAX_ROUNDS), (0.1, 20), (10.0, MIN_ROUNDS)])
 def test_rounds_fit_the_time_budget(seconds: float, rounds: int) -> None:
     assert rounds_for(seconds) == rounds
+
+
+def test_a_model_without_an_estimate_is_measured_but_gets_no_ratio(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.chain(tmp_path), 2)
+    summary = Validation("sequential", [3.0, 4.0], [{}, {}]).summarize(plan, NO_OVERHEAD)
+    assert summary == {"measured_s": 3.5, "estimate_s": None, "ratio": None, "spread": None, "rounds": 2}
