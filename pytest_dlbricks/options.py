@@ -15,15 +15,20 @@ from .settings import (
     DEFAULT_DIM,
     DEFAULT_GLOBS,
     DEFAULT_PRECISION,
+    DEFAULT_PROVIDERS,
+    DTYPES,
     OPTIMIZATION_LEVELS,
     STATISTICS,
     Settings,
     parse_bool,
     parse_choice,
-    parse_dim,
+    parse_dim_values,
+    parse_dtypes,
     parse_granularity,
     parse_precision,
+    parse_providers,
     parse_threads,
+    resolve_providers,
 )
 
 T = TypeVar("T")
@@ -72,9 +77,10 @@ _OPTIONS = (
         "--dlbricks-dim",
         "NAME=VALUE",
         "Size of a symbolic input dimension such as batch or seq; repeatable."
-        f" A dimension not given is {DEFAULT_DIM}, with a warning.",
+        f" A dimension not given is {DEFAULT_DIM}, with a warning. Several sizes (batch=1,4,16) run the"
+        " whole suite at each.",
         "none given",
-        parse_dim,
+        parse_dim_values,
         repeatable=True,
         ini="dlbricks_dims",
     ),
@@ -141,6 +147,24 @@ _OPTIONS = (
         switch=True,
         ini="dlbricks_validate",
     ),
+    _Option(
+        "--dlbricks-dtype",
+        "TYPES",
+        f"Numeric types to benchmark every model in, comma-separated: {', '.join(DTYPES)}. fp32 is the model"
+        " as written, int8 its dynamic quantization, fp16 its float16 conversion (onnxruntime's tools).",
+        "fp32",
+        parse_dtypes,
+        ini="dlbricks_dtype",
+    ),
+    _Option(
+        "--dlbricks-providers",
+        "NAMES",
+        "onnxruntime execution providers in order of preference, comma-separated (cpu is short for"
+        " CPUExecutionProvider); the provider that ran each brick is recorded.",
+        ",".join(DEFAULT_PROVIDERS),
+        parse_providers,
+        ini="dlbricks_providers",
+    ),
 )
 
 
@@ -171,21 +195,36 @@ def read_settings(config: pytest.Config) -> Settings | None:
     granularity = _flag_or_ini(config, "dlbricks_granularity", parse_granularity)
     if granularity is None:
         return None
-    dims = _flag_or_ini_list(config, "dlbricks_dim", "dlbricks_dims", parse_dim)
+    dims = dict(_flag_or_ini_list(config, "dlbricks_dim", "dlbricks_dims", parse_dim_values))
     globs = _flag_or_ini_list(config, "dlbricks_glob", "dlbricks_globs", str) or list(DEFAULT_GLOBS)
     return Settings(
         granularity=granularity,
-        dims=dict(dims),
+        dims={name: sizes[0] for name, sizes in dims.items() if len(sizes) == 1},
         json_path=_resolved(config, config.getoption("dlbricks_json")),
         html_path=_resolved(config, config.getoption("dlbricks_html")),
         intra_op_threads=_flag_or_ini(config, "dlbricks_threads", parse_threads) or 0,
         optimization=_flag_or_ini(config, "dlbricks_optimization", _parse_optimization) or "all",
         statistic=_flag_or_ini(config, "dlbricks_statistic", _parse_statistic) or "median",
         globs=tuple(globs),
+        providers=_providers(config),
         cut=_flag_or_ini(config, "dlbricks_cut", _parse_cut) or "optimized",
         validate=bool(_flag_or_ini(config, "dlbricks_validate", parse_bool)),
         precision=_precision(config),
+        sweep={name: sizes for name, sizes in dims.items() if len(sizes) > 1},
+        dtypes=_flag_or_ini(config, "dlbricks_dtype", parse_dtypes) or ("fp32",),
     )
+
+
+def _providers(config: pytest.Config) -> tuple[str, ...]:
+    requested = _flag_or_ini(config, "dlbricks_providers", parse_providers)
+    if requested is None:
+        return DEFAULT_PROVIDERS
+    import onnxruntime
+
+    try:
+        return resolve_providers(requested, onnxruntime.get_available_providers())
+    except ValueError as error:
+        raise pytest.UsageError(f"--dlbricks-providers: {error}") from None
 
 
 def _precision(config: pytest.Config) -> float | None:

@@ -21,6 +21,7 @@ from .html import render_html
 from .loading import load_model
 from .reporting import BrickResult, FailedModel, build_report, render_table, write_json, write_text
 from .settings import Settings
+from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
 from .terminal import render_analysis
 from .validation import BrickRounds, Validation, has_parallel_branches, rounds_for
 
@@ -58,28 +59,46 @@ class DLBricksSession:
         self.report: dict[str, object] | None = None
         self.write_errors: list[str] = []
         self.written: list[Path] = []
+        #: The points every model is benchmarked at (one, unless dimensions or numeric types are swept).
+        self.points: list[SweepPoint] = sweep_points(settings.dims, settings.sweep, settings.dtypes)
+        #: Bricks the providers cannot run at their types, with the reason, found when run.
+        self.unsupported: dict[str, str] = {}
+        #: Nodes run by each provider, for the bricks whose run was profiled.
+        self.placements: dict[str, dict[str, int]] = {}
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
         if any(fnmatch.fnmatch(file_path.name, pattern) for pattern in self.settings.globs):
             return ModelFile.from_parent(parent, path=file_path, dlbricks=self)
         return None
 
-    def add_model(self, path: Path, display_path: str) -> tuple[ModelPlan, list[BrickSpec]]:
-        """Cut the model at ``path``; returns its plan and the bricks no earlier model had."""
+    def add_model(
+        self, path: Path, display_path: str, point: SweepPoint | None = None
+    ) -> tuple[ModelPlan, list[BrickSpec]]:
+        """Cut the model at ``path`` at ``point``; returns its plan and the bricks no earlier model had."""
+        from .numerics import convert, float32_work
+
+        point = point or self.points[0]
+        name = display_path + point.suffix
         optimize = self.settings if self.settings.cut == "optimized" else None
+        dtype = point.dtype
+        to_dtype = None if dtype == AS_WRITTEN else lambda model, data_dir: convert(model, dtype, data_dir)
         try:
-            graph = load_model(path, self.settings.dims, optimize)
+            graph = load_model(path, point.dims, optimize, to_dtype)
         except ModelError as error:
-            self.failed.append(FailedModel(display_path, error.cause))
+            self.failed.append(FailedModel(name, error.cause))
             raise
-        plan = plan_model(graph, self.settings.granularity, display_path)
+        plan = plan_model(graph, self.settings.granularity, name)
+        plan.file, plan.point = display_path, point.describe()
+        if dtype == "fp16":
+            reasons = {i: float32_work(b) for i, b in enumerate(plan.bricks) if isinstance(b, BrickSpec)}
+            plan.unsupported = {index: reason for index, reason in reasons.items() if reason is not None}
         if self.settings.validate:
             try:
                 plan.whole = describe_brick(graph, 0, len(graph.layers))
             except UnbuildableBrick:
                 plan.whole = None  # its e2e item says why it cannot run
         self.plans.append(plan)
-        self.model_files[display_path] = path
+        self.model_files[name] = path
         new_bricks = []
         for brick in plan.bricks:
             if isinstance(brick, BrickSpec) and brick.signature not in self.bricks:
@@ -90,6 +109,18 @@ class DLBricksSession:
 
     def models_using(self, signature: str) -> dict[str, int]:
         return {plan.path: plan.signatures[signature] for plan in self.plans if signature in plan.signatures}
+
+    def unsupported_wherever_used(self, signature: str) -> str | None:
+        """Why no model can use a brick's time: every window it fills is one the provider cannot run."""
+        if not any(plan.unsupported for plan in self.plans):
+            return None
+        reasons = [
+            plan.unsupported.get(index)
+            for plan in self.plans
+            for index, brick in enumerate(plan.bricks)
+            if isinstance(brick, BrickSpec) and brick.signature == signature
+        ]
+        return reasons[0] if reasons and all(reasons) else None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -103,15 +134,23 @@ class DLBricksSession:
         """The test function of one distinct brick: builds it, checks it, times it with pytest-benchmark."""
 
         def test_brick(benchmark: Any) -> None:
-            from .running import BrickError, BrickRunner
+            from .running import BrickError, BrickRunner, UnsupportedByProvider
 
             brick = self.bricks[signature]
+            unsupported = self.unsupported_wherever_used(signature)
+            if unsupported is not None:
+                pytest.skip(f"brick {brick.label} is not supported here: {unsupported}")
             try:
                 runner = BrickRunner(brick, self.settings)
                 runner.check()
+            except UnsupportedByProvider as error:
+                self.unsupported[signature] = str(error)
+                pytest.skip(f"brick {brick.label} is not supported here: {error}")
             except BrickError as error:
                 users = ", ".join(self.models_using(signature))
                 pytest.fail(f"brick {brick.label} (used by {users}): {error}", pytrace=False)
+            if runner.placement is not None:
+                self.placements[signature] = runner.placement.providers
             self._measure_overhead()
             benchmark.extra_info.update(
                 {"signature": signature, "ops": list(brick.ops), "models": self.models_using(signature)}
@@ -140,7 +179,7 @@ class DLBricksSession:
         """The test function timing a whole model, each round right after timing its bricks again."""
 
         def test_model(benchmark: Any) -> None:
-            from .running import BrickError, BrickRunner
+            from .running import BrickError, BrickRunner, UnsupportedByProvider
 
             if plan.whole is None:
                 pytest.fail(
@@ -152,6 +191,8 @@ class DLBricksSession:
                 runners = {
                     signature: BrickRunner(self.bricks[signature], self.settings) for signature in plan.signatures
                 }
+            except UnsupportedByProvider as error:
+                pytest.skip(f"{plan.path}: the whole model is not supported here: {error}")
             except BrickError as error:
                 pytest.fail(f"{plan.path}: cannot time the whole model: {error}", pytrace=False)
             bricks = BrickRounds(runners, warm_up=model)
@@ -180,6 +221,8 @@ class DLBricksSession:
             )
 
     def pytest_sessionfinish(self, exitstatus: int) -> None:
+        from . import recomposition
+
         if not self.plans and not self.failed:
             return
         measured = self._measure_run() if exitstatus != pytest.ExitCode.INTERRUPTED else None
@@ -194,6 +237,12 @@ class DLBricksSession:
             wall_time_s=time.perf_counter() - self.started,
         )
         self.report = annotate(report, self.work, measured)
+        recomposition.annotate(
+            self.report,
+            self.plans,
+            unsupported=self.unsupported,
+            placements=self.placements,
+        )
         if self.settings.json_path is not None:
             self._write(self.settings.json_path, write_json, self.report)
         if self.settings.html_path is not None:

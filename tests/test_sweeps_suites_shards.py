@@ -1,0 +1,155 @@
+"""Sweeps, numeric types and providers end to end, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+import pytest
+
+from conftest import QUICK_TIMING, SAMPLE_MODELS
+
+DIMS = ("--dlbricks-dim", "seq=16")
+MODELS = ("mlp.onnx", "tiny_inception.onnx", "transformer_block.onnx")
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("-p", "no:cacheprovider", *DIMS, *QUICK_TIMING, *args)
+
+
+def read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def models(copy_models: Callable[..., list[Path]]) -> list[Path]:
+    return copy_models(*(SAMPLE_MODELS / name for name in MODELS))
+
+
+def test_help_shows_the_sweep_and_provider_options(pytester: pytest.Pytester) -> None:
+    pytester.runpytest("--help").stdout.fnmatch_lines(
+        [
+            "  --dlbricks-dtype=TYPES",
+            "*Numeric types to benchmark every model in,*",
+            "*comma-separated: fp32, int8, fp16. fp32 is the model as*",
+            "*written, int8 its dynamic quantization, fp16 its float16*",
+            "*conversion (onnxruntime's tools). Ini: dlbricks_dtype.*",
+            "*Default: fp32.",
+            "  --dlbricks-providers=NAMES",
+            "*onnxruntime execution providers in order of preference,*",
+            "*comma-separated (cpu is short for CPUExecutionProvider);*",
+            "*the provider that ran each brick is recorded. Ini:*",
+            "*dlbricks_providers. Default: CPUExecutionProvider.",
+        ],
+        consecutive=True,
+    )
+
+
+def test_a_dimension_sweep_runs_the_suite_at_each_size(pytester: pytest.Pytester, models: list[Path]) -> None:
+    result = run(
+        pytester,
+        "--dlbricks-granularity=1",
+        "--dlbricks-dim=batch=1,4",
+        "--dlbricks-json=r.json",
+        "-v",
+        "models/mlp.onnx",
+    )
+    report = read(pytester.path / "r.json")
+    result.assert_outcomes(passed=report["summary"]["distinct_bricks"])
+    result.stdout.re_match_lines([r"models/mlp\.onnx::brick\[FusedGemm-[0-9a-f]{8}\]\[batch=4\] PASSED.*"])
+    result.stdout.fnmatch_lines(["models/mlp.onnx[[]batch=1] * yes", "models/mlp.onnx[[]batch=4] * yes"])
+    one, four = report["models"]
+    assert (one["path"], one["point"]) == ("models/mlp.onnx[batch=1]", {"seq": 16, "batch": 1, "dtype": "fp32"})
+    assert four["point"]["batch"] == 4 and four["sequential_s"] > 0
+    assert report["settings"]["sweep"] == {"batch": [1, 4]} and report["settings"]["dims"] == {"seq": 16}
+    selected = run(
+        pytester, "--dlbricks-granularity=1", "--dlbricks-dim=batch=1,4", "--co", "-q", "-k", "batch4", "models"
+    )
+    items = [line for line in selected.stdout.lines if "::brick[" in line]
+    assert items and all(line.endswith("[batch=4]") for line in items)
+
+
+def test_numeric_types_quantize_and_report_what_the_provider_cannot_run(
+    pytester: pytest.Pytester, models: list[Path]
+) -> None:
+    """This CPU provider runs int8 bricks; it has no float16 kernels for the MLP's operators."""
+    result = run(
+        pytester,
+        "--dlbricks-granularity=1",
+        "--dlbricks-cut=original",
+        "--dlbricks-dim=batch=2",
+        "--dlbricks-dtype=fp32,int8,fp16",
+        "--dlbricks-json=r.json",
+        "-rs",
+        "-v",
+        "models/mlp.onnx",
+    )
+    assert result.ret == 0
+    report = read(pytester.path / "r.json")
+    fp32, int8, fp16 = report["models"]
+    assert [fp32["path"], int8["path"], fp16["path"]] == [f"models/mlp.onnx[{t}]" for t in ("fp32", "int8", "fp16")]
+    assert fp32["complete"] and int8["complete"]
+    assert "MatMulInteger" in {op for brick in report["bricks"] for op in brick["ops"]}
+    assert fp16["complete"] is False and fp16["sequential_s"] is None
+    assert {u["cause"] for u in fp16["unsupported"]} >= {
+        "CPUExecutionProvider has no float16 kernel for Gemm: onnxruntime would run it in float32 between casts"
+    }
+    skipped = [brick for brick in report["bricks"] if brick["unsupported"]]
+    assert skipped and all(brick["time_s"] is None for brick in skipped)
+    result.assert_outcomes(passed=report["summary"]["measured_bricks"], skipped=len(skipped))
+    result.stdout.fnmatch_lines(
+        [
+            f"models/mlp.onnx[[]fp16] * no ({fp16['measured_bricks']}/10, {len(fp16['unsupported'])} unsupported)",
+            "SKIPPED * brick Gemm-* is not supported here: CPUExecutionProvider has no float16 kernel for Gemm*",
+        ]
+    )
+    assert any(line.startswith("models/mlp.onnx::brick[") and "][int8] PASSED" in line for line in result.stdout.lines)
+
+
+def test_the_optimized_graph_of_a_float16_model_shows_float32_work(
+    pytester: pytest.Pytester, models: list[Path]
+) -> None:
+    """onnxruntime casts around the operators it has no float16 kernel for: such bricks are unsupported too."""
+    run(
+        pytester,
+        "--dlbricks-granularity=1",
+        "--dlbricks-dim=batch=1",
+        "--dlbricks-dtype=fp16",
+        "--dlbricks-json=r.json",
+        "models/mlp.onnx",
+    )
+    (mlp,) = read(pytester.path / "r.json")["models"]
+    assert mlp["complete"] is False
+    assert any("works on float32 activations in the float16 model" in u["cause"] for u in mlp["unsupported"])
+
+
+def test_an_unavailable_provider_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--dlbricks-granularity=1", "--dlbricks-providers=cuda,cpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--dlbricks-providers: execution provider 'cuda' is not available here (available: *)"]
+    )
+
+
+@pytest.mark.skipif(
+    "AzureExecutionProvider" not in ort.get_available_providers(), reason="needs a second provider in the wheel"
+)
+def test_providers_are_tried_in_order_and_the_one_used_is_recorded(
+    pytester: pytest.Pytester, models: list[Path]
+) -> None:
+    run(
+        pytester,
+        "--dlbricks-granularity=2",
+        "--dlbricks-dim=batch=1",
+        "--dlbricks-providers=azure,cpu",
+        "--dlbricks-json=r.json",
+        "models/mlp.onnx",
+    )
+    report = read(pytester.path / "r.json")
+    assert report["settings"]["providers"] == ["AzureExecutionProvider", "CPUExecutionProvider"]
+    for brick in report["bricks"]:
+        assert brick["provider"] == "CPUExecutionProvider"
+        assert set(brick["node_providers"]) == {"CPUExecutionProvider"}
