@@ -1,4 +1,5 @@
-"""pytest nodes: a model file collects one benchmark item per brick it is the first to use."""
+"""pytest nodes: a model file collects one benchmark item per brick it is the first to use; a suite's
+brick file, one item for its brick."""
 
 from __future__ import annotations
 
@@ -60,6 +61,28 @@ class ModelFile(pytest.File):
                 message=f"{plan.path}: layer {broken.layer_index} ({broken.op_type}) cannot be benchmarked"
                 f" as a brick: {broken.reason}",
             )
+
+
+class BrickFile(pytest.File):
+    """A brick file of an exported suite (listed in the folder's manifest): one item, never cut again."""
+
+    def __init__(self, *, dlbricks: DLBricksSession, entry: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.dlbricks = dlbricks
+        self.entry = entry
+
+    def collect(self) -> Iterator[pytest.Item]:
+        from .suite import SuiteError, read_brick
+
+        try:
+            if "error" in self.entry:
+                raise SuiteError(self.entry["error"])
+            brick = read_brick(self.path, self.entry)
+        except SuiteError as error:
+            yield FailingItem.from_parent(self, name="load", message=f"{self.nodeid}: {error}")
+            return
+        if self.dlbricks.add_exported_brick(brick):
+            yield brick_item(self, brick)
 
 
 def brick_item(parent: pytest.File, brick: BrickSpec, point: SweepPoint | None = None) -> pytest.Function:

@@ -125,7 +125,7 @@ _OPTIONS = (
         "GRAPH",
         "Cut the graph onnxruntime runs for this provider, optimization level and machine (optimized:"
         " fusions and layout included, accurate) or the model as written (original: portable bricks).",
-        "optimized",
+        "optimized; original with --dlbricks-export",
         _parse_cut,
         ini="dlbricks_cut",
     ),
@@ -165,6 +165,22 @@ _OPTIONS = (
         parse_providers,
         ini="dlbricks_providers",
     ),
+    _Option(
+        "--dlbricks-export",
+        "DIR",
+        "Write every distinct brick to DIR as a standalone .onnx model with a manifest.json: a suite"
+        " that runs with pytest anywhere and reveals neither weights nor models.",
+        "no export",
+        Path,
+    ),
+    _Option(
+        "--dlbricks-export-maps",
+        "DIR",
+        "Where --dlbricks-export writes each model's private map (its bricks and their graph), for"
+        " python -m pytest_dlbricks compose.",
+        "DIR-maps beside the suite",
+        Path,
+    ),
 )
 
 
@@ -197,7 +213,8 @@ def read_settings(config: pytest.Config) -> Settings | None:
         return None
     dims = dict(_flag_or_ini_list(config, "dlbricks_dim", "dlbricks_dims", parse_dim_values))
     globs = _flag_or_ini_list(config, "dlbricks_glob", "dlbricks_globs", str) or list(DEFAULT_GLOBS)
-    return Settings(
+    export_dir = _resolved(config, config.getoption("dlbricks_export"))
+    settings = Settings(
         granularity=granularity,
         dims={name: sizes[0] for name, sizes in dims.items() if len(sizes) == 1},
         json_path=_resolved(config, config.getoption("dlbricks_json")),
@@ -207,12 +224,21 @@ def read_settings(config: pytest.Config) -> Settings | None:
         statistic=_flag_or_ini(config, "dlbricks_statistic", _parse_statistic) or "median",
         globs=tuple(globs),
         providers=_providers(config),
-        cut=_flag_or_ini(config, "dlbricks_cut", _parse_cut) or "optimized",
+        cut=_flag_or_ini(config, "dlbricks_cut", _parse_cut) or ("original" if export_dir else "optimized"),
         validate=bool(_flag_or_ini(config, "dlbricks_validate", parse_bool)),
         precision=_precision(config),
         sweep={name: sizes for name, sizes in dims.items() if len(sizes) > 1},
         dtypes=_flag_or_ini(config, "dlbricks_dtype", parse_dtypes) or ("fp32",),
+        export_dir=export_dir,
+        maps_dir=_maps_dir(config, export_dir),
     )
+    if export_dir is not None:
+        from .suite import check_export_folder
+
+        problem = check_export_folder(export_dir)
+        if problem is not None:
+            raise pytest.UsageError(f"--dlbricks-export: {problem}")
+    return settings
 
 
 def _providers(config: pytest.Config) -> tuple[str, ...]:
@@ -225,6 +251,23 @@ def _providers(config: pytest.Config) -> tuple[str, ...]:
         return resolve_providers(requested, onnxruntime.get_available_providers())
     except ValueError as error:
         raise pytest.UsageError(f"--dlbricks-providers: {error}") from None
+
+
+def _maps_dir(config: pytest.Config, export_dir: Path | None) -> Path | None:
+    """Where the private maps go: never inside the suite, which is meant to be shared."""
+    maps_dir = _resolved(config, config.getoption("dlbricks_export_maps"))
+    if export_dir is None:
+        if maps_dir is not None:
+            raise pytest.UsageError("--dlbricks-export-maps needs --dlbricks-export: maps belong to an exported suite")
+        return None
+    if maps_dir is None:
+        return export_dir.with_name(f"{export_dir.name}-maps")
+    if maps_dir.resolve() == export_dir.resolve() or export_dir.resolve() in maps_dir.resolve().parents:
+        raise pytest.UsageError(
+            f"--dlbricks-export-maps {maps_dir} lies inside the suite {export_dir}; the maps are private and"
+            " must stay out of what you share"
+        )
+    return maps_dir
 
 
 def _precision(config: pytest.Config) -> float | None:

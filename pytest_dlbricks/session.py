@@ -13,7 +13,7 @@ import pytest
 
 from .analysis import BrickWork, RunMeasurements, annotate, plan_work
 from .bricks import BrickSpec, UnbuildableBrick, describe_brick
-from .collector import ModelFile
+from .collector import BrickFile, ModelFile
 from .composition import CallOverhead
 from .cutting import ModelPlan, plan_model
 from .errors import ModelError
@@ -65,11 +65,40 @@ class DLBricksSession:
         self.unsupported: dict[str, str] = {}
         #: Nodes run by each provider, for the bricks whose run was profiled.
         self.placements: dict[str, dict[str, int]] = {}
+        #: Manifests of exported suites by folder (None: the folder holds no suite; an error: unreadable).
+        self.manifests: dict[Path, dict[str, dict[str, Any]] | Exception | None] = {}
+        #: Lines for the terminal summary after the table: (text, is an error).
+        self.messages: list[tuple[str, bool]] = []
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
         if any(fnmatch.fnmatch(file_path.name, pattern) for pattern in self.settings.globs):
+            exported = self._exported_brick(file_path)
+            if exported is not None:
+                return BrickFile.from_parent(parent, path=file_path, dlbricks=self, entry=exported)
             return ModelFile.from_parent(parent, path=file_path, dlbricks=self)
         return None
+
+    def _exported_brick(self, path: Path) -> dict[str, Any] | None:
+        """The manifest entry of a brick file of an exported suite; an unreadable manifest gives an error entry."""
+        from .suite import SuiteError, read_manifest
+
+        folder = path.parent
+        if folder not in self.manifests:
+            try:
+                self.manifests[folder] = read_manifest(folder)
+            except SuiteError as error:
+                self.manifests[folder] = error
+        manifest = self.manifests[folder]
+        if isinstance(manifest, Exception):
+            return {"error": str(manifest)}
+        return None if manifest is None else manifest.get(path.name)
+
+    def add_exported_brick(self, brick: BrickSpec) -> bool:
+        """Register a brick read from a suite file; False when the same brick was met before."""
+        if brick.signature in self.bricks:
+            return False
+        self.bricks[brick.signature] = brick
+        return True
 
     def add_model(
         self, path: Path, display_path: str, point: SweepPoint | None = None
@@ -223,7 +252,7 @@ class DLBricksSession:
     def pytest_sessionfinish(self, exitstatus: int) -> None:
         from . import recomposition
 
-        if not self.plans and not self.failed:
+        if not self.plans and not self.failed and not self.bricks:
             return
         measured = self._measure_run() if exitstatus != pytest.ExitCode.INTERRUPTED else None
         report = build_report(
@@ -243,6 +272,8 @@ class DLBricksSession:
             unsupported=self.unsupported,
             placements=self.placements,
         )
+        if self.settings.export_dir is not None:
+            self._export(self.report)
         if self.settings.json_path is not None:
             self._write(self.settings.json_path, write_json, self.report)
         if self.settings.html_path is not None:
@@ -265,6 +296,27 @@ class DLBricksSession:
         else:
             self.written.append(path)
 
+    def _export(self, report: dict[str, object]) -> None:
+        """Write the brick suite and, apart, the models' private maps."""
+        from .maps import write_maps
+        from .suite import export_suite
+
+        suite, maps = self.settings.export_dir, self.settings.maps_dir
+        assert suite is not None and maps is not None
+        try:
+            bricks = export_suite(suite, self.bricks.values(), self.settings.describe())
+            models = write_maps(maps, report, self.plans)
+        except OSError as error:
+            self.messages.append((f"dlbricks: cannot export to {error.filename}: {error.strerror or error}", True))
+            return
+        self.messages.append(
+            (
+                f"dlbricks: exported {bricks} bricks to {suite} (the suite to share) and the maps of {models}"
+                f" models to {maps} (private: keep them)",
+                False,
+            )
+        )
+
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.report is None:
@@ -273,11 +325,19 @@ class DLBricksSession:
         terminalreporter.write_sep(
             "-", f"dlbricks: granularity {settings.granularity}, {settings.statistic} brick times"
         )
-        terminalreporter.write_line(render_table(self.report))
+        if self.plans or self.failed:
+            terminalreporter.write_line(render_table(self.report))
+        else:
+            terminalreporter.write_line(
+                f"{len(self.results)} of {len(self.bricks)} exported bricks measured; estimate the models with"
+                " python -m pytest_dlbricks compose --map MAPS --results <this run's --dlbricks-json report>"
+            )
         if terminalreporter.verbosity >= 0:
             analysis = render_analysis(self.report, verbose=terminalreporter.verbosity > 0)
             if analysis:
                 terminalreporter.write_line(analysis)
+        for text, is_error in self.messages:
+            terminalreporter.write_line(text, red=is_error)
         for error in self.write_errors:
             terminalreporter.write_line(f"dlbricks: {error}", red=True)
         for path in self.written:

@@ -48,6 +48,9 @@ class Settings:
     sweep: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     #: Numeric types each model is benchmarked in (see :data:`DTYPES`).
     dtypes: tuple[str, ...] = ("fp32",)
+    #: Folder to write the brick suite to, and folder for the models' private maps.
+    export_dir: Path | None = None
+    maps_dir: Path | None = None
 
     def describe(self) -> dict[str, object]:
         """The settings as they appear in the JSON report."""

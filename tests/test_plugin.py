@@ -55,7 +55,7 @@ def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
             "*optimization level and machine (optimized: fusions and*",
             "*layout included, accurate) or the model as written*",
             "*(original: portable bricks). Ini: dlbricks_cut. Default:*",
-            "*optimized.",
+            "*optimized; original with --dlbricks-export.",
             "  --dlbricks-precision=PCT",
             "*Time each brick until the margin of error of its mean is*",
             "*this small (95% confidence), so the estimates are that*",

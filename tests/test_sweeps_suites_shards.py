@@ -1,8 +1,10 @@
-"""Sweeps, numeric types and providers end to end, as a user runs them."""
+"""Sweeps, numeric types, providers and exported suites end to end, as a user runs them."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,11 @@ import onnxruntime as ort
 import pytest
 
 from conftest import QUICK_TIMING, SAMPLE_MODELS
+from pytest_dlbricks.cli import main
+from pytest_dlbricks.composition import compose
+from pytest_dlbricks.cutting import plan_model
+from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.recomposition import overhead_of
 
 DIMS = ("--dlbricks-dim", "seq=16")
 MODELS = ("mlp.onnx", "tiny_inception.onnx", "transformer_block.onnx")
@@ -24,12 +31,22 @@ def read(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 
+def cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    status = main(list(args), out, err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def estimates(report: dict[str, Any]) -> dict[str, tuple[object, ...]]:
+    return {m["path"]: (m["sequential_s"], m["critical_path_s"], m["complete"]) for m in report["models"]}
+
+
 @pytest.fixture
 def models(copy_models: Callable[..., list[Path]]) -> list[Path]:
     return copy_models(*(SAMPLE_MODELS / name for name in MODELS))
 
 
-def test_help_shows_the_sweep_and_provider_options(pytester: pytest.Pytester) -> None:
+def test_help_shows_the_sweep_suite_and_provider_options(pytester: pytest.Pytester) -> None:
     pytester.runpytest("--help").stdout.fnmatch_lines(
         [
             "  --dlbricks-dtype=TYPES",
@@ -43,6 +60,16 @@ def test_help_shows_the_sweep_and_provider_options(pytester: pytest.Pytester) ->
             "*comma-separated (cpu is short for CPUExecutionProvider);*",
             "*the provider that ran each brick is recorded. Ini:*",
             "*dlbricks_providers. Default: CPUExecutionProvider.",
+            "  --dlbricks-export=DIR",
+            "*Write every distinct brick to DIR as a standalone .onnx*",
+            "*model with a manifest.json: a suite that runs with*",
+            "*pytest anywhere and reveals neither weights nor models.*",
+            "*Default: no export.",
+            "  --dlbricks-export-maps=DIR",
+            "*Where --dlbricks-export writes each model's private map*",
+            "*(its bricks and their graph), for python -m*",
+            "*pytest_dlbricks compose. Default: DIR-maps beside the*",
+            "*suite.",
         ],
         consecutive=True,
     )
@@ -153,3 +180,122 @@ def test_providers_are_tried_in_order_and_the_one_used_is_recorded(
     for brick in report["bricks"]:
         assert brick["provider"] == "CPUExecutionProvider"
         assert set(brick["node_providers"]) == {"CPUExecutionProvider"}
+
+
+def test_an_exported_suite_runs_anywhere_and_composes_back(pytester: pytest.Pytester, models: list[Path]) -> None:
+    direct = run(
+        pytester,
+        "--dlbricks-granularity=3",
+        "--dlbricks-dim=batch=1",
+        "--dlbricks-export=suite",
+        "--dlbricks-json=direct.json",
+        "models",
+    )
+    report = read(pytester.path / "direct.json")
+    distinct = report["summary"]["distinct_bricks"]
+    direct.assert_outcomes(passed=distinct)
+    direct.stdout.fnmatch_lines(
+        [
+            f"dlbricks: exported {distinct} bricks to *suite (the suite to share) and the maps of 3 models to"
+            " *suite-maps (private: keep them)"
+        ]
+    )
+    assert report["settings"]["cut"] == "original", "a suite for other machines is cut as written"
+    suite, maps = pytester.path / "suite", pytester.path / "suite-maps"
+    assert len(list(suite.glob("*.onnx"))) == distinct and (suite / "manifest.json").is_file()
+    assert sorted(p.name for p in maps.iterdir()) == [f"models--{name}.map.json" for name in sorted(MODELS)]
+
+    # The owner's own results compose back to exactly the direct run's estimates.
+    status, out, err = cli(
+        "compose",
+        "--map",
+        str(maps),
+        "--results",
+        str(pytester.path / "direct.json"),
+        "--json",
+        str(pytester.path / "own.json"),
+    )
+    assert (status, err) == (0, "")
+    assert "models/tiny_inception.onnx" in out
+    assert estimates(read(pytester.path / "own.json")) == estimates(report)
+
+    # Elsewhere: the suite alone, at granularity 1, times each exported brick once, never cut again.
+    (pytester.path / "models").rename(pytester.path / "private")
+    vendor = run(pytester, "--dlbricks-granularity=1", "--dlbricks-json=vendor.json", "suite")
+    vendor.assert_outcomes(passed=distinct)
+    vendor_report = read(pytester.path / "vendor.json")
+    assert vendor_report["models"] == [] and vendor_report["summary"]["measured_bricks"] == distinct
+    assert {b["signature"] for b in vendor_report["bricks"]} == {b["signature"] for b in report["bricks"]}
+
+    status, _, err = cli(
+        "compose",
+        "--map",
+        str(maps),
+        "--results",
+        str(pytester.path / "vendor.json"),
+        "--json",
+        str(pytester.path / "composed.json"),
+    )
+    assert (status, err) == (0, "")
+    composed = read(pytester.path / "composed.json")
+    assert all(model["complete"] for model in composed["models"])
+    # ... equal to composing the models directly with the suite's times.
+    times = {b["signature"]: b["time_s"] for b in vendor_report["bricks"]}
+    overhead = overhead_of(vendor_report["summary"])
+    for model in composed["models"]:
+        path = pytester.path / "private" / Path(model["path"]).name
+        plan = plan_model(load_model(path, {"batch": 1, "seq": 16}), 3, model["path"])
+        estimate = compose(plan, times, overhead)
+        assert (estimate.sequential_s, estimate.critical_path_s) == (model["sequential_s"], model["critical_path_s"])
+
+
+def test_a_changed_suite_fails_where_it_changed(pytester: pytest.Pytester, models: list[Path]) -> None:
+    run(
+        pytester,
+        "--dlbricks-granularity=1",
+        "--dlbricks-dim=batch=1",
+        "--dlbricks-export=suite",
+        "--co",
+        "models/mlp.onnx",
+    )
+    suite = pytester.path / "suite"
+    files = sorted(suite.glob("*.onnx"))
+    files[0].write_bytes(files[1].read_bytes())
+    result = run(pytester, "--dlbricks-granularity=1", "suite")
+    result.assert_outcomes(passed=len(files) - 1, errors=1)
+    result.stdout.fnmatch_lines(
+        [f"suite/{files[0].name}: {files[0].name} does not match the signature its manifest gives*"]
+    )
+    (suite / "manifest.json").write_text('{"kind": "pytest-dlbricks brick suite", "version": 2}')
+    result = run(pytester, "--dlbricks-granularity=1", "suite")
+    result.assert_outcomes(errors=len(files))
+    result.stdout.fnmatch_lines(
+        ["*manifest.json is version 2 of the suite format; this pytest-dlbricks reads version 1"]
+    )
+
+
+def test_the_command_line_runs_as_a_module(pytester: pytest.Pytester) -> None:
+    pytester.path.joinpath("a.json").write_text('{"machine_info": {}, "benchmarks": []}')
+    result = pytester.run(sys.executable, "-m", "pytest_dlbricks", "compose", "--map", ".", "--results", "a.json")
+    assert result.ret == 1
+    result.stderr.fnmatch_lines(["python -m pytest_dlbricks compose: error: * holds no maps (*.map.json)"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--dlbricks-dtype=fp64"], "*numeric type must be one of fp32, int8, fp16 (comma-separated), not 'fp64'*"),
+        (["--dlbricks-export-maps=maps"], "*--dlbricks-export-maps needs --dlbricks-export*"),
+        (["--dlbricks-export=suite", "--dlbricks-export-maps=suite/maps"], "*lies inside the suite*private*"),
+        (
+            ["--dlbricks-export=models"],
+            "*models is not empty and holds no brick suite; export into a new or empty folder*",
+        ),
+    ],
+)
+def test_bad_combinations_are_usage_errors(
+    pytester: pytest.Pytester, models: list[Path], args: list[str], message: str
+) -> None:
+    result = pytester.runpytest("--dlbricks-granularity=1", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
