@@ -1,7 +1,7 @@
-"""``python -m pytest_dlbricks``: compose estimates from private maps.
+"""``python -m pytest_dlbricks``: compose estimates from private maps, merge the reports of shards.
 
-It prints the table a pytest run prints and can write the report as JSON (``--json``), in the same
-format as ``--dlbricks-json``. A file that cannot be used ends the
+Both print the table a pytest run prints and can write the report as JSON (``--json``), in the same
+format as ``--dlbricks-json``. A file that cannot be used, or reports that cannot be merged, end the
 command with a message naming the file and what is wrong, and exit status 1; a usage error, 2.
 """
 
@@ -48,6 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"brick time statistic to add up: {', '.join(STATISTICS)} (default: the run's own)",
     )
     compose.add_argument("--json", metavar="PATH", type=Path, help="also write the report as JSON to PATH")
+    merge = commands.add_parser(
+        "merge",
+        help="combine the reports of shards into one",
+        description="Combine reports of shards (--dlbricks-shard) run on comparable machines into one report.",
+    )
+    merge.add_argument(
+        "reports", metavar="RESULT.json", type=Path, nargs="+", help="reports written by --dlbricks-json"
+    )
+    merge.add_argument("--json", metavar="PATH", type=Path, help="also write the merged report as JSON to PATH")
     return parser
 
 
@@ -57,10 +66,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     err = err or sys.stderr
     arguments = build_parser().parse_args(argv)
     from .maps import MapError
+    from .merging import IncompatibleReports
 
     try:
-        report, warnings = _compose(arguments)
-    except MapError as error:
+        report, warnings = _compose(arguments) if arguments.command == "compose" else _merge(arguments)
+    except (MapError, IncompatibleReports) as error:
         print(f"{PROG} {arguments.command}: error: {error}", file=err)
         return 1
     for warning in warnings:
@@ -75,6 +85,23 @@ def _compose(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     results = read_json(arguments.results)
     check_results(results, arguments.results)
     return compose_from_maps(maps, results, arguments.statistic)
+
+
+def _merge(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    from .maps import check_results, read_json
+    from .merging import merge_reports
+
+    reports = []
+    for path in arguments.reports:
+        report = read_json(path)
+        check_results(report, path)
+        reports.append((str(path), report))
+    merged = merge_reports(reports)
+    shards = [r["settings"].get("shard") for _, r in reports if r["settings"].get("shard")]
+    warnings = []
+    if shards and len(shards) < int(shards[0].split("/")[1]):
+        warnings.append(f"{len(shards)} of {shards[0].split('/')[1]} shards given: models are incomplete")
+    return merged, warnings
 
 
 def _emit(report: dict[str, Any], json_path: Path | None, out: TextIO, err: TextIO) -> int:

@@ -30,6 +30,7 @@ from .settings import (
     parse_threads,
     resolve_providers,
 )
+from .sharding import parse_shard
 
 T = TypeVar("T")
 
@@ -181,6 +182,14 @@ _OPTIONS = (
         "DIR-maps beside the suite",
         Path,
     ),
+    _Option(
+        "--dlbricks-shard",
+        "K/N",
+        "Benchmark only shard K of N of the distinct bricks (the same split on every machine, balanced"
+        " by expected cost); combine the reports with python -m pytest_dlbricks merge.",
+        "all bricks",
+        parse_shard,
+    ),
 )
 
 
@@ -229,6 +238,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
         precision=_precision(config),
         sweep={name: sizes for name, sizes in dims.items() if len(sizes) > 1},
         dtypes=_flag_or_ini(config, "dlbricks_dtype", parse_dtypes) or ("fp32",),
+        shard=config.getoption("dlbricks_shard"),
         export_dir=export_dir,
         maps_dir=_maps_dir(config, export_dir),
     )
@@ -238,6 +248,11 @@ def read_settings(config: pytest.Config) -> Settings | None:
         problem = check_export_folder(export_dir)
         if problem is not None:
             raise pytest.UsageError(f"--dlbricks-export: {problem}")
+    if settings.shard and settings.validate:
+        raise pytest.UsageError(
+            "--dlbricks-shard cannot be combined with --dlbricks-validate: validation times each model beside"
+            " its bricks, on one machine"
+        )
     return settings
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from .analysis import BrickWork, RunMeasurements, annotate, plan_work
 from .bricks import BrickSpec, UnbuildableBrick, describe_brick
-from .collector import BrickFile, ModelFile
+from .collector import BrickFile, FailingItem, ModelFile
 from .composition import CallOverhead
 from .cutting import ModelPlan, plan_model
 from .errors import ModelError
@@ -158,6 +158,35 @@ class DLBricksSession:
             signature = getattr(item.obj, "dlbricks_signature", None) if isinstance(item, pytest.Function) else None
             if signature is not None:
                 item.extra_keyword_matches.update(Path(path).stem for path in self.models_using(signature))
+        if self.settings.shard is not None:
+            self._keep_shard(items)
+
+    def _keep_shard(self, items: list[pytest.Item]) -> None:
+        """Deselect the bricks of other shards; items that are no bricks (errors) stay on shard 1."""
+        from .sharding import assign, brick_cost
+
+        shard, shards = self.settings.shard or (1, 1)
+        assignment = assign({signature: brick_cost(brick) for signature, brick in self.bricks.items()}, shards)
+        kept: list[pytest.Item] = []
+        deselected: list[pytest.Item] = []
+        for item in items:
+            signature = getattr(item.obj, "dlbricks_signature", None) if isinstance(item, pytest.Function) else None
+            if signature is not None:
+                mine = assignment[signature] == shard
+            else:
+                mine = shard == 1 or not isinstance(item, FailingItem)
+            (kept if mine else deselected).append(item)
+        if deselected:
+            self.config.hook.pytest_deselected(items=deselected)
+            items[:] = kept
+        self.messages.append(
+            (
+                f"dlbricks: shard {shard}/{shards} benchmarks {sum(1 for s in assignment.values() if s == shard)}"
+                f" of {len(assignment)} distinct bricks; combine the shards' --dlbricks-json reports with"
+                " python -m pytest_dlbricks merge",
+                False,
+            )
+        )
 
     def brick_test(self, signature: str) -> Callable[..., None]:
         """The test function of one distinct brick: builds it, checks it, times it with pytest-benchmark."""

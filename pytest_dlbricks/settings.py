@@ -48,6 +48,8 @@ class Settings:
     sweep: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     #: Numeric types each model is benchmarked in (see :data:`DTYPES`).
     dtypes: tuple[str, ...] = ("fp32",)
+    #: This run's share of the distinct bricks, ``(K, N)``: shard K of N; None runs them all.
+    shard: tuple[int, int] | None = None
     #: Folder to write the brick suite to, and folder for the models' private maps.
     export_dir: Path | None = None
     maps_dir: Path | None = None
@@ -69,6 +71,7 @@ class Settings:
             "onnxruntime": onnxruntime.__version__,
             "sweep": {name: list(values) for name, values in self.sweep.items()},
             "dtypes": list(self.dtypes),
+            "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None,
         }
 
 

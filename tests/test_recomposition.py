@@ -1,7 +1,9 @@
-"""Unit tests of recomposition: compositions in reports, private maps and compose."""
+"""Unit tests of recomposition: private maps and compose, sharding, and the merge of shard reports."""
 
 from __future__ import annotations
 
+import argparse
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -21,10 +23,12 @@ from pytest_dlbricks.maps import (
     read_maps,
     write_maps,
 )
+from pytest_dlbricks.merging import IncompatibleReports, merge_reports
 from pytest_dlbricks.probes import describe_machine
 from pytest_dlbricks.recomposition import annotate, plan_composition
 from pytest_dlbricks.reporting import BrickResult, build_report
 from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.sharding import assign, brick_cost, parse_shard
 
 OVERHEAD = CallOverhead(fixed_s=2e-6, per_input_s=5e-7, per_output_s=2.5e-7, parallel_fixed_s=9e-6)
 ESTIMATES = ("path", "measured_bricks", "sequential_s", "critical_path_s", "complete")
@@ -160,3 +164,112 @@ def test_only_a_dlbricks_report_gives_results() -> None:
         check_results({"machine_info": {}, "benchmarks": []}, "bench.json")
     with pytest.raises(MapError, match="not a pytest-dlbricks report"):
         check_results([1, 2], "list.json")
+
+
+# -- sharding ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "value"), [("1/1", (1, 1)), ("2/3", (2, 3)), (" 3/3 ", (3, 3))])
+def test_parse_shard(text: str, value: tuple[int, int]) -> None:
+    assert parse_shard(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2", "shard must look like 2/3 (shard 2 of 3), not '2'"),
+        ("a/b", "shard must look like 2/3 (shard 2 of 3), not 'a/b'"),
+        ("1/0", "shard must look like 2/3 (shard 2 of 3), not '1/0'"),
+        ("0/3", "shard number must lie between 1 and 3, not 0"),
+        ("4/3", "shard number must lie between 1 and 3, not 4"),
+    ],
+)
+def test_parse_shard_rejects(text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        parse_shard(text)
+    assert str(caught.value) == message
+
+
+def test_assignment_is_deterministic_complete_and_balanced() -> None:
+    costs = {f"{i:064x}": float((i * 37) % 101 + 1) for i in range(50)}
+    assignment = assign(costs, 3)
+    assert assignment == assign(dict(reversed(list(costs.items()))), 3), "independent of the order given"
+    assert set(assignment) == set(costs) and set(assignment.values()) == {1, 2, 3}
+    counts = [list(assignment.values()).count(shard) for shard in (1, 2, 3)]
+    assert max(counts) <= 17
+    loads = [sum(costs[s] for s, shard in assignment.items() if shard == k) for k in (1, 2, 3)]
+    assert max(loads) - min(loads) <= max(costs.values())
+
+
+def test_an_expensive_brick_gets_a_shard_of_its_own_share() -> None:
+    assignment = assign({"big": 100.0, "a": 1.0, "b": 1.0, "c": 1.0}, 2)
+    assert assignment == {"big": 1, "a": 2, "b": 2, "c": 1}, "two bricks at most per shard"
+    assert assign({}, 4) == {}
+    assert set(assign({"a": 0.0, "b": 0.0, "c": 0.0}, 3).values()) == {1, 2, 3}
+
+
+def test_a_brick_costs_the_bytes_it_reads_and_writes(tmp_path: Path) -> None:
+    conv = next(brick for brick in distinct(plans_of(tmp_path)[:1]).values() if brick.ops == ("Conv",))
+    assert brick_cost(conv) == 4 * (8 * 6 * 6 + 8 * 8 * 3 * 3 + 8 * 6 * 6), "float32 input, weight, output"
+
+
+# -- merge ---------------------------------------------------------------------------------------
+
+
+def shard_reports(plans: list[ModelPlan], shards: int) -> list[tuple[str, dict[str, Any]]]:
+    """The full run split into ``shards`` runs: each measured only its bricks, with the same times."""
+    bricks = distinct(plans)
+    assignment = assign({signature: brick_cost(brick) for signature, brick in bricks.items()}, shards)
+    reports = []
+    for shard in range(1, shards + 1):
+        mine = {signature for signature, k in assignment.items() if k == shard}
+        settings = Settings(granularity=1, cut="original", shard=(shard, shards))
+        reports.append((f"shard{shard}.json", report_of(plans, results_for(bricks, mine), settings)))
+    return reports
+
+
+def test_merged_shards_equal_the_single_run(plans: list[ModelPlan]) -> None:
+    single = report_of(plans, results_for(distinct(plans)))
+    reports = shard_reports(plans, 3)
+    assert all(not model["complete"] for _, report in reports for model in report["models"][:2])
+    merged = merge_reports(reports)
+    assert estimates(merged) == estimates(single)
+    assert merged["summary"]["measured_bricks"] == single["summary"]["measured_bricks"]
+    assert merged["settings"] == {**single["settings"], "shard": None}
+    assert [entry["shard"] for entry in merged["merged"]] == ["1/3", "2/3", "3/3"]
+    assert merged["summary"]["call_overhead_s"] == single["summary"]["call_overhead_s"]
+
+
+def test_merge_refuses_reports_from_other_settings_or_machines(plans: list[ModelPlan]) -> None:
+    (first, a), (second, b) = shard_reports(plans, 2)
+    other = copy.deepcopy(b)
+    other["settings"]["optimization"] = "basic"
+    other["machine"]["cpu"] = "Another CPU"
+    other["machine"]["platform"] = other["machine"]["platform"].replace("Linux-", "Linux-0.0.1-")
+    with pytest.raises(IncompatibleReports) as caught:
+        merge_reports([(first, a), (second, other)])
+    assert str(caught.value) == (
+        "shard1.json and shard2.json cannot be merged, their times are not comparable: setting optimization"
+        " 'all' vs 'basic'; machine cpu " + repr(a["machine"]["cpu"]) + " vs 'Another CPU'"
+    )
+
+
+def test_merge_refuses_a_shard_twice_or_other_splits(plans: list[ModelPlan]) -> None:
+    reports = shard_reports(plans, 2)
+    with pytest.raises(IncompatibleReports, match=r"shard1\.json and shard1\.json are both shard 1/2"):
+        merge_reports([reports[0], reports[0]])
+    third = shard_reports(plans, 3)[2]
+    with pytest.raises(IncompatibleReports, match=r"different splits \(into 2, 3 shards\)"):
+        merge_reports([*reports, third])
+
+
+def test_merge_refuses_a_brick_measured_twice_or_a_model_cut_differently(plans: list[ModelPlan]) -> None:
+    full = ("a.json", report_of(plans, results_for(distinct(plans))))
+    with pytest.raises(IncompatibleReports, match=r"was measured by both a\.json and b\.json"):
+        merge_reports([full, ("b.json", full[1])])
+    (first, a), (second, b) = shard_reports(plans, 2)
+    b["models"][0]["composition"]["edges"] = []
+    with pytest.raises(
+        IncompatibleReports, match=r"models/chain\.onnx was cut differently in shard1\.json and shard2\.json"
+    ):
+        merge_reports([(first, a), (second, b)])

@@ -128,6 +128,7 @@ def test_settings_describe_what_the_report_records() -> None:
         "onnxruntime": onnxruntime.__version__,
         "sweep": {},
         "dtypes": ["fp32"],
+        "shard": None,
     }
 
 

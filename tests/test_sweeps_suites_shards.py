@@ -1,4 +1,4 @@
-"""Sweeps, numeric types, providers and exported suites end to end, as a user runs them."""
+"""Sweeps, numeric types, providers, exported suites and shards end to end, as a user runs them."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ import onnxruntime as ort
 import pytest
 
 from conftest import QUICK_TIMING, SAMPLE_MODELS
+from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cli import main
 from pytest_dlbricks.composition import compose
 from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.recomposition import overhead_of
+from pytest_dlbricks.settings import Settings
 
 DIMS = ("--dlbricks-dim", "seq=16")
 MODELS = ("mlp.onnx", "tiny_inception.onnx", "transformer_block.onnx")
@@ -37,6 +39,10 @@ def cli(*args: str) -> tuple[int, str, str]:
     return status, out.getvalue(), err.getvalue()
 
 
+def brick_items(result: pytest.RunResult, outcome: str = "PASSED") -> set[str]:
+    return {line.split()[0] for line in result.stdout.lines if "::brick[" in line and f" {outcome}" in line}
+
+
 def estimates(report: dict[str, Any]) -> dict[str, tuple[object, ...]]:
     return {m["path"]: (m["sequential_s"], m["critical_path_s"], m["complete"]) for m in report["models"]}
 
@@ -46,7 +52,7 @@ def models(copy_models: Callable[..., list[Path]]) -> list[Path]:
     return copy_models(*(SAMPLE_MODELS / name for name in MODELS))
 
 
-def test_help_shows_the_sweep_suite_and_provider_options(pytester: pytest.Pytester) -> None:
+def test_help_shows_the_sweep_suite_and_shard_options(pytester: pytest.Pytester) -> None:
     pytester.runpytest("--help").stdout.fnmatch_lines(
         [
             "  --dlbricks-dtype=TYPES",
@@ -70,6 +76,10 @@ def test_help_shows_the_sweep_suite_and_provider_options(pytester: pytest.Pytest
             "*(its bricks and their graph), for python -m*",
             "*pytest_dlbricks compose. Default: DIR-maps beside the*",
             "*suite.",
+            "  --dlbricks-shard=K/N  Benchmark only shard K of N of the distinct bricks (the",
+            "*same split on every machine, balanced by expected cost);*",
+            "*combine the reports with python -m pytest_dlbricks*",
+            "*merge. Default: all bricks.",
         ],
         consecutive=True,
     )
@@ -279,11 +289,62 @@ def test_the_command_line_runs_as_a_module(pytester: pytest.Pytester) -> None:
     result = pytester.run(sys.executable, "-m", "pytest_dlbricks", "compose", "--map", ".", "--results", "a.json")
     assert result.ret == 1
     result.stderr.fnmatch_lines(["python -m pytest_dlbricks compose: error: * holds no maps (*.map.json)"])
+    result = pytester.run(sys.executable, "-m", "pytest_dlbricks", "merge")
+    assert result.ret == 2
+    result.stderr.fnmatch_lines(["*error: the following arguments are required: RESULT.json"])
+
+
+def test_three_shards_merge_into_the_single_run_composition(pytester: pytest.Pytester, models: list[Path]) -> None:
+    ran: list[set[str]] = []
+    for shard in (1, 2, 3):
+        result = run(
+            pytester,
+            "--dlbricks-granularity=2",
+            "--dlbricks-dim=batch=1",
+            f"--dlbricks-shard={shard}/3",
+            f"--dlbricks-json=s{shard}.json",
+            "-v",
+            "models",
+        )
+        assert result.ret == 0
+        result.stdout.fnmatch_lines([f"dlbricks: shard {shard}/3 benchmarks * of * distinct bricks; *merge"])
+        ran.append(brick_items(result))
+    distinct = read(pytester.path / "s1.json")["summary"]["distinct_bricks"]
+    assert sum(map(len, ran)) == len(set.union(*ran)) == distinct, "every brick on exactly one shard"
+    assert max(map(len, ran)) - min(map(len, ran)) <= 1
+
+    status, out, err = cli(
+        "merge", *(str(pytester.path / f"s{k}.json") for k in (1, 2, 3)), "--json", str(pytester.path / "merged.json")
+    )
+    assert (status, err) == (0, "")
+    merged = read(pytester.path / "merged.json")
+    assert all(model["complete"] for model in merged["models"]) and "models/mlp.onnx" in out
+    assert merged["summary"]["measured_bricks"] == distinct
+    # The single-run composition of the same timings: the plugin's own cut and composition, in-process.
+    times = {b["signature"]: b["time_s"] for b in merged["bricks"]}
+    overhead = overhead_of(merged["summary"])
+    settings = Settings(granularity=2, dims={"batch": 1, "seq": 16})
+    for model in merged["models"]:
+        path = pytester.path / model["path"]
+        plan = plan_model(load_model(path, settings.dims, settings), 2, model["path"])
+        assert {b.signature for b in plan.bricks if isinstance(b, BrickSpec)} <= set(times)
+        estimate = compose(plan, times, overhead)
+        assert (estimate.sequential_s, estimate.critical_path_s) == (model["sequential_s"], model["critical_path_s"])
+
+    status, _, err = cli("merge", str(pytester.path / "s1.json"), str(pytester.path / "s1.json"))
+    assert status == 1 and "are both shard 1/3; give each shard once" in err
+    status, _, err = cli("merge", str(pytester.path / "s1.json"), str(pytester.path / "s2.json"))
+    assert status == 0 and "2 of 3 shards given: models are incomplete" in err
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (
+            ["--dlbricks-shard=1/2", "--dlbricks-validate"],
+            "*--dlbricks-shard cannot be combined with --dlbricks-validate*",
+        ),
+        (["--dlbricks-shard=3/2"], "*shard number must lie between 1 and 2, not 3*"),
         (["--dlbricks-dtype=fp64"], "*numeric type must be one of fp32, int8, fp16 (comma-separated), not 'fp64'*"),
         (["--dlbricks-export-maps=maps"], "*--dlbricks-export-maps needs --dlbricks-export*"),
         (["--dlbricks-export=suite", "--dlbricks-export-maps=suite/maps"], "*lies inside the suite*private*"),
