@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import tiny_models
+from test_reporting import distinct_bricks
 
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.composition import CallOverhead
@@ -45,15 +46,6 @@ def plans_of(directory: Path) -> list[ModelPlan]:
     return plans
 
 
-def distinct(plans: list[ModelPlan]) -> dict[str, BrickSpec]:
-    bricks: dict[str, BrickSpec] = {}
-    for plan in plans:
-        for brick in plan.bricks:
-            if isinstance(brick, BrickSpec):
-                bricks.setdefault(brick.signature, brick)
-    return bricks
-
-
 def results_for(bricks: dict[str, BrickSpec], keep: set[str] | None = None) -> dict[str, BrickResult]:
     """Made-up times, different for every brick and statistic, for the bricks in ``keep`` (all by default)."""
     return {
@@ -68,7 +60,7 @@ def report_of(
 ) -> dict[str, Any]:
     """A run's report, as the session writes it (JSON round trip included)."""
     settings = settings or Settings(granularity=1, cut="original")
-    report = build_report(settings, plans, [], distinct(plans), results, overhead=OVERHEAD, wall_time_s=1.0)
+    report = build_report(settings, plans, [], distinct_bricks(plans), results, overhead=OVERHEAD, wall_time_s=1.0)
     annotate(report, plans, unsupported={}, placements={})
     report["machine"] = describe_machine()  # as a run that timed bricks records it
     return json.loads(json.dumps(report))  # type: ignore[no-any-return]
@@ -99,7 +91,7 @@ def test_a_window_the_provider_cannot_run_keeps_its_reason(plans: list[ModelPlan
     plans[1].unsupported = {2: "Tanh works on float32 activations in the float16 model"}
     window = plan_composition(plans[1])["bricks"][2]
     assert window[3] == "Tanh works on float32 activations in the float16 model"
-    report = report_of(plans, results_for(distinct(plans)))
+    report = report_of(plans, results_for(distinct_bricks(plans)))
     assert report["models"][1]["complete"] is False
     assert report["models"][1]["unsupported"] == [{"window": 2, "signature": window[0], "cause": window[3]}]
 
@@ -108,7 +100,7 @@ def test_a_window_the_provider_cannot_run_keeps_its_reason(plans: list[ModelPlan
 
 
 def test_composing_from_maps_equals_the_run_that_made_them(plans: list[ModelPlan], tmp_path: Path) -> None:
-    report = report_of(plans, results_for(distinct(plans)))
+    report = report_of(plans, results_for(distinct_bricks(plans)))
     assert write_maps(tmp_path / "maps", report, plans) == 3
     assert sorted(p.name for p in (tmp_path / "maps").iterdir()) == sorted(map_file_name(plan.path) for plan in plans)
     composed, warnings = compose_from_maps(read_maps([tmp_path / "maps"]), report)
@@ -120,7 +112,7 @@ def test_composing_from_maps_equals_the_run_that_made_them(plans: list[ModelPlan
 
 
 def test_a_map_holds_no_times(plans: list[ModelPlan], tmp_path: Path) -> None:
-    write_maps(tmp_path, report_of(plans, results_for(distinct(plans))), plans)
+    write_maps(tmp_path, report_of(plans, results_for(distinct_bricks(plans))), plans)
     document = json.loads((tmp_path / map_file_name("models/chain.onnx")).read_text())
     (entry,) = document["entries"]
     assert {"sequential_s", "critical_path_s", "measured_bricks", "complete"}.isdisjoint(entry)
@@ -128,7 +120,7 @@ def test_a_map_holds_no_times(plans: list[ModelPlan], tmp_path: Path) -> None:
 
 
 def test_compose_uses_the_statistic_asked_for(plans: list[ModelPlan], tmp_path: Path) -> None:
-    bricks = distinct(plans)
+    bricks = distinct_bricks(plans)
     write_maps(tmp_path, report_of(plans, results_for(bricks)), plans)
     by_min = report_of(plans, results_for(bricks), Settings(granularity=1, cut="original", statistic="min"))
     composed, _ = compose_from_maps(read_maps([tmp_path]), report_of(plans, results_for(bricks)), statistic="min")
@@ -209,7 +201,7 @@ def test_an_expensive_brick_gets_a_shard_of_its_own_share() -> None:
 
 
 def test_a_brick_costs_the_bytes_it_reads_and_writes(tmp_path: Path) -> None:
-    conv = next(brick for brick in distinct(plans_of(tmp_path)[:1]).values() if brick.ops == ("Conv",))
+    conv = next(brick for brick in distinct_bricks(plans_of(tmp_path)[:1]).values() if brick.ops == ("Conv",))
     assert brick_cost(conv) == 4 * (8 * 6 * 6 + 8 * 8 * 3 * 3 + 8 * 6 * 6), "float32 input, weight, output"
 
 
@@ -218,7 +210,7 @@ def test_a_brick_costs_the_bytes_it_reads_and_writes(tmp_path: Path) -> None:
 
 def shard_reports(plans: list[ModelPlan], shards: int) -> list[tuple[str, dict[str, Any]]]:
     """The full run split into ``shards`` runs: each measured only its bricks, with the same times."""
-    bricks = distinct(plans)
+    bricks = distinct_bricks(plans)
     assignment = assign({signature: brick_cost(brick) for signature, brick in bricks.items()}, shards)
     reports = []
     for shard in range(1, shards + 1):
@@ -229,7 +221,7 @@ def shard_reports(plans: list[ModelPlan], shards: int) -> list[tuple[str, dict[s
 
 
 def test_merged_shards_equal_the_single_run(plans: list[ModelPlan]) -> None:
-    single = report_of(plans, results_for(distinct(plans)))
+    single = report_of(plans, results_for(distinct_bricks(plans)))
     reports = shard_reports(plans, 3)
     assert all(not model["complete"] for _, report in reports for model in report["models"][:2])
     merged = merge_reports(reports)
@@ -264,7 +256,7 @@ def test_merge_refuses_a_shard_twice_or_other_splits(plans: list[ModelPlan]) -> 
 
 
 def test_merge_refuses_a_brick_measured_twice_or_a_model_cut_differently(plans: list[ModelPlan]) -> None:
-    full = ("a.json", report_of(plans, results_for(distinct(plans))))
+    full = ("a.json", report_of(plans, results_for(distinct_bricks(plans))))
     with pytest.raises(IncompatibleReports, match=r"was measured by both a\.json and b\.json"):
         merge_reports([full, ("b.json", full[1])])
     (first, a), (second, b) = shard_reports(plans, 2)

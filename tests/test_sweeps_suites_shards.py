@@ -39,6 +39,15 @@ def cli(*args: str) -> tuple[int, str, str]:
     return status, out.getvalue(), err.getvalue()
 
 
+def compose_into(folder: Path, maps: Path, results: str) -> tuple[dict[str, Any], str]:
+    """``compose`` the maps with a report in ``folder``; the report it writes and what it prints."""
+    status, out, err = cli(
+        "compose", "--map", str(maps), "--results", str(folder / results), "--json", str(folder / "c.json")
+    )
+    assert (status, err) == (0, "")
+    return read(folder / "c.json"), out
+
+
 def brick_items(result: pytest.RunResult, outcome: str = "PASSED") -> set[str]:
     return {line.split()[0] for line in result.stdout.lines if "::brick[" in line and f" {outcome}" in line}
 
@@ -216,18 +225,9 @@ def test_an_exported_suite_runs_anywhere_and_composes_back(pytester: pytest.Pyte
     assert sorted(p.name for p in maps.iterdir()) == [f"models--{name}.map.json" for name in sorted(MODELS)]
 
     # The owner's own results compose back to exactly the direct run's estimates.
-    status, out, err = cli(
-        "compose",
-        "--map",
-        str(maps),
-        "--results",
-        str(pytester.path / "direct.json"),
-        "--json",
-        str(pytester.path / "own.json"),
-    )
-    assert (status, err) == (0, "")
+    own, out = compose_into(pytester.path, maps, "direct.json")
     assert "models/tiny_inception.onnx" in out
-    assert estimates(read(pytester.path / "own.json")) == estimates(report)
+    assert estimates(own) == estimates(report)
 
     # Elsewhere: the suite alone, at granularity 1, times each exported brick once, never cut again.
     (pytester.path / "models").rename(pytester.path / "private")
@@ -237,17 +237,7 @@ def test_an_exported_suite_runs_anywhere_and_composes_back(pytester: pytest.Pyte
     assert vendor_report["models"] == [] and vendor_report["summary"]["measured_bricks"] == distinct
     assert {b["signature"] for b in vendor_report["bricks"]} == {b["signature"] for b in report["bricks"]}
 
-    status, _, err = cli(
-        "compose",
-        "--map",
-        str(maps),
-        "--results",
-        str(pytester.path / "vendor.json"),
-        "--json",
-        str(pytester.path / "composed.json"),
-    )
-    assert (status, err) == (0, "")
-    composed = read(pytester.path / "composed.json")
+    composed, _ = compose_into(pytester.path, maps, "vendor.json")
     assert all(model["complete"] for model in composed["models"])
     # ... equal to composing the models directly with the suite's times.
     times = {b["signature"]: b["time_s"] for b in vendor_report["bricks"]}
