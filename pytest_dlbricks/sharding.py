@@ -15,8 +15,10 @@ import argparse
 import heapq
 import math
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from .bricks import BrickSpec
+if TYPE_CHECKING:  # the options parse shards: importing this module must stay cheap
+    from .bricks import BrickSpec
 
 
 def parse_shard(text: str) -> tuple[int, int]:
