@@ -239,6 +239,8 @@ class DLBricksSession:
         def test_model(benchmark: Any) -> None:
             from .running import BrickError, BrickRunner, UnsupportedByProvider
 
+            if plan.unsupported:
+                pytest.skip(f"{plan.path}: {len(plan.unsupported)} of its bricks are not supported here; no estimate")
             if plan.whole is None:
                 pytest.fail(
                     f"{plan.path}: the model's outputs are not all tensors; it cannot be timed whole", pytrace=False

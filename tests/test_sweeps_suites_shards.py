@@ -158,14 +158,21 @@ def test_numeric_types_quantize_and_report_what_the_provider_cannot_run(
 def test_the_optimized_graph_of_a_float16_model_shows_float32_work(
     pytester: pytest.Pytester, models: list[Path]
 ) -> None:
-    """onnxruntime casts around the operators it has no float16 kernel for: such bricks are unsupported too."""
-    run(
+    """onnxruntime casts around the operators it has no float16 kernel for: such bricks are unsupported too,
+    and a model with such bricks has no estimate to validate."""
+    result = run(
         pytester,
         "--dlbricks-granularity=1",
         "--dlbricks-dim=batch=1",
         "--dlbricks-dtype=fp16",
+        "--dlbricks-validate",
         "--dlbricks-json=r.json",
+        "-rs",
         "models/mlp.onnx",
+    )
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        ["SKIPPED * models/mlp.onnx[[]fp16]: * of its bricks are not supported here; no estimate"]
     )
     (mlp,) = read(pytester.path / "r.json")["models"]
     assert mlp["complete"] is False
