@@ -101,10 +101,10 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
     if not outputs:
         raise UnbuildableBrick("the layers produce nothing that the rest of the model reads")
     nodes = tuple(_renamed(layer, renames, f"body{index}_") for index, layer in enumerate(layers))
-    used_domains = {node.domain for node in nodes} | {""}
-    functions = tuple(f for f in graph.functions if any((n.domain, n.op_type) == (f.domain, f.name) for n in nodes))
-    opsets = {domain: graph.opset_imports[domain] for domain in sorted(used_domains) if domain in graph.opset_imports}
-    signature = _signature(nodes, inputs, weights, outputs, values, opsets, functions)
+    functions = tuple(
+        _anonymous(f) for f in graph.functions if any((n.domain, n.op_type) == (f.domain, f.name) for n in nodes)
+    )
+    signature = _signature(nodes, inputs, weights, outputs, values, _used_opsets(nodes, graph.opset_imports), functions)
     return BrickSpec(
         nodes=nodes,
         inputs=tuple(inputs),
@@ -116,6 +116,29 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
         functions=functions,
         signature=signature,
     )
+
+
+def brick_signature(brick: BrickSpec) -> str:
+    """The signature ``brick``'s parts give, computed again (a brick read back from a file, for example)."""
+    opsets = _used_opsets(brick.nodes, brick.opset_imports)
+    return _signature(brick.nodes, brick.inputs, brick.weights, brick.outputs, brick.values, opsets, brick.functions)
+
+
+def _used_opsets(nodes: Sequence[onnx.NodeProto], opset_imports: dict[str, int]) -> dict[str, int]:
+    used_domains = {node.domain for node in nodes} | {""}
+    return {domain: opset_imports[domain] for domain in sorted(used_domains) if domain in opset_imports}
+
+
+def _anonymous(function: onnx.FunctionProto) -> onnx.FunctionProto:
+    """A copy of a model-local function without its documentation, value infos or its nodes' names."""
+    copy = onnx.FunctionProto()
+    copy.CopyFrom(function)
+    copy.ClearField("doc_string")
+    copy.ClearField("metadata_props")
+    copy.ClearField("value_info")
+    for node in copy.node:
+        _strip(node)
+    return copy
 
 
 def _read_outside(graph: ModelGraph, begin: int, end: int) -> set[str]:

@@ -1,4 +1,5 @@
-"""pytest nodes: a model file collects one benchmark item per brick it is the first to use."""
+"""pytest nodes: a model file collects one benchmark item per brick it is the first to use; a suite's
+brick file, one item for its brick."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .errors import ModelError
+from .sweeps import SweepPoint
 
 if TYPE_CHECKING:
+    from .bricks import BrickSpec
     from .session import DLBricksSession
 
 
@@ -18,19 +21,25 @@ class DLBricksWarning(pytest.PytestWarning):
 
 
 class ModelFile(pytest.File):
-    """An ONNX model: cut into bricks on collection; its new distinct bricks become benchmark items."""
+    """An ONNX model: cut into bricks on collection, at every sweep point; its new distinct bricks become
+    benchmark items, their names ending with the point (``brick[Conv+Relu-3f2a91c0][batch=4]``)."""
 
     def __init__(self, *, dlbricks: DLBricksSession, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.dlbricks = dlbricks
 
     def collect(self) -> Iterator[pytest.Item]:
+        for number, point in enumerate(self.dlbricks.points):
+            yield from self._collect_point(point, warn=number == 0)
+
+    def _collect_point(self, point: SweepPoint, *, warn: bool) -> Iterator[pytest.Item]:
+        suffix = point.suffix
         try:
-            plan, new_bricks = self.dlbricks.add_model(self.path, self.nodeid)
+            plan, new_bricks = self.dlbricks.add_model(self.path, self.nodeid, point)
         except ModelError as error:
-            yield FailingItem.from_parent(self, name="load", message=f"{self.nodeid}: {error.cause}")
+            yield FailingItem.from_parent(self, name=f"load{suffix}", message=f"{self.nodeid}{suffix}: {error.cause}")
             return
-        for name, value in plan.guessed_dims.items():
+        for name, value in plan.guessed_dims.items() if warn else ():
             self.warn(
                 DLBricksWarning(
                     f"{self.nodeid}: symbolic dimension {name!r} was not given, using {value}"
@@ -38,24 +47,56 @@ class ModelFile(pytest.File):
                 )
             )
         for brick in new_bricks:
-            item = pytest.Function.from_parent(
-                self, name=f"brick[{brick.label}]", callobj=self.dlbricks.brick_test(brick.signature)
-            )
-            item.extra_keyword_matches.update(brick.ops)
-            for mark in self.dlbricks.timing_marks():
-                item.add_marker(mark)
-            yield item
+            yield brick_item(self, brick, point)
         if self.dlbricks.settings.validate:
             for executor in self.dlbricks.executors_to_validate(plan):
-                name = "e2e" if executor == "sequential" else f"e2e-{executor}"
-                yield pytest.Function.from_parent(self, name=name, callobj=self.dlbricks.e2e_test(plan, executor))
+                name = ("e2e" if executor == "sequential" else f"e2e-{executor}") + suffix
+                item = pytest.Function.from_parent(self, name=name, callobj=self.dlbricks.e2e_test(plan, executor))
+                item.extra_keyword_matches.update(point.keywords)
+                yield item
         for broken in plan.broken:
             yield FailingItem.from_parent(
                 self,
-                name=f"unbuildable[{broken.label}]",
-                message=f"{self.nodeid}: layer {broken.layer_index} ({broken.op_type}) cannot be benchmarked"
+                name=f"unbuildable[{broken.label}]{suffix}",
+                message=f"{plan.path}: layer {broken.layer_index} ({broken.op_type}) cannot be benchmarked"
                 f" as a brick: {broken.reason}",
             )
+
+
+class BrickFile(pytest.File):
+    """A brick file of an exported suite (listed in the folder's manifest): one item, never cut again."""
+
+    def __init__(self, *, dlbricks: DLBricksSession, entry: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.dlbricks = dlbricks
+        self.entry = entry
+
+    def collect(self) -> Iterator[pytest.Item]:
+        from .suite import SuiteError, read_brick
+
+        try:
+            if "error" in self.entry:
+                raise SuiteError(self.entry["error"])
+            brick = read_brick(self.path, self.entry)
+        except SuiteError as error:
+            yield FailingItem.from_parent(self, name="load", message=f"{self.nodeid}: {error}")
+            return
+        if self.dlbricks.add_exported_brick(brick):
+            yield brick_item(self, brick)
+
+
+def brick_item(parent: pytest.File, brick: BrickSpec, point: SweepPoint | None = None) -> pytest.Function:
+    """The benchmark item of a distinct brick, selectable with ``-k`` by its operators and sweep point."""
+    session: DLBricksSession = parent.dlbricks  # type: ignore[attr-defined]
+    point = point or SweepPoint()
+    item = pytest.Function.from_parent(
+        parent, name=f"brick[{brick.label}]{point.suffix}", callobj=session.brick_test(brick.signature)
+    )
+    item.extra_keyword_matches.update(brick.ops)
+    item.extra_keyword_matches.update(point.keywords)
+    for mark in session.timing_marks():
+        item.add_marker(mark)
+    return item
 
 
 class FailingItem(pytest.Item):

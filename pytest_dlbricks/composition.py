@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Optional
 
 import networkx as nx
 
@@ -50,31 +51,59 @@ class Estimate:
         return self.measured_bricks == self.total_bricks
 
 
+#: What composition needs of one window of a model: brick signature, number of inputs and of outputs;
+#: None for a window that has no time (a layer that cannot be built, a brick the provider cannot run).
+BrickCall = Optional[tuple[str, int, int]]
+
+
 def compose(plan: ModelPlan, times: Mapping[str, float], overhead: CallOverhead = NO_OVERHEAD) -> Estimate:
     """Estimate ``plan``'s latency from ``times`` (seconds by brick signature).
 
     The cost of a call (``overhead``) is taken off every brick's time and counted once for the
     model, with the model's own inputs and outputs. A brick never counts for less than nothing.
     """
+    return compose_calls(brick_calls(plan), plan.graph, plan.io, times, overhead)
+
+
+def brick_calls(plan: ModelPlan) -> list[BrickCall]:
+    """The model's windows as composition sees them; windows the provider cannot run have no time."""
+    return [
+        (brick.signature, len(brick.inputs), len(brick.outputs))
+        if isinstance(brick, BrickSpec) and index not in plan.unsupported
+        else None
+        for index, brick in enumerate(plan.bricks)
+    ]
+
+
+def compose_calls(
+    calls: Sequence[BrickCall],
+    graph: nx.DiGraph,
+    io: tuple[int, int],
+    times: Mapping[str, float],
+    overhead: CallOverhead = NO_OVERHEAD,
+) -> Estimate:
+    """:func:`compose` from plain data: the windows, the brick graph between them and the model's io counts."""
     work: list[float] = []
-    for brick in plan.bricks:
-        seconds = times.get(brick.signature) if isinstance(brick, BrickSpec) else None
-        if seconds is None or not isinstance(brick, BrickSpec):
+    for call in calls:
+        seconds = times.get(call[0]) if call is not None else None
+        if call is None or seconds is None:
             continue
-        work.append(max(seconds - overhead.of(len(brick.inputs), len(brick.outputs)), 0.0))
-    if len(work) < len(plan.bricks):
-        return Estimate(None, None, len(work), len(plan.bricks))
-    sequential = sum(work) + overhead.of(*plan.io)
-    return Estimate(
-        sequential, critical_path(plan, work) + overhead.of(*plan.io, parallel=True), len(work), len(plan.bricks)
-    )
+        work.append(max(seconds - overhead.of(call[1], call[2]), 0.0))
+    if len(work) < len(calls):
+        return Estimate(None, None, len(work), len(calls))
+    sequential = sum(work) + overhead.of(*io)
+    return Estimate(sequential, _longest_path(graph, work) + overhead.of(*io, parallel=True), len(work), len(calls))
 
 
 def critical_path(plan: ModelPlan, brick_times: list[float]) -> float:
     """Length of the heaviest path through the brick graph, a brick's time counted on the edges into it."""
+    return _longest_path(plan.graph, brick_times)
+
+
+def _longest_path(graph: nx.DiGraph, brick_times: Sequence[float]) -> float:
     weighted = nx.DiGraph()
     for brick, seconds in enumerate(brick_times):
         weighted.add_edge(_SOURCE, brick, seconds=seconds)
-    for before, after in plan.graph.edges:
+    for before, after in graph.edges:
         weighted.add_edge(before, after, seconds=brick_times[after])
     return float(nx.dag_longest_path_length(weighted, weight="seconds"))

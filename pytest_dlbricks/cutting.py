@@ -51,6 +51,12 @@ class ModelPlan:
     io: tuple[int, int] = (1, 1)
     #: The whole model as one brick, kept when it is to be validated end to end.
     whole: BrickSpec | None = field(default=None, repr=False)
+    #: The model file as pytest shows it (``path`` adds the sweep point, if any); empty: ``path``.
+    file: str = ""
+    #: The sweep point: every dimension's size and the numeric type.
+    point: dict[str, object] = field(default_factory=dict)
+    #: Windows the provider cannot run in the point's numeric type, with the reason.
+    unsupported: dict[int, str] = field(default_factory=dict)
 
     @property
     def signatures(self) -> Counter[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,17 +141,33 @@ def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
             yield from attribute.graphs
 
 
-def load_model(path: Path, dims: Mapping[str, int] | None = None, optimize: Settings | None = None) -> ModelGraph:
+def load_model(
+    path: Path,
+    dims: Mapping[str, int] | None = None,
+    optimize: Settings | None = None,
+    convert: Callable[[onnx.ModelProto, Path], onnx.ModelProto] | None = None,
+) -> ModelGraph:
     """Parse ``path`` into a :class:`ModelGraph`; raises :class:`ModelError` for anything unusable.
 
     With ``optimize``, the layers are those of the graph onnxruntime makes of the model for those
     settings (fusions, eliminated nodes, layout changes): what actually runs, at the price of bricks
-    specific to the runtime, provider and machine.
+    specific to the runtime, provider and machine. ``convert(model, data_dir)``, given, turns the
+    model (its inputs sized) into another before it is optimized and cut, for example to int8; it
+    raises ``ValueError`` when it cannot.
     """
     model = _read(path)
     try:
         loader = _ModelLoader(path, model, dict(dims or {}), data_dir=path.parent)
         loader.prepare()
+        if convert is not None:
+            guessed = loader.guessed
+            try:
+                converted = convert(loader.runnable_model(), path.parent)
+            except ValueError as error:
+                raise ModelError(path, str(error)) from error
+            loader = _ModelLoader(path, converted, {}, data_dir=path.parent)
+            loader.prepare()
+            loader.guessed = guessed
         if optimize is None:
             return loader.load()
         from .running import optimize_model

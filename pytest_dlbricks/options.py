@@ -15,16 +15,22 @@ from .settings import (
     DEFAULT_DIM,
     DEFAULT_GLOBS,
     DEFAULT_PRECISION,
+    DEFAULT_PROVIDERS,
+    DTYPES,
     OPTIMIZATION_LEVELS,
     STATISTICS,
     Settings,
     parse_bool,
     parse_choice,
-    parse_dim,
+    parse_dim_values,
+    parse_dtypes,
     parse_granularity,
     parse_precision,
+    parse_providers,
     parse_threads,
+    resolve_providers,
 )
+from .sharding import parse_shard
 
 T = TypeVar("T")
 
@@ -72,9 +78,10 @@ _OPTIONS = (
         "--dlbricks-dim",
         "NAME=VALUE",
         "Size of a symbolic input dimension such as batch or seq; repeatable."
-        f" A dimension not given is {DEFAULT_DIM}, with a warning.",
+        f" A dimension not given is {DEFAULT_DIM}, with a warning. Several sizes (batch=1,4,16) run the"
+        " whole suite at each.",
         "none given",
-        parse_dim,
+        parse_dim_values,
         repeatable=True,
         ini="dlbricks_dims",
     ),
@@ -119,7 +126,7 @@ _OPTIONS = (
         "GRAPH",
         "Cut the graph onnxruntime runs for this provider, optimization level and machine (optimized:"
         " fusions and layout included, accurate) or the model as written (original: portable bricks).",
-        "optimized",
+        "optimized; original with --dlbricks-export",
         _parse_cut,
         ini="dlbricks_cut",
     ),
@@ -140,6 +147,48 @@ _OPTIONS = (
         "off",
         switch=True,
         ini="dlbricks_validate",
+    ),
+    _Option(
+        "--dlbricks-dtype",
+        "TYPES",
+        f"Numeric types to benchmark every model in, comma-separated: {', '.join(DTYPES)}. fp32 is the model"
+        " as written, int8 its dynamic quantization, fp16 its float16 conversion (onnxruntime's tools).",
+        "fp32",
+        parse_dtypes,
+        ini="dlbricks_dtype",
+    ),
+    _Option(
+        "--dlbricks-providers",
+        "NAMES",
+        "onnxruntime execution providers in order of preference, comma-separated (cpu is short for"
+        " CPUExecutionProvider); the provider that ran each brick is recorded.",
+        ",".join(DEFAULT_PROVIDERS),
+        parse_providers,
+        ini="dlbricks_providers",
+    ),
+    _Option(
+        "--dlbricks-export",
+        "DIR",
+        "Write every distinct brick to DIR as a standalone .onnx model with a manifest.json: a suite"
+        " that runs with pytest anywhere and reveals neither weights nor models.",
+        "no export",
+        Path,
+    ),
+    _Option(
+        "--dlbricks-export-maps",
+        "DIR",
+        "Where --dlbricks-export writes each model's private map (its bricks and their graph), for"
+        " python -m pytest_dlbricks compose.",
+        "DIR-maps beside the suite",
+        Path,
+    ),
+    _Option(
+        "--dlbricks-shard",
+        "K/N",
+        "Benchmark only shard K of N of the distinct bricks (the same split on every machine, balanced"
+        " by expected cost); combine the reports with python -m pytest_dlbricks merge.",
+        "all bricks",
+        parse_shard,
     ),
 )
 
@@ -171,21 +220,69 @@ def read_settings(config: pytest.Config) -> Settings | None:
     granularity = _flag_or_ini(config, "dlbricks_granularity", parse_granularity)
     if granularity is None:
         return None
-    dims = _flag_or_ini_list(config, "dlbricks_dim", "dlbricks_dims", parse_dim)
+    dims = dict(_flag_or_ini_list(config, "dlbricks_dim", "dlbricks_dims", parse_dim_values))
     globs = _flag_or_ini_list(config, "dlbricks_glob", "dlbricks_globs", str) or list(DEFAULT_GLOBS)
-    return Settings(
+    export_dir = _resolved(config, config.getoption("dlbricks_export"))
+    settings = Settings(
         granularity=granularity,
-        dims=dict(dims),
+        dims={name: sizes[0] for name, sizes in dims.items() if len(sizes) == 1},
         json_path=_resolved(config, config.getoption("dlbricks_json")),
         html_path=_resolved(config, config.getoption("dlbricks_html")),
         intra_op_threads=_flag_or_ini(config, "dlbricks_threads", parse_threads) or 0,
         optimization=_flag_or_ini(config, "dlbricks_optimization", _parse_optimization) or "all",
         statistic=_flag_or_ini(config, "dlbricks_statistic", _parse_statistic) or "median",
         globs=tuple(globs),
-        cut=_flag_or_ini(config, "dlbricks_cut", _parse_cut) or "optimized",
+        providers=_providers(config),
+        cut=_flag_or_ini(config, "dlbricks_cut", _parse_cut) or ("original" if export_dir else "optimized"),
         validate=bool(_flag_or_ini(config, "dlbricks_validate", parse_bool)),
         precision=_precision(config),
+        sweep={name: sizes for name, sizes in dims.items() if len(sizes) > 1},
+        dtypes=_flag_or_ini(config, "dlbricks_dtype", parse_dtypes) or ("fp32",),
+        shard=config.getoption("dlbricks_shard"),
+        export_dir=export_dir,
+        maps_dir=_maps_dir(config, export_dir),
     )
+    if export_dir is not None:
+        from .suite import check_export_folder
+
+        problem = check_export_folder(export_dir)
+        if problem is not None:
+            raise pytest.UsageError(f"--dlbricks-export: {problem}")
+    if settings.shard and settings.validate:
+        raise pytest.UsageError(
+            "--dlbricks-shard cannot be combined with --dlbricks-validate: validation times each model beside"
+            " its bricks, on one machine"
+        )
+    return settings
+
+
+def _providers(config: pytest.Config) -> tuple[str, ...]:
+    requested = _flag_or_ini(config, "dlbricks_providers", parse_providers)
+    if requested is None:
+        return DEFAULT_PROVIDERS
+    import onnxruntime
+
+    try:
+        return resolve_providers(requested, onnxruntime.get_available_providers())
+    except ValueError as error:
+        raise pytest.UsageError(f"--dlbricks-providers: {error}") from None
+
+
+def _maps_dir(config: pytest.Config, export_dir: Path | None) -> Path | None:
+    """Where the private maps go: never inside the suite, which is meant to be shared."""
+    maps_dir = _resolved(config, config.getoption("dlbricks_export_maps"))
+    if export_dir is None:
+        if maps_dir is not None:
+            raise pytest.UsageError("--dlbricks-export-maps needs --dlbricks-export: maps belong to an exported suite")
+        return None
+    if maps_dir is None:
+        return export_dir.with_name(f"{export_dir.name}-maps")
+    if maps_dir.resolve() == export_dir.resolve() or export_dir.resolve() in maps_dir.resolve().parents:
+        raise pytest.UsageError(
+            f"--dlbricks-export-maps {maps_dir} lies inside the suite {export_dir}; the maps are private and"
+            " must stay out of what you share"
+        )
+    return maps_dir
 
 
 def _precision(config: pytest.Config) -> float | None:

@@ -243,7 +243,9 @@ def render_table(report: Mapping[str, object]) -> str:
 def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
     if "error" in model:
         return (str(model["path"]), "-", "-", "-", "-", "-", "error") + (("-", "-") if validated else ())
-    complete = "yes" if model["complete"] else f"no ({model['measured_bricks']}/{model['bricks']})"
+    unsupported = len(model.get("unsupported") or ())  # type: ignore[arg-type]
+    missing = f"{model['measured_bricks']}/{model['bricks']}" + (f", {unsupported} unsupported" if unsupported else "")
+    complete = "yes" if model["complete"] else f"no ({missing})"
     row = (
         str(model["path"]),
         str(model["layers"]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from .bricks import BrickSpec
 from .composition import CallOverhead
 from .errors import ModelError
 from .loading import MIN_IR_VERSION, TensorSpec
-from .settings import Settings
+from .placement import Placement, read_profile
+from .settings import DEFAULT_PROVIDERS, Settings
 from .synthesis import SynthesisError, brick_feeds, build_brick_model, model_feeds
 
 _OPTIMIZATION_LEVELS = {
@@ -31,12 +33,17 @@ _EXTERNAL_WEIGHT_BYTES = 1024
 
 
 def session_options(
-    settings: Settings | None = None, data_dir: Path | None = None, *, parallel: bool = False
+    settings: Settings | None = None,
+    data_dir: Path | None = None,
+    *,
+    parallel: bool = False,
+    profile_to: Path | None = None,
 ) -> ort.SessionOptions:
     """Options for the user's thread count and optimization level (onnxruntime's defaults otherwise).
 
     ``data_dir`` is where external weights of a model given as bytes live; ``parallel`` selects the
-    parallel executor (sequential is onnxruntime's default).
+    parallel executor (sequential is onnxruntime's default); ``profile_to`` (a file name prefix)
+    profiles runs until ``end_profiling()``.
     """
     options = ort.SessionOptions()
     options.log_severity_level = _LOG_ERRORS_ONLY
@@ -47,14 +54,22 @@ def session_options(
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_dir))
     if parallel:
         options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    if profile_to is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(profile_to)
     return options
 
 
 def create_session(
-    model: onnx.ModelProto, settings: Settings | None = None, data_dir: Path | None = None, *, parallel: bool = False
+    model: onnx.ModelProto,
+    settings: Settings | None = None,
+    data_dir: Path | None = None,
+    *,
+    parallel: bool = False,
+    profile_to: Path | None = None,
 ) -> ort.InferenceSession:
-    providers = list(settings.providers) if settings is not None else ["CPUExecutionProvider"]
-    options = session_options(settings, data_dir, parallel=parallel)
+    providers = list(settings.providers) if settings is not None else list(DEFAULT_PROVIDERS)
+    options = session_options(settings, data_dir, parallel=parallel, profile_to=profile_to)
     return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
 
 
@@ -108,16 +123,26 @@ def _declared_spec(path: Path, value: onnx.ValueInfoProto) -> TensorSpec:
 
 
 class BrickRunner:
-    """A brick ready to time: its session and feeds are made once, each call is one inference."""
+    """A brick ready to time: its session and feeds are made once, each call is one inference.
+
+    When the providers are not the default or the brick holds float16 tensors, :meth:`check` also
+    runs the brick once in a profiled session of its own, to learn which provider ran each node
+    (:attr:`placement`) and whether onnxruntime ran float16 operators in float32.
+    """
 
     def __init__(self, brick: BrickSpec, settings: Settings, *, parallel: bool = False) -> None:
         self.brick = brick
+        self.settings = settings
+        self.parallel = parallel
+        self.placement: Placement | None = None
         try:
             self.feeds = brick_feeds(brick)
             self.session = create_session(build_brick_model(brick), settings, parallel=parallel)
         except SynthesisError as error:
             raise BrickError(str(error)) from error
         except Exception as error:  # onnxruntime's exception types are not part of its API
+            if type(error).__name__ == "NotImplemented":
+                raise UnsupportedByProvider(f"{'+'.join(settings.providers)} cannot run it: {_short(error)}") from error
             raise BrickError(f"onnxruntime cannot load the brick: {_short(error)}") from error
         self.provider = self.session.get_providers()[0]
 
@@ -125,7 +150,7 @@ class BrickRunner:
         return self.session.run(None, self.feeds)
 
     def check(self) -> None:
-        """Run once and check the outputs have the shapes they have inside the model."""
+        """Run once and check the outputs have the shapes they have inside the model, and where it ran."""
         try:
             results = self()
         except Exception as error:  # onnxruntime's exception types are not part of its API
@@ -136,6 +161,28 @@ class BrickRunner:
                     f"output {name} has shape {list(result.shape)} but {list(spec.shape)} inside the model;"
                     " timing it would measure different work"
                 )
+        if _profiled(self.brick, self.settings):
+            self.placement = self._profiled_run()
+            self.provider = self.placement.provider or self.provider
+            fallback = self.placement.float16_fallback()
+            if fallback is not None:
+                raise UnsupportedByProvider(fallback)
+
+    def _profiled_run(self) -> Placement:
+        with tempfile.TemporaryDirectory(prefix="dlbricks-profile-") as folder:
+            model = build_brick_model(self.brick)
+            session = create_session(model, self.settings, parallel=self.parallel, profile_to=Path(folder) / "brick")
+            session.run(None, self.feeds)
+            return read_profile(Path(session.end_profiling()))
+
+
+_REDUCED_FLOATS = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})
+
+
+def _profiled(brick: BrickSpec, settings: Settings) -> bool:
+    """Whether a brick's first run is profiled: other providers than the default, or float16 tensors."""
+    specs = (*brick.inputs, *brick.weights, *brick.outputs)
+    return settings.providers != DEFAULT_PROVIDERS or any(spec.dtype in _REDUCED_FLOATS for _, spec in specs)
 
 
 def measure_call_overhead(settings: Settings, rounds: int = 11, calls: int = 100) -> CallOverhead:
@@ -218,6 +265,10 @@ def _tiny_model(layers: int, inputs: int, outputs: int) -> onnx.ModelProto:
 
 class BrickError(Exception):
     """A brick cannot be built or run by onnxruntime."""
+
+
+class UnsupportedByProvider(BrickError):
+    """The providers cannot run the brick at its types: no kernel, or float16 run in float32 between casts."""
 
 
 def _short(error: BaseException) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from .analysis import BrickWork, RunMeasurements, annotate, plan_work
 from .bricks import BrickSpec, UnbuildableBrick, describe_brick
-from .collector import ModelFile
+from .collector import BrickFile, FailingItem, ModelFile
 from .composition import CallOverhead
 from .cutting import ModelPlan, plan_model
 from .errors import ModelError
@@ -21,6 +21,7 @@ from .html import render_html
 from .loading import load_model
 from .reporting import BrickResult, FailedModel, build_report, render_table, write_json, write_text
 from .settings import Settings
+from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
 from .terminal import render_analysis
 from .validation import BrickRounds, Validation, has_parallel_branches, rounds_for
 
@@ -58,28 +59,75 @@ class DLBricksSession:
         self.report: dict[str, object] | None = None
         self.write_errors: list[str] = []
         self.written: list[Path] = []
+        #: The points every model is benchmarked at (one, unless dimensions or numeric types are swept).
+        self.points: list[SweepPoint] = sweep_points(settings.dims, settings.sweep, settings.dtypes)
+        #: Bricks the providers cannot run at their types, with the reason, found when run.
+        self.unsupported: dict[str, str] = {}
+        #: Nodes run by each provider, for the bricks whose run was profiled.
+        self.placements: dict[str, dict[str, int]] = {}
+        #: Manifests of exported suites by folder (None: the folder holds no suite; an error: unreadable).
+        self.manifests: dict[Path, dict[str, dict[str, Any]] | Exception | None] = {}
+        #: Lines for the terminal summary after the table: (text, is an error).
+        self.messages: list[tuple[str, bool]] = []
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
         if any(fnmatch.fnmatch(file_path.name, pattern) for pattern in self.settings.globs):
+            exported = self._exported_brick(file_path)
+            if exported is not None:
+                return BrickFile.from_parent(parent, path=file_path, dlbricks=self, entry=exported)
             return ModelFile.from_parent(parent, path=file_path, dlbricks=self)
         return None
 
-    def add_model(self, path: Path, display_path: str) -> tuple[ModelPlan, list[BrickSpec]]:
-        """Cut the model at ``path``; returns its plan and the bricks no earlier model had."""
+    def _exported_brick(self, path: Path) -> dict[str, Any] | None:
+        """The manifest entry of a brick file of an exported suite; an unreadable manifest gives an error entry."""
+        from .suite import SuiteError, read_manifest
+
+        folder = path.parent
+        if folder not in self.manifests:
+            try:
+                self.manifests[folder] = read_manifest(folder)
+            except SuiteError as error:
+                self.manifests[folder] = error
+        manifest = self.manifests[folder]
+        if isinstance(manifest, Exception):
+            return {"error": str(manifest)}
+        return None if manifest is None else manifest.get(path.name)
+
+    def add_exported_brick(self, brick: BrickSpec) -> bool:
+        """Register a brick read from a suite file; False when the same brick was met before."""
+        if brick.signature in self.bricks:
+            return False
+        self.bricks[brick.signature] = brick
+        return True
+
+    def add_model(
+        self, path: Path, display_path: str, point: SweepPoint | None = None
+    ) -> tuple[ModelPlan, list[BrickSpec]]:
+        """Cut the model at ``path`` at ``point``; returns its plan and the bricks no earlier model had."""
+        from .numerics import convert, float32_work
+
+        point = point or self.points[0]
+        name = display_path + point.suffix
         optimize = self.settings if self.settings.cut == "optimized" else None
+        dtype = point.dtype
+        to_dtype = None if dtype == AS_WRITTEN else lambda model, data_dir: convert(model, dtype, data_dir)
         try:
-            graph = load_model(path, self.settings.dims, optimize)
+            graph = load_model(path, point.dims, optimize, to_dtype)
         except ModelError as error:
-            self.failed.append(FailedModel(display_path, error.cause))
+            self.failed.append(FailedModel(name, error.cause))
             raise
-        plan = plan_model(graph, self.settings.granularity, display_path)
+        plan = plan_model(graph, self.settings.granularity, name)
+        plan.file, plan.point = display_path, point.describe()
+        if dtype == "fp16":
+            reasons = {i: float32_work(b) for i, b in enumerate(plan.bricks) if isinstance(b, BrickSpec)}
+            plan.unsupported = {index: reason for index, reason in reasons.items() if reason is not None}
         if self.settings.validate:
             try:
                 plan.whole = describe_brick(graph, 0, len(graph.layers))
             except UnbuildableBrick:
                 plan.whole = None  # its e2e item says why it cannot run
         self.plans.append(plan)
-        self.model_files[display_path] = path
+        self.model_files[name] = path
         new_bricks = []
         for brick in plan.bricks:
             if isinstance(brick, BrickSpec) and brick.signature not in self.bricks:
@@ -91,6 +139,18 @@ class DLBricksSession:
     def models_using(self, signature: str) -> dict[str, int]:
         return {plan.path: plan.signatures[signature] for plan in self.plans if signature in plan.signatures}
 
+    def unsupported_wherever_used(self, signature: str) -> str | None:
+        """Why no model can use a brick's time: every window it fills is one the provider cannot run."""
+        if not any(plan.unsupported for plan in self.plans):
+            return None
+        reasons = [
+            plan.unsupported.get(index)
+            for plan in self.plans
+            for index, brick in enumerate(plan.bricks)
+            if isinstance(brick, BrickSpec) and brick.signature == signature
+        ]
+        return reasons[0] if reasons and all(reasons) else None
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         """Let ``-k`` select a brick by the name of any model that uses it, not only the first."""
@@ -98,20 +158,57 @@ class DLBricksSession:
             signature = getattr(item.obj, "dlbricks_signature", None) if isinstance(item, pytest.Function) else None
             if signature is not None:
                 item.extra_keyword_matches.update(Path(path).stem for path in self.models_using(signature))
+        if self.settings.shard is not None:
+            self._keep_shard(items)
+
+    def _keep_shard(self, items: list[pytest.Item]) -> None:
+        """Deselect the bricks of other shards; items that are no bricks (errors) stay on shard 1."""
+        from .sharding import assign, brick_cost
+
+        shard, shards = self.settings.shard or (1, 1)
+        assignment = assign({signature: brick_cost(brick) for signature, brick in self.bricks.items()}, shards)
+        kept: list[pytest.Item] = []
+        deselected: list[pytest.Item] = []
+        for item in items:
+            signature = getattr(item.obj, "dlbricks_signature", None) if isinstance(item, pytest.Function) else None
+            if signature is not None:
+                mine = assignment[signature] == shard
+            else:
+                mine = shard == 1 or not isinstance(item, FailingItem)
+            (kept if mine else deselected).append(item)
+        if deselected:
+            self.config.hook.pytest_deselected(items=deselected)
+            items[:] = kept
+        self.messages.append(
+            (
+                f"dlbricks: shard {shard}/{shards} benchmarks {sum(1 for s in assignment.values() if s == shard)}"
+                f" of {len(assignment)} distinct bricks; combine the shards' --dlbricks-json reports with"
+                " python -m pytest_dlbricks merge",
+                False,
+            )
+        )
 
     def brick_test(self, signature: str) -> Callable[..., None]:
         """The test function of one distinct brick: builds it, checks it, times it with pytest-benchmark."""
 
         def test_brick(benchmark: Any) -> None:
-            from .running import BrickError, BrickRunner
+            from .running import BrickError, BrickRunner, UnsupportedByProvider
 
             brick = self.bricks[signature]
+            unsupported = self.unsupported_wherever_used(signature)
+            if unsupported is not None:
+                pytest.skip(f"brick {brick.label} is not supported here: {unsupported}")
             try:
                 runner = BrickRunner(brick, self.settings)
                 runner.check()
+            except UnsupportedByProvider as error:
+                self.unsupported[signature] = str(error)
+                pytest.skip(f"brick {brick.label} is not supported here: {error}")
             except BrickError as error:
                 users = ", ".join(self.models_using(signature))
                 pytest.fail(f"brick {brick.label} (used by {users}): {error}", pytrace=False)
+            if runner.placement is not None:
+                self.placements[signature] = runner.placement.providers
             self._measure_overhead()
             benchmark.extra_info.update(
                 {"signature": signature, "ops": list(brick.ops), "models": self.models_using(signature)}
@@ -140,8 +237,10 @@ class DLBricksSession:
         """The test function timing a whole model, each round right after timing its bricks again."""
 
         def test_model(benchmark: Any) -> None:
-            from .running import BrickError, BrickRunner
+            from .running import BrickError, BrickRunner, UnsupportedByProvider
 
+            if plan.unsupported:
+                pytest.skip(f"{plan.path}: {len(plan.unsupported)} of its bricks are not supported here; no estimate")
             if plan.whole is None:
                 pytest.fail(
                     f"{plan.path}: the model's outputs are not all tensors; it cannot be timed whole", pytrace=False
@@ -152,6 +251,8 @@ class DLBricksSession:
                 runners = {
                     signature: BrickRunner(self.bricks[signature], self.settings) for signature in plan.signatures
                 }
+            except UnsupportedByProvider as error:
+                pytest.skip(f"{plan.path}: the whole model is not supported here: {error}")
             except BrickError as error:
                 pytest.fail(f"{plan.path}: cannot time the whole model: {error}", pytrace=False)
             bricks = BrickRounds(runners, warm_up=model)
@@ -180,7 +281,9 @@ class DLBricksSession:
             )
 
     def pytest_sessionfinish(self, exitstatus: int) -> None:
-        if not self.plans and not self.failed:
+        from . import recomposition
+
+        if not self.plans and not self.failed and not self.bricks:
             return
         measured = self._measure_run() if exitstatus != pytest.ExitCode.INTERRUPTED else None
         report = build_report(
@@ -194,6 +297,14 @@ class DLBricksSession:
             wall_time_s=time.perf_counter() - self.started,
         )
         self.report = annotate(report, self.work, measured)
+        recomposition.annotate(
+            self.report,
+            self.plans,
+            unsupported=self.unsupported,
+            placements=self.placements,
+        )
+        if self.settings.export_dir is not None:
+            self._export(self.report)
         if self.settings.json_path is not None:
             self._write(self.settings.json_path, write_json, self.report)
         if self.settings.html_path is not None:
@@ -216,6 +327,27 @@ class DLBricksSession:
         else:
             self.written.append(path)
 
+    def _export(self, report: dict[str, object]) -> None:
+        """Write the brick suite and, apart, the models' private maps."""
+        from .maps import write_maps
+        from .suite import export_suite
+
+        suite, maps = self.settings.export_dir, self.settings.maps_dir
+        assert suite is not None and maps is not None
+        try:
+            bricks = export_suite(suite, self.bricks.values(), self.settings.describe())
+            models = write_maps(maps, report, self.plans)
+        except OSError as error:
+            self.messages.append((f"dlbricks: cannot export to {error.filename}: {error.strerror or error}", True))
+            return
+        self.messages.append(
+            (
+                f"dlbricks: exported {bricks} bricks to {suite} (the suite to share) and the maps of {models}"
+                f" models to {maps} (private: keep them)",
+                False,
+            )
+        )
+
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.report is None:
@@ -224,11 +356,19 @@ class DLBricksSession:
         terminalreporter.write_sep(
             "-", f"dlbricks: granularity {settings.granularity}, {settings.statistic} brick times"
         )
-        terminalreporter.write_line(render_table(self.report))
+        if self.plans or self.failed:
+            terminalreporter.write_line(render_table(self.report))
+        else:
+            terminalreporter.write_line(
+                f"{len(self.results)} of {len(self.bricks)} exported bricks measured; estimate the models with"
+                " python -m pytest_dlbricks compose --map MAPS --results <this run's --dlbricks-json report>"
+            )
         if terminalreporter.verbosity >= 0:
             analysis = render_analysis(self.report, verbose=terminalreporter.verbosity > 0)
             if analysis:
                 terminalreporter.write_line(analysis)
+        for text, is_error in self.messages:
+            terminalreporter.write_line(text, red=is_error)
         for error in self.write_errors:
             terminalreporter.write_line(f"dlbricks: {error}", red=True)
         for path in self.written:

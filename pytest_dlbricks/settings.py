@@ -19,6 +19,9 @@ DEFAULT_GLOBS = ("*.onnx",)
 DEFAULT_PRECISION = 0.02
 #: Size given to a symbolic dimension the user did not set.
 DEFAULT_DIM = 1
+#: Numeric types a model can be benchmarked in: as written, dynamically quantized to int8, or float16.
+DTYPES = ("fp32", "int8", "fp16")
+DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 
 
 @dataclass(frozen=True)
@@ -34,12 +37,22 @@ class Settings:
     optimization: str = "all"
     statistic: str = "median"
     globs: tuple[str, ...] = DEFAULT_GLOBS
-    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    #: onnxruntime execution providers, in order of preference.
+    providers: tuple[str, ...] = DEFAULT_PROVIDERS
     cut: str = "optimized"
     #: Time each model end to end too, interleaved with its bricks, and report the estimates' accuracy.
     validate: bool = False
     #: Relative margin of error each brick is timed to; None leaves pytest-benchmark's time per item.
     precision: float | None = DEFAULT_PRECISION
+    #: Symbolic dimensions given several sizes: the suite is run at each (with ``dims`` fixed).
+    sweep: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: Numeric types each model is benchmarked in (see :data:`DTYPES`).
+    dtypes: tuple[str, ...] = ("fp32",)
+    #: This run's share of the distinct bricks, ``(K, N)``: shard K of N; None runs them all.
+    shard: tuple[int, int] | None = None
+    #: Folder to write the brick suite to, and folder for the models' private maps.
+    export_dir: Path | None = None
+    maps_dir: Path | None = None
 
     def describe(self) -> dict[str, object]:
         """The settings as they appear in the JSON report."""
@@ -56,6 +69,9 @@ class Settings:
             "precision": self.precision,
             "validate": self.validate,
             "onnxruntime": onnxruntime.__version__,
+            "sweep": {name: list(values) for name, values in self.sweep.items()},
+            "dtypes": list(self.dtypes),
+            "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None,
         }
 
 
@@ -71,6 +87,56 @@ def parse_dim(text: str) -> tuple[str, int]:
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE such as batch=8, not {text!r}")
     return name, _whole_number(value, f"dimension {name!r}", minimum=1)
+
+
+def parse_dim_values(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=VALUE[,VALUE...]``: one size, or several to sweep the suite over (``batch=1,4,16``)."""
+    name, sep, values = text.partition("=")
+    sizes = [parse_dim(f"{name}={value}")[1] for value in values.split(",")] if sep else []
+    if not sizes:
+        parse_dim(text)  # raises the message for a malformed NAME=VALUE
+    repeated = sorted({size for size in sizes if sizes.count(size) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"dimension {name.strip()!r} lists {repeated[0]} more than once")
+    return name.strip(), tuple(sizes)
+
+
+def parse_dtypes(text: str) -> tuple[str, ...]:
+    """A comma-separated list of numeric types from :data:`DTYPES`, such as ``fp32,int8``."""
+    names = [name.strip().lower() for name in text.split(",")]
+    for name in names:
+        if name not in DTYPES:
+            raise argparse.ArgumentTypeError(
+                f"numeric type must be one of {', '.join(DTYPES)} (comma-separated), not {name!r}"
+            )
+    if len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"each numeric type may be given once, not {text!r}")
+    return tuple(names)
+
+
+def parse_providers(text: str) -> tuple[str, ...]:
+    """A comma-separated list of onnxruntime execution providers; ``cpu`` is short for ``CPUExecutionProvider``."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected provider names separated by commas, not {text!r}")
+    return tuple(names)
+
+
+def resolve_providers(requested: tuple[str, ...], available: list[str]) -> tuple[str, ...]:
+    """The providers' full names, in the order given; raises ``ValueError`` naming one that is missing.
+
+    Names match case-insensitively, with or without the ``ExecutionProvider`` suffix.
+    """
+    by_key = {name.lower().removesuffix("executionprovider"): name for name in available}
+    resolved = []
+    for name in requested:
+        full = by_key.get(name.lower().removesuffix("executionprovider"))
+        if full is None:
+            raise ValueError(f"execution provider {name!r} is not available here (available: {', '.join(available)})")
+        if full in resolved:
+            raise ValueError(f"execution provider {full} is given more than once")
+        resolved.append(full)
+    return tuple(resolved)
 
 
 def parse_threads(text: str) -> int:

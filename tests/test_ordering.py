@@ -1,10 +1,17 @@
-"""Unit tests of the canonical node order: fixed by the graph, chains kept together."""
+"""Unit tests of the canonical node order: fixed by the graph, chains kept together; and onnxruntime's
+optimized graphs cut alike from session to session."""
 
 from __future__ import annotations
 
 import networkx as nx
+import pytest
 
+from conftest import SAMPLE_MODELS
+from pytest_dlbricks.bricks import BrickSpec
+from pytest_dlbricks.cutting import plan_model
+from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.ordering import canonical_order
+from pytest_dlbricks.settings import Settings
 
 
 def test_a_chain_is_followed_before_a_smaller_key_elsewhere() -> None:
@@ -24,3 +31,15 @@ def test_a_node_waits_for_all_its_inputs() -> None:
     graph = nx.DiGraph([(0, 2), (1, 2)])
     order = canonical_order(graph, {0: "b", 1: "c", 2: "a"})
     assert order.index(2) == 2
+
+
+@pytest.mark.parametrize("name", ["tiny_inception.onnx", "transformer_block.onnx"])
+def test_the_graph_onnxruntime_optimized_is_cut_alike_every_time(name: str) -> None:
+    """onnxruntime lists the parallel branches of the graph it optimizes differently from session to
+    session; sibling convolutions it pads to one shape differ only in what reads them."""
+    settings = Settings(granularity=3, intra_op_threads=1)
+    cuts = set()
+    for _ in range(3):
+        plan = plan_model(load_model(SAMPLE_MODELS / name, {"batch": 1, "seq": 16}, settings), 3, name)
+        cuts.add(tuple(brick.signature for brick in plan.bricks if isinstance(brick, BrickSpec)))
+    assert len(cuts) == 1

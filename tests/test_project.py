@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,3 +26,10 @@ def test_changelog_names_the_current_version() -> None:
     from pytest_dlbricks import __version__
 
     assert __version__ in (ROOT / "CHANGELOG.rst").read_text()
+
+
+def test_the_plugin_is_cheap_to_import() -> None:
+    """Every pytest run of every user imports the plugin: onnx, onnxruntime, numpy and networkx wait."""
+    heavy = "{'onnx', 'onnxruntime', 'numpy', 'networkx'}"
+    code = f"import sys, pytest_dlbricks.plugin; print(sorted({heavy} & set(sys.modules)))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"

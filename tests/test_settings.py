@@ -126,6 +126,9 @@ def test_settings_describe_what_the_report_records() -> None:
         "precision": 0.02,
         "validate": False,
         "onnxruntime": onnxruntime.__version__,
+        "sweep": {},
+        "dtypes": ["fp32"],
+        "shard": None,
     }
 
 

@@ -1,0 +1,118 @@
+"""``python -m pytest_dlbricks``: compose estimates from private maps, merge the reports of shards.
+
+Both print the table a pytest run prints and can write the report as JSON (``--json``), in the same
+format as ``--dlbricks-json``. A file that cannot be used, or reports that cannot be merged, end the
+command with a message naming the file and what is wrong, and exit status 1; a usage error, 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from .settings import STATISTICS, parse_choice
+
+PROG = "python -m pytest_dlbricks"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0] if __doc__ else None)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    compose = commands.add_parser(
+        "compose",
+        help="estimate models from their private maps and a suite run's report",
+        description="Estimate every mapped model from the brick times of a run of its exported suite.",
+    )
+    compose.add_argument(
+        "--map",
+        dest="maps",
+        metavar="MAPS",
+        type=Path,
+        action="append",
+        required=True,
+        help="a map file or a folder of them (written by --dlbricks-export); repeatable",
+    )
+    compose.add_argument(
+        "--results",
+        metavar="RESULT.json",
+        type=Path,
+        required=True,
+        help="the report of the suite's run, written by --dlbricks-json",
+    )
+    compose.add_argument(
+        "--statistic",
+        type=parse_choice(STATISTICS, "statistic"),
+        help=f"brick time statistic to add up: {', '.join(STATISTICS)} (default: the run's own)",
+    )
+    compose.add_argument("--json", metavar="PATH", type=Path, help="also write the report as JSON to PATH")
+    merge = commands.add_parser(
+        "merge",
+        help="combine the reports of shards into one",
+        description="Combine reports of shards (--dlbricks-shard) run on comparable machines into one report.",
+    )
+    merge.add_argument(
+        "reports", metavar="RESULT.json", type=Path, nargs="+", help="reports written by --dlbricks-json"
+    )
+    merge.add_argument("--json", metavar="PATH", type=Path, help="also write the merged report as JSON to PATH")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run the command line ``argv``; returns the exit status."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    arguments = build_parser().parse_args(argv)
+    from .maps import MapError
+    from .merging import IncompatibleReports
+
+    try:
+        report, warnings = _compose(arguments) if arguments.command == "compose" else _merge(arguments)
+    except (MapError, IncompatibleReports) as error:
+        print(f"{PROG} {arguments.command}: error: {error}", file=err)
+        return 1
+    for warning in warnings:
+        print(f"{PROG} {arguments.command}: warning: {warning}", file=err)
+    return _emit(report, arguments.json, out, err)
+
+
+def _compose(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    from .maps import check_results, compose_from_maps, read_json, read_maps
+
+    maps = read_maps(arguments.maps)
+    results = read_json(arguments.results)
+    check_results(results, arguments.results)
+    return compose_from_maps(maps, results, arguments.statistic)
+
+
+def _merge(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    from .maps import check_results, read_json
+    from .merging import merge_reports
+
+    reports = []
+    for path in arguments.reports:
+        report = read_json(path)
+        check_results(report, path)
+        reports.append((str(path), report))
+    merged = merge_reports(reports)
+    shards = [r["settings"].get("shard") for _, r in reports if r["settings"].get("shard")]
+    warnings = []
+    if shards and len(shards) < int(shards[0].split("/")[1]):
+        warnings.append(f"{len(shards)} of {shards[0].split('/')[1]} shards given: models are incomplete")
+    return merged, warnings
+
+
+def _emit(report: dict[str, Any], json_path: Path | None, out: TextIO, err: TextIO) -> int:
+    from .reporting import render_table, write_json
+
+    print(render_table(report), file=out)
+    if json_path is not None:
+        try:
+            write_json(json_path, report)
+        except OSError as error:
+            print(f"{PROG}: error: cannot write {json_path}: {error.strerror or error}", file=err)
+            return 1
+        print(f"report written to {json_path}", file=out)
+    return 0

@@ -1,0 +1,155 @@
+"""Merging: the reports of shards (or of runs over different models) combined into one report.
+
+Reports merge only when their times are comparable: the same report version, the same settings
+(shard aside, onnxruntime's version included) and the same kind of machine (processor, number of
+cores, operating system). A brick measured by two reports, or a model cut differently in two, is refused too:
+shards split work, they do not repeat it. The merged call cost, taken off every brick, is the median
+of the reports' own measurements, and every model is composed again from all the bricks' times.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .composition import CallOverhead
+from .recomposition import Report, overhead_of, recomposed_report, static_fields
+from .reporting import REPORT_VERSION
+
+#: Settings that may differ between reports that merge.
+PER_RUN_SETTINGS = frozenset({"shard"})
+
+
+class IncompatibleReports(Exception):
+    """Reports that cannot be merged; the message names what differs."""
+
+
+def merge_reports(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> Report:
+    """One report from ``reports`` (name, report) measured on comparable machines with the same settings."""
+    if not reports:
+        raise IncompatibleReports("nothing to merge")
+    (first_name, first), *others = reports
+    for name, report in others:
+        _check_compatible(first_name, first, name, report)
+    _check_shards(reports)
+    entries = _merged_models(reports)
+    records = _merged_bricks(reports)
+    overheads = [overhead_of(report["summary"]) for _, report in reports if report["summary"].get("call_overhead_s")]
+    settings = {**first["settings"], "shard": None}
+    merged = recomposed_report(
+        granularity=first["granularity"],
+        settings=settings,
+        entries=entries,
+        records=records,
+        overhead=_median_overhead(overheads),
+        extra={
+            "machine": first.get("machine"),
+            "merged": [
+                {
+                    "report": name,
+                    "shard": report["settings"].get("shard"),
+                    "measured_bricks": report["summary"]["measured_bricks"],
+                    "wall_time_s": report["summary"].get("wall_time_s"),
+                    "call_overhead_s": report["summary"].get("call_overhead_s"),
+                }
+                for name, report in reports
+            ],
+        },
+    )
+    walls = [report["summary"].get("wall_time_s") for _, report in reports]
+    merged["summary"]["wall_time_s"] = max((w for w in walls if w is not None), default=None)
+    return merged
+
+
+def _check_compatible(first_name: str, first: Mapping[str, Any], name: str, report: Mapping[str, Any]) -> None:
+    differences = []
+    if report.get("version") != first.get("version") or first.get("version") != REPORT_VERSION:
+        differences.append(f"report version {first.get('version')} vs {report.get('version')}")
+    for key in sorted(set(first["settings"]) | set(report["settings"])):
+        if key not in PER_RUN_SETTINGS and first["settings"].get(key) != report["settings"].get(key):
+            differences.append(f"setting {key} {first['settings'].get(key)!r} vs {report['settings'].get(key)!r}")
+    first_machine, machine = _comparable(first.get("machine")), _comparable(report.get("machine"))
+    for key in sorted(set(first_machine) | set(machine)):
+        if first_machine.get(key) != machine.get(key):
+            differences.append(f"machine {key} {first_machine.get(key)!r} vs {machine.get(key)!r}")
+    if differences:
+        raise IncompatibleReports(
+            f"{first_name} and {name} cannot be merged, their times are not comparable: {'; '.join(differences)}"
+        )
+
+
+def _comparable(machine: Mapping[str, Any] | None) -> dict[str, object]:
+    """What of a report's machine decides its times: processor, cores and operating system.
+
+    The platform string also names the kernel and C library releases, which runners of one image
+    may not share; its first part is the operating system.
+    """
+    machine = machine or {}
+    system = str(machine.get("platform", "")).split("-", 1)[0]
+    return {"cpu": machine.get("cpu"), "cores": machine.get("cores"), "system": system or None}
+
+
+def _check_shards(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+    """Shards of the same split, each given once."""
+    seen: dict[str, str] = {}
+    counts = set()
+    for name, report in reports:
+        shard = report["settings"].get("shard")
+        if shard is None:
+            continue
+        counts.add(shard.split("/")[1])
+        if shard in seen:
+            raise IncompatibleReports(f"{seen[shard]} and {name} are both shard {shard}; give each shard once")
+        seen[shard] = name
+    if len(counts) > 1:
+        raise IncompatibleReports(f"the reports come from different splits (into {', '.join(sorted(counts))} shards)")
+
+
+def _merged_models(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Every model once, in the order first met; a model must be cut alike wherever it appears."""
+    models: dict[str, tuple[str, dict[str, Any]]] = {}
+    for name, report in reports:
+        for entry in report["models"]:
+            if "error" not in entry and "composition" not in entry:
+                raise IncompatibleReports(
+                    f"{name} does not record how {entry['path']} is composed; was it written by an older version?"
+                )
+            seen = models.get(entry["path"])
+            if seen is None:
+                models[entry["path"]] = (name, dict(entry) if "error" in entry else static_fields(entry))
+            elif seen[1].get("composition") != entry.get("composition"):
+                raise IncompatibleReports(f"{entry['path']} was cut differently in {seen[0]} and {name}")
+    return [entry for _, entry in models.values()]
+
+
+def _merged_bricks(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Mapping[str, Any]]:
+    """Each brick's record from the report that measured it (or the first that lists it)."""
+    records: dict[str, Mapping[str, Any]] = {}
+    measured_by: dict[str, str] = {}
+    for name, report in reports:
+        for record in report["bricks"]:
+            signature = str(record["signature"])
+            if record.get("stats"):
+                if signature in measured_by:
+                    raise IncompatibleReports(
+                        f"brick {signature[:8]} ({'+'.join(record.get('ops') or [])}) was measured by both"
+                        f" {measured_by[signature]} and {name}; merge combines shards that split the bricks"
+                    )
+                measured_by[signature] = name
+                records[signature] = record
+            elif signature not in records or record.get("unsupported"):
+                records[signature] = record
+    return records
+
+
+def _median_overhead(overheads: Sequence[CallOverhead]) -> CallOverhead | None:
+    if not overheads:
+        return None
+    parallel = [o.parallel_fixed_s for o in overheads if o.parallel_fixed_s is not None]
+    return CallOverhead(
+        fixed_s=statistics.median(o.fixed_s for o in overheads),
+        per_input_s=statistics.median(o.per_input_s for o in overheads),
+        per_output_s=statistics.median(o.per_output_s for o in overheads),
+        parallel_fixed_s=statistics.median(parallel) if parallel else None,
+    )

@@ -1,0 +1,201 @@
+"""Recomposition: model estimates rebuilt from brick times measured elsewhere or in several runs.
+
+Every model of a report carries its ``composition``: its windows (brick signature and number of
+inputs and outputs, or null for a layer that cannot be built), the brick graph between them and the
+model's own number of inputs and outputs. That, with brick times and the cost of a call, is all
+composition needs, so a private map (``compose``) and the reports of shards (``merge``) give the
+same estimates as the run that cut the models, through the same arithmetic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import networkx as nx
+
+from .bricks import BrickSpec
+from .composition import BrickCall, CallOverhead, brick_calls, compose_calls
+from .cutting import ModelPlan
+from .reporting import REPORT_VERSION
+
+#: Fields of a model entry that hold whatever the brick times: a recomposition copies them and
+#: computes the estimate again; fields of other kinds (validation, the analysis of a run's times)
+#: hold only for the run that measured them and are left out.
+STATIC_FIELDS = ("path", "point", "layers", "bricks", "unique_bricks", "guessed_dims", "unbuildable_layers")
+
+Report = dict[str, Any]
+
+
+def plan_composition(plan: ModelPlan) -> dict[str, Any]:
+    """What composition needs of ``plan``, JSON-ready.
+
+    A window is ``[signature, inputs, outputs]``; one the provider cannot run in the point's numeric
+    type adds the reason as a fourth element; a layer that cannot be built is null.
+    """
+    windows: list[list[object] | None] = []
+    for index, (brick, call) in enumerate(zip(plan.bricks, brick_calls(plan))):
+        if isinstance(brick, BrickSpec) and index in plan.unsupported:
+            windows.append([brick.signature, len(brick.inputs), len(brick.outputs), plan.unsupported[index]])
+        else:
+            windows.append(None if call is None else list(call))
+    return {"io": list(plan.io), "bricks": windows, "edges": [list(edge) for edge in plan.graph.edges]}
+
+
+def calls_of(composition: Mapping[str, Any]) -> list[BrickCall]:
+    return [
+        (str(window[0]), int(window[1]), int(window[2])) if window is not None and len(window) == 3 else None
+        for window in composition["bricks"]
+    ]
+
+
+def graph_of(composition: Mapping[str, Any]) -> nx.DiGraph:
+    """The brick graph, nodes and edges in the order the cutting made them (so sums add up alike)."""
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(len(composition["bricks"])))
+    graph.add_edges_from(tuple(edge) for edge in composition["edges"])
+    return graph
+
+
+def signatures_of(composition: Mapping[str, Any]) -> Counter[str]:
+    """How many times each brick occurs in the model, those the provider cannot run included."""
+    return Counter(str(window[0]) for window in composition["bricks"] if window is not None)
+
+
+def unsupported_windows(composition: Mapping[str, Any], unsupported: Mapping[str, str]) -> list[dict[str, object]]:
+    """The windows without a time because the provider cannot run them: known when the model was cut
+    (the fourth element of a window) or when the brick was run (``unsupported``, reasons by signature)."""
+    found = []
+    for index, window in enumerate(composition["bricks"]):
+        if window is None:
+            continue
+        cause = window[3] if len(window) == 4 else unsupported.get(str(window[0]))
+        if cause is not None:
+            found.append({"window": index, "signature": window[0], "cause": cause})
+    return found
+
+
+def static_fields(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """What a model entry says whatever the brick times, its composition included."""
+    return {key: entry[key] for key in (*STATIC_FIELDS, "composition") if key in entry}
+
+
+def recompose_entry(
+    entry: Mapping[str, Any], times: Mapping[str, float], overhead: CallOverhead, unsupported: Mapping[str, str]
+) -> dict[str, Any]:
+    """A model entry of a report, its estimate composed again from ``times``."""
+    composition = entry["composition"]
+    estimate = compose_calls(calls_of(composition), graph_of(composition), tuple(composition["io"]), times, overhead)  # type: ignore[arg-type]
+    return {
+        **static_fields(entry),
+        "measured_bricks": estimate.measured_bricks,
+        "sequential_s": estimate.sequential_s,
+        "critical_path_s": estimate.critical_path_s,
+        "complete": estimate.complete,
+        "unsupported": unsupported_windows(composition, unsupported),
+    }
+
+
+def brick_times(records: Iterable[Mapping[str, Any]], statistic: str) -> dict[str, float]:
+    """Seconds by signature from a report's ``bricks`` entries, in ``statistic``."""
+    times = {}
+    for record in records:
+        seconds = (record.get("stats") or {}).get(statistic)
+        if seconds is not None:
+            times[str(record["signature"])] = float(seconds)
+    return times
+
+
+def overhead_of(summary: Mapping[str, Any]) -> CallOverhead:
+    """The call cost a report measured (none when it measured nothing)."""
+    recorded = summary.get("call_overhead_s") or {}
+    names = {field.name for field in dataclasses.fields(CallOverhead)}
+    return CallOverhead(**{name: value for name, value in recorded.items() if name in names})
+
+
+def recomposed_report(
+    *,
+    granularity: object,
+    settings: Mapping[str, Any],
+    entries: Sequence[Mapping[str, Any]],
+    records: Mapping[str, Mapping[str, Any]],
+    overhead: CallOverhead | None,
+    extra: Mapping[str, Any] | None = None,
+) -> Report:
+    """A report in the plugin's format from model entries (with compositions) and brick records.
+
+    ``records`` are the ``bricks`` entries of the runs that measured them, by signature; models are
+    composed in ``settings["statistic"]``.
+    """
+    statistic = str(settings.get("statistic", "median"))
+    times = brick_times(records.values(), statistic)
+    unsupported = {signature: str(r["unsupported"]) for signature, r in records.items() if r.get("unsupported")}
+    call = overhead or CallOverhead()
+    models = [
+        dict(entry) if "error" in entry else recompose_entry(entry, times, call, unsupported) for entry in entries
+    ]
+    users: dict[str, Counter[str]] = {}
+    for model in models:
+        if "composition" in model:
+            for signature, count in signatures_of(model["composition"]).items():
+                users.setdefault(signature, Counter())[model["path"]] += count
+    bricks = [_brick_entry(signature, records.get(signature), statistic, users[signature]) for signature in users]
+    composed = [model for model in models if "error" not in model]
+    total = sum(int(model["bricks"]) for model in composed)
+    return {
+        "version": REPORT_VERSION,
+        "granularity": granularity,
+        "settings": dict(settings),
+        **(extra or {}),
+        "summary": {
+            "models": len(models),
+            "failed_models": len(models) - len(composed),
+            "layers": sum(int(model["layers"]) for model in composed),
+            "bricks": total,
+            "distinct_bricks": len(bricks),
+            "distinct_ratio": len(bricks) / total if total else None,
+            "measured_bricks": sum(1 for brick in bricks if brick["time_s"] is not None),
+            "call_overhead_s": dataclasses.asdict(overhead) if overhead else None,
+            "wall_time_s": None,
+        },
+        "accuracy": None,
+        "models": models,
+        "bricks": bricks,
+    }
+
+
+def _brick_entry(
+    signature: str, record: Mapping[str, Any] | None, statistic: str, users: Counter[str]
+) -> dict[str, object]:
+    stats = (record or {}).get("stats")
+    return {
+        **(record or {"signature": signature, "ops": None, "stats": None, "provider": None}),
+        "time_s": stats.get(statistic) if stats else None,
+        "models": dict(users),
+    }
+
+
+def annotate(
+    report: Report,
+    plans: Sequence[ModelPlan],
+    *,
+    unsupported: Mapping[str, str],
+    placements: Mapping[str, Mapping[str, int]],
+) -> None:
+    """Add to a run's report what recomposition and sweeps need: each model's sweep point, composition
+    and windows the provider cannot run; each brick's providers."""
+    plans_by_path = {plan.path: plan for plan in plans}
+    for entry in report["models"]:
+        plan = plans_by_path.get(entry["path"])
+        if plan is None or "error" in entry:
+            continue
+        composition = plan_composition(plan)
+        entry["point"] = plan.point
+        entry["unsupported"] = unsupported_windows(composition, unsupported)
+        entry["composition"] = composition
+    for brick in report["bricks"]:
+        brick["unsupported"] = unsupported.get(brick["signature"])
+        if brick["signature"] in placements:
+            brick["node_providers"] = dict(placements[brick["signature"]])

@@ -1,0 +1,190 @@
+"""The brick suite: every distinct brick as a standalone ONNX model, and a manifest that lists them.
+
+A suite is meant to leave the owner's hands, so a brick file holds only what the brick's work needs:
+its operators and attributes, canonical value names (``input_0``, ``weight_0``, ``value_0``),
+synthetic weights, and the real values of the few tensors that steer computation (integer tensors
+such as shapes and indices, float scalars such as epsilons). No node, graph or value name of the
+model, no documentation string, no metadata, no producer of its own, and only the opsets the brick
+uses. Those steering values that are activations inside the model are stored as initializers that
+are also graph inputs (ONNX's default values), so a brick file runs as it is in any runtime.
+
+The manifest (``manifest.json``) names each file with its signature, operators, opsets and the
+types and shapes of its inputs, weights and outputs. When pytest-dlbricks collects a folder holding
+a manifest, the files the manifest lists are taken as bricks, one item each, never cut again: a
+suite exported at any granularity times exactly its bricks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import onnx
+from onnx import numpy_helper
+
+from . import __version__
+from .bricks import BrickSpec, brick_signature
+from .loading import TensorSpec
+from .reporting import write_json
+from .synthesis import build_brick_model
+
+MANIFEST = "manifest.json"
+#: What a manifest says it is, so that another tool's manifest.json is never mistaken for one.
+KIND = "pytest-dlbricks brick suite"
+SUITE_VERSION = 1
+#: Hex digits of the signature in a brick file's name: enough to keep thousands of bricks apart.
+FILE_SIGNATURE_DIGITS = 16
+
+
+class SuiteError(Exception):
+    """A suite folder or brick file cannot be used; the message says why."""
+
+
+def brick_file_name(brick: BrickSpec) -> str:
+    """``Conv+Relu-3f2a91c0d1e2f3a4.onnx``: the brick's label with a longer part of its signature."""
+    return f"{brick.label.rsplit('-', 1)[0]}-{brick.signature[:FILE_SIGNATURE_DIGITS]}.onnx"
+
+
+def suite_model(brick: BrickSpec) -> onnx.ModelProto:
+    """The standalone model of ``brick`` as a suite ships it (see the module's description)."""
+    model = build_brick_model(brick)
+    used = _domains(model.graph) | {function.domain for function in model.functions}
+    for function in model.functions:
+        used |= {node.domain for node in function.node}
+    opsets = [opset for opset in model.opset_import if opset.domain in used or not opset.domain]
+    model.ClearField("opset_import")
+    model.opset_import.extend(opsets)
+    inputs = {name for name, _ in brick.inputs}
+    model.graph.initializer.extend(
+        numpy_helper.from_array(value, name) for name, value in sorted(brick.values.items()) if name in inputs
+    )
+    return model
+
+
+def _domains(graph: onnx.GraphProto) -> set[str]:
+    """Operator domains used by the nodes of ``graph`` and of the subgraphs inside them."""
+    found = set()
+    for node in graph.node:
+        found.add(node.domain)
+        for attribute in node.attribute:
+            for body in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs:
+                found |= _domains(body)
+    return found
+
+
+def manifest_entry(brick: BrickSpec, file_name: str, model: onnx.ModelProto) -> dict[str, object]:
+    """What the manifest says of one brick, written to ``file_name`` as ``model``."""
+    return {
+        "file": file_name,
+        "signature": brick.signature,
+        "ops": list(brick.ops),
+        "opsets": {opset.domain or "ai.onnx": opset.version for opset in model.opset_import},
+        "inputs": [_tensor(name, spec) for name, spec in brick.inputs],
+        "weights": [_tensor(name, spec) for name, spec in brick.weights],
+        "outputs": [_tensor(name, spec) for name, spec in brick.outputs],
+        "real_values": sorted(brick.values),
+    }
+
+
+def _tensor(name: str, spec: TensorSpec) -> dict[str, object]:
+    return {"name": name, "dtype": onnx.TensorProto.DataType.Name(spec.dtype).lower(), "shape": list(spec.shape)}
+
+
+def export_suite(folder: Path, bricks: Iterable[BrickSpec], settings: Mapping[str, object]) -> int:
+    """Write the suite of ``bricks`` to ``folder``; returns how many bricks it holds.
+
+    Brick files come first and the manifest last (atomically), so the manifest only ever lists
+    files that are complete. Files a previous export listed and this one does not are removed.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    previous = read_manifest(folder) or {}
+    entries = []
+    for brick in bricks:
+        name = brick_file_name(brick)
+        model = suite_model(brick)
+        (folder / name).write_bytes(model.SerializeToString())
+        entries.append(manifest_entry(brick, name, model))
+    manifest = {
+        "kind": KIND,
+        "version": SUITE_VERSION,
+        "generator": f"pytest-dlbricks {__version__}",
+        "cut": settings.get("cut"),
+        "settings": {key: settings.get(key) for key in ("optimization", "intra_op_threads", "onnxruntime")},
+        "bricks": entries,
+    }
+    write_json(folder / MANIFEST, manifest)
+    for stale in set(previous) - {str(entry["file"]) for entry in entries}:
+        (folder / stale).unlink(missing_ok=True)
+    return len(entries)
+
+
+def check_export_folder(folder: Path) -> str | None:
+    """Why ``folder`` must not receive a suite (it holds other things), or None."""
+    if not folder.exists() or (folder / MANIFEST).is_file():
+        return None
+    if not folder.is_dir():
+        return f"{folder} exists and is not a folder"
+    if any(folder.iterdir()):
+        return f"{folder} is not empty and holds no brick suite; export into a new or empty folder"
+    return None
+
+
+def read_manifest(folder: Path) -> dict[str, dict[str, Any]] | None:
+    """The manifest's entries by file name, or None when ``folder`` holds no suite manifest."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise SuiteError(f"{path} cannot be read as JSON: {error}") from error
+    if not isinstance(manifest, dict) or manifest.get("kind") != KIND:
+        return None
+    if manifest.get("version") != SUITE_VERSION:
+        raise SuiteError(
+            f"{path} is version {manifest.get('version')} of the suite format; this pytest-dlbricks reads"
+            f" version {SUITE_VERSION}"
+        )
+    return {str(entry["file"]): entry for entry in manifest.get("bricks", [])}
+
+
+def read_brick(path: Path, entry: Mapping[str, Any]) -> BrickSpec:
+    """The brick a suite file holds, checked against its manifest entry."""
+    try:
+        model = onnx.load(str(path))
+    except Exception as error:  # protobuf and onnx raise several types
+        raise SuiteError(f"{path.name} is not a readable ONNX model: {error}") from error
+    graph = model.graph
+    initializers = {tensor.name: tensor for tensor in graph.initializer}
+    input_names = {value.name for value in graph.input}
+    try:
+        brick = BrickSpec(
+            nodes=tuple(graph.node),
+            inputs=tuple((value.name, _declared(value)) for value in graph.input),
+            weights=tuple(
+                (tensor.name, TensorSpec(tensor.data_type, tuple(tensor.dims)))
+                for tensor in graph.initializer
+                if tensor.name not in input_names
+            ),
+            outputs=tuple((value.name, _declared(value)) for value in graph.output),
+            values={name: numpy_helper.to_array(initializers[name]) for name in entry["real_values"]},
+            opset_imports={opset.domain: opset.version for opset in model.opset_import},
+            ir_version=model.ir_version,
+            functions=tuple(model.functions),
+            signature=str(entry["signature"]),
+        )
+    except (KeyError, ValueError) as error:
+        raise SuiteError(f"{path.name} does not hold what its manifest entry describes ({error})") from error
+    if brick_signature(brick) != brick.signature:
+        raise SuiteError(f"{path.name} does not match the signature its manifest gives; was the file changed?")
+    return brick
+
+
+def _declared(value: onnx.ValueInfoProto) -> TensorSpec:
+    tensor_type = value.type.tensor_type
+    dims = tuple(dim.dim_value for dim in tensor_type.shape.dim)
+    if not value.type.HasField("tensor_type") or any(not dim.HasField("dim_value") for dim in tensor_type.shape.dim):
+        raise ValueError(f"{value.name} is not a tensor of fixed shape")
+    return TensorSpec(tensor_type.elem_type, dims)

@@ -1,0 +1,267 @@
+"""Unit tests of recomposition: private maps and compose, sharding, and the merge of shard reports."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tiny_models
+from test_reporting import distinct_bricks
+
+from pytest_dlbricks.bricks import BrickSpec
+from pytest_dlbricks.composition import CallOverhead
+from pytest_dlbricks.cutting import ModelPlan, plan_model
+from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.maps import (
+    MapError,
+    check_results,
+    compose_from_maps,
+    map_file_name,
+    read_maps,
+    write_maps,
+)
+from pytest_dlbricks.merging import IncompatibleReports, merge_reports
+from pytest_dlbricks.probes import describe_machine
+from pytest_dlbricks.recomposition import annotate, plan_composition
+from pytest_dlbricks.reporting import BrickResult, build_report
+from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.sharding import assign, brick_cost, parse_shard
+
+OVERHEAD = CallOverhead(fixed_s=2e-6, per_input_s=5e-7, per_output_s=2.5e-7, parallel_fixed_s=9e-6)
+ESTIMATES = ("path", "measured_bricks", "sequential_s", "critical_path_s", "complete")
+
+
+def plans_of(directory: Path) -> list[ModelPlan]:
+    """A chain, a diamond (parallel branches) and a model with a layer that cannot be built."""
+    paths = [tiny_models.chain(directory), tiny_models.diamond(directory), tiny_models.sequence_boundary(directory)]
+    plans = []
+    for path in paths:
+        plan = plan_model(load_model(path), 1, f"models/{path.name}")
+        plan.file, plan.point = plan.path, {"dtype": "fp32"}
+        plans.append(plan)
+    return plans
+
+
+def results_for(bricks: dict[str, BrickSpec], keep: set[str] | None = None) -> dict[str, BrickResult]:
+    """Made-up times, different for every brick and statistic, for the bricks in ``keep`` (all by default)."""
+    return {
+        signature: BrickResult({"median": 1e-5 * (i + 1), "mean": 1.3e-5 * (i + 1), "min": 8e-6 * (i + 1)}, "CPU")
+        for i, signature in enumerate(bricks)
+        if keep is None or signature in keep
+    }
+
+
+def report_of(
+    plans: list[ModelPlan], results: dict[str, BrickResult], settings: Settings | None = None
+) -> dict[str, Any]:
+    """A run's report, as the session writes it (JSON round trip included)."""
+    settings = settings or Settings(granularity=1, cut="original")
+    report = build_report(settings, plans, [], distinct_bricks(plans), results, overhead=OVERHEAD, wall_time_s=1.0)
+    annotate(report, plans, unsupported={}, placements={})
+    report["machine"] = describe_machine()  # as a run that timed bricks records it
+    return json.loads(json.dumps(report))  # type: ignore[no-any-return]
+
+
+def estimates(report: dict[str, Any]) -> list[tuple[object, ...]]:
+    return [tuple(model[key] for key in ESTIMATES) for model in report["models"]]
+
+
+@pytest.fixture
+def plans(tmp_path: Path) -> list[ModelPlan]:
+    return plans_of(tmp_path)
+
+
+# -- compositions ------------------------------------------------------------------------------
+
+
+def test_a_composition_lists_windows_graph_and_io(plans: list[ModelPlan]) -> None:
+    chain, diamond, boundary = (plan_composition(plan) for plan in plans)
+    assert chain["io"] == [1, 1]
+    assert [window[1:] for window in chain["bricks"]] == [[1, 1]] * 6
+    assert chain["edges"] == [[i, i + 1] for i in range(5)]
+    assert sorted(diamond["edges"]) == [[0, 1], [0, 2], [1, 4], [2, 3], [3, 4]]
+    assert boundary["bricks"][1:] == [None, None]
+
+
+def test_a_window_the_provider_cannot_run_keeps_its_reason(plans: list[ModelPlan]) -> None:
+    plans[1].unsupported = {2: "Tanh works on float32 activations in the float16 model"}
+    window = plan_composition(plans[1])["bricks"][2]
+    assert window[3] == "Tanh works on float32 activations in the float16 model"
+    report = report_of(plans, results_for(distinct_bricks(plans)))
+    assert report["models"][1]["complete"] is False
+    assert report["models"][1]["unsupported"] == [{"window": 2, "signature": window[0], "cause": window[3]}]
+
+
+# -- maps and compose ----------------------------------------------------------------------------
+
+
+def test_composing_from_maps_equals_the_run_that_made_them(plans: list[ModelPlan], tmp_path: Path) -> None:
+    report = report_of(plans, results_for(distinct_bricks(plans)))
+    assert write_maps(tmp_path / "maps", report, plans) == 3
+    assert sorted(p.name for p in (tmp_path / "maps").iterdir()) == sorted(map_file_name(plan.path) for plan in plans)
+    composed, warnings = compose_from_maps(read_maps([tmp_path / "maps"]), report)
+    assert warnings == []
+    assert estimates(composed) == estimates(report)
+    assert composed["models"][0]["sequential_s"] is not None
+    assert composed["summary"]["distinct_bricks"] == report["summary"]["distinct_bricks"]
+    assert [b["models"] for b in composed["bricks"]] == [b["models"] for b in report["bricks"]]
+
+
+def test_a_map_holds_no_times(plans: list[ModelPlan], tmp_path: Path) -> None:
+    write_maps(tmp_path, report_of(plans, results_for(distinct_bricks(plans))), plans)
+    document = json.loads((tmp_path / map_file_name("models/chain.onnx")).read_text())
+    (entry,) = document["entries"]
+    assert {"sequential_s", "critical_path_s", "measured_bricks", "complete"}.isdisjoint(entry)
+    assert entry["layers"] == 6 and entry["composition"]["io"] == [1, 1]
+
+
+def test_compose_uses_the_statistic_asked_for(plans: list[ModelPlan], tmp_path: Path) -> None:
+    bricks = distinct_bricks(plans)
+    write_maps(tmp_path, report_of(plans, results_for(bricks)), plans)
+    by_min = report_of(plans, results_for(bricks), Settings(granularity=1, cut="original", statistic="min"))
+    composed, _ = compose_from_maps(read_maps([tmp_path]), report_of(plans, results_for(bricks)), statistic="min")
+    assert estimates(composed) == estimates(by_min)
+
+
+def test_compose_warns_when_no_brick_was_measured_or_settings_differ(plans: list[ModelPlan], tmp_path: Path) -> None:
+    write_maps(tmp_path, report_of(plans, {}), plans)
+    other = report_of(plans, {}, Settings(granularity=1, cut="original", optimization="basic"))
+    composed, warnings = compose_from_maps(read_maps([tmp_path]), other)
+    assert warnings == [
+        "the bricks were timed with optimization 'basic', but the maps were made with 'all'",
+        "the results hold a time for none of the maps' bricks: are they from this suite?",
+    ]
+    assert all(model["complete"] is False for model in composed["models"])
+
+
+def test_stale_maps_are_removed_and_bad_ones_refused(plans: list[ModelPlan], tmp_path: Path) -> None:
+    (tmp_path / "old.onnx.map.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("mine")
+    write_maps(tmp_path, report_of(plans, {}), plans)
+    assert not (tmp_path / "old.onnx.map.json").exists() and (tmp_path / "notes.txt").exists()
+    (tmp_path / "bad.map.json").write_text('{"kind": "something else"}')
+    with pytest.raises(MapError, match=r"bad\.map\.json is not a pytest-dlbricks map"):
+        read_maps([tmp_path])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(MapError, match="holds no maps"):
+        read_maps([tmp_path / "empty"])
+
+
+def test_only_a_dlbricks_report_gives_results() -> None:
+    with pytest.raises(MapError, match="is pytest-benchmark's JSON; pass the report written by --dlbricks-json"):
+        check_results({"machine_info": {}, "benchmarks": []}, "bench.json")
+    with pytest.raises(MapError, match="not a pytest-dlbricks report"):
+        check_results([1, 2], "list.json")
+
+
+# -- sharding ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "value"), [("1/1", (1, 1)), ("2/3", (2, 3)), (" 3/3 ", (3, 3))])
+def test_parse_shard(text: str, value: tuple[int, int]) -> None:
+    assert parse_shard(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2", "shard must look like 2/3 (shard 2 of 3), not '2'"),
+        ("a/b", "shard must look like 2/3 (shard 2 of 3), not 'a/b'"),
+        ("1/0", "shard must look like 2/3 (shard 2 of 3), not '1/0'"),
+        ("0/3", "shard number must lie between 1 and 3, not 0"),
+        ("4/3", "shard number must lie between 1 and 3, not 4"),
+    ],
+)
+def test_parse_shard_rejects(text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        parse_shard(text)
+    assert str(caught.value) == message
+
+
+def test_assignment_is_deterministic_complete_and_balanced() -> None:
+    costs = {f"{i:064x}": float((i * 37) % 101 + 1) for i in range(50)}
+    assignment = assign(costs, 3)
+    assert assignment == assign(dict(reversed(list(costs.items()))), 3), "independent of the order given"
+    assert set(assignment) == set(costs) and set(assignment.values()) == {1, 2, 3}
+    counts = [list(assignment.values()).count(shard) for shard in (1, 2, 3)]
+    assert max(counts) <= 17
+    loads = [sum(costs[s] for s, shard in assignment.items() if shard == k) for k in (1, 2, 3)]
+    assert max(loads) - min(loads) <= max(costs.values())
+
+
+def test_an_expensive_brick_gets_a_shard_of_its_own_share() -> None:
+    assignment = assign({"big": 100.0, "a": 1.0, "b": 1.0, "c": 1.0}, 2)
+    assert assignment == {"big": 1, "a": 2, "b": 2, "c": 1}, "two bricks at most per shard"
+    assert assign({}, 4) == {}
+    assert set(assign({"a": 0.0, "b": 0.0, "c": 0.0}, 3).values()) == {1, 2, 3}
+
+
+def test_a_brick_costs_the_bytes_it_reads_and_writes(tmp_path: Path) -> None:
+    conv = next(brick for brick in distinct_bricks(plans_of(tmp_path)[:1]).values() if brick.ops == ("Conv",))
+    assert brick_cost(conv) == 4 * (8 * 6 * 6 + 8 * 8 * 3 * 3 + 8 * 6 * 6), "float32 input, weight, output"
+
+
+# -- merge ---------------------------------------------------------------------------------------
+
+
+def shard_reports(plans: list[ModelPlan], shards: int) -> list[tuple[str, dict[str, Any]]]:
+    """The full run split into ``shards`` runs: each measured only its bricks, with the same times."""
+    bricks = distinct_bricks(plans)
+    assignment = assign({signature: brick_cost(brick) for signature, brick in bricks.items()}, shards)
+    reports = []
+    for shard in range(1, shards + 1):
+        mine = {signature for signature, k in assignment.items() if k == shard}
+        settings = Settings(granularity=1, cut="original", shard=(shard, shards))
+        reports.append((f"shard{shard}.json", report_of(plans, results_for(bricks, mine), settings)))
+    return reports
+
+
+def test_merged_shards_equal_the_single_run(plans: list[ModelPlan]) -> None:
+    single = report_of(plans, results_for(distinct_bricks(plans)))
+    reports = shard_reports(plans, 3)
+    assert all(not model["complete"] for _, report in reports for model in report["models"][:2])
+    merged = merge_reports(reports)
+    assert estimates(merged) == estimates(single)
+    assert merged["summary"]["measured_bricks"] == single["summary"]["measured_bricks"]
+    assert merged["settings"] == {**single["settings"], "shard": None}
+    assert [entry["shard"] for entry in merged["merged"]] == ["1/3", "2/3", "3/3"]
+    assert merged["summary"]["call_overhead_s"] == single["summary"]["call_overhead_s"]
+
+
+def test_merge_refuses_reports_from_other_settings_or_machines(plans: list[ModelPlan]) -> None:
+    (first, a), (second, b) = shard_reports(plans, 2)
+    other = copy.deepcopy(b)
+    other["settings"]["optimization"] = "basic"
+    other["machine"]["cpu"] = "Another CPU"
+    other["machine"]["platform"] = other["machine"]["platform"].replace("Linux-", "Linux-0.0.1-")
+    with pytest.raises(IncompatibleReports) as caught:
+        merge_reports([(first, a), (second, other)])
+    assert str(caught.value) == (
+        "shard1.json and shard2.json cannot be merged, their times are not comparable: setting optimization"
+        " 'all' vs 'basic'; machine cpu " + repr(a["machine"]["cpu"]) + " vs 'Another CPU'"
+    )
+
+
+def test_merge_refuses_a_shard_twice_or_other_splits(plans: list[ModelPlan]) -> None:
+    reports = shard_reports(plans, 2)
+    with pytest.raises(IncompatibleReports, match=r"shard1\.json and shard1\.json are both shard 1/2"):
+        merge_reports([reports[0], reports[0]])
+    third = shard_reports(plans, 3)[2]
+    with pytest.raises(IncompatibleReports, match=r"different splits \(into 2, 3 shards\)"):
+        merge_reports([*reports, third])
+
+
+def test_merge_refuses_a_brick_measured_twice_or_a_model_cut_differently(plans: list[ModelPlan]) -> None:
+    full = ("a.json", report_of(plans, results_for(distinct_bricks(plans))))
+    with pytest.raises(IncompatibleReports, match=r"was measured by both a\.json and b\.json"):
+        merge_reports([full, ("b.json", full[1])])
+    (first, a), (second, b) = shard_reports(plans, 2)
+    b["models"][0]["composition"]["edges"] = []
+    with pytest.raises(
+        IncompatibleReports, match=r"models/chain\.onnx was cut differently in shard1\.json and shard2\.json"
+    ):
+        merge_reports([(first, a), (second, b)])

@@ -1,0 +1,171 @@
+"""Unit tests of the exported brick suite: files, manifest, reading bricks back, and what never leaks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tiny_models
+from onnx import helper, numpy_helper
+
+from pytest_dlbricks.bricks import BrickSpec, brick_signature
+from pytest_dlbricks.cutting import plan_model
+from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.running import BrickRunner
+from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.suite import (
+    MANIFEST,
+    SuiteError,
+    brick_file_name,
+    check_export_folder,
+    export_suite,
+    read_brick,
+    read_manifest,
+)
+from pytest_dlbricks.synthesis import build_brick_model
+
+SECRET = "acme_secret"
+SETTINGS = Settings(granularity=2, intra_op_threads=1, cut="original")
+
+
+def distinct(*paths: Path, granularity: int = 2) -> list[BrickSpec]:
+    bricks: dict[str, BrickSpec] = {}
+    for path in paths:
+        for brick in plan_model(load_model(path), granularity, path.name).bricks:
+            if isinstance(brick, BrickSpec):
+                bricks.setdefault(brick.signature, brick)
+    return list(bricks.values())
+
+
+def secret_model(directory: Path) -> tuple[Path, list[np.ndarray]]:
+    """A chain whose every name, string and weight is the owner's: none may reach the suite."""
+    model = tiny_models.chain_model(blocks=2, bias=True, prefix=f"{SECRET}_")
+    model.graph.name = f"{SECRET}_graph"
+    model.graph.doc_string = f"{SECRET} doc"
+    model.producer_name = f"{SECRET}_exporter"
+    model.producer_version = "9.9"
+    model.domain = f"com.{SECRET}"
+    model.doc_string = f"{SECRET} model"
+    helper.set_model_props(model, {"owner": SECRET})
+    model.opset_import.append(helper.make_opsetid(f"com.{SECRET}.ops", 1))
+    for node in model.graph.node:
+        node.doc_string = f"{SECRET} node"
+    weights = [numpy_helper.to_array(t) for t in model.graph.initializer]
+    return tiny_models.save(model, directory, "secret.onnx"), weights
+
+
+def test_every_distinct_brick_is_written_with_a_manifest(tmp_path: Path) -> None:
+    bricks = distinct(tiny_models.chain(tmp_path), tiny_models.diamond(tmp_path), granularity=1)
+    assert export_suite(tmp_path / "suite", bricks, SETTINGS.describe()) == len(bricks) == 7
+    entries = read_manifest(tmp_path / "suite")
+    assert entries is not None
+    assert sorted(entries) == sorted(brick_file_name(brick) for brick in bricks)
+    assert sorted(path.name for path in (tmp_path / "suite").iterdir()) == sorted([*entries, MANIFEST])
+    conv = next(entry for entry in entries.values() if entry["ops"] == ["Conv"])
+    assert conv["inputs"] == [{"name": "input_0", "dtype": "float", "shape": [1, 8, 6, 6]}]
+    assert conv["weights"] == [{"name": "weight_0", "dtype": "float", "shape": [8, 8, 3, 3]}]
+    assert conv["opsets"] == {"ai.onnx": tiny_models.OPSET}
+    manifest = json.loads((tmp_path / "suite" / MANIFEST).read_text())
+    assert manifest["cut"] == "original" and manifest["settings"]["optimization"] == "all"
+
+
+def test_file_names_carry_operators_and_sixteen_hex_digits(tmp_path: Path) -> None:
+    (brick,) = distinct(tiny_models.chain(tmp_path))
+    assert brick_file_name(brick) == f"Conv+Relu-{brick.signature[:16]}.onnx"
+
+
+def test_a_brick_read_back_is_the_brick_written(tmp_path: Path) -> None:
+    bricks = distinct(tiny_models.computed_reshape(tmp_path), tiny_models.loop_outer_scope(tmp_path, body_seed=3))
+    export_suite(tmp_path / "suite", bricks, SETTINGS.describe())
+    entries = read_manifest(tmp_path / "suite") or {}
+    for brick in bricks:
+        name = brick_file_name(brick)
+        again = read_brick(tmp_path / "suite" / name, entries[name])
+        assert again.signature == brick.signature == brick_signature(again)
+        assert [n.SerializeToString() for n in again.nodes] == [n.SerializeToString() for n in brick.nodes]
+        assert (again.inputs, again.weights, again.outputs) == (brick.inputs, brick.weights, brick.outputs)
+        assert sorted(again.values) == sorted(brick.values)
+        assert build_brick_model(again).graph == build_brick_model(brick).graph
+        BrickRunner(again, SETTINGS).check()
+
+
+def test_a_brick_file_runs_as_it_is_with_its_steering_values(tmp_path: Path) -> None:
+    """The Reshape's computed shape [2, -1] is an input inside the model: the file holds it as its default."""
+    (reshape,) = (b for b in distinct(tiny_models.computed_reshape(tmp_path), granularity=1) if b.ops == ("Reshape",))
+    export_suite(tmp_path / "suite", [reshape], SETTINGS.describe())
+    path = tmp_path / "suite" / brick_file_name(reshape)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (output,) = session.run(None, {"input_0": np.ones((2, 3, 4), np.float32)})
+    assert output.shape == (2, 12)
+
+
+def test_nothing_of_the_model_leaks_into_the_suite(tmp_path: Path) -> None:
+    path, weights = secret_model(tmp_path)
+    bricks = distinct(path, granularity=1) + distinct(path, granularity=2)
+    export_suite(tmp_path / "suite", bricks, SETTINGS.describe())
+    for file in (tmp_path / "suite").iterdir():
+        data = file.read_bytes()
+        assert SECRET.encode() not in data, file.name
+        if file.suffix != ".onnx":
+            continue
+        model = onnx.load(str(file))
+        assert (model.producer_name, model.graph.name, model.doc_string, model.domain) == (
+            "pytest-dlbricks",
+            "brick",
+            "",
+            "",
+        )
+        assert not model.metadata_props
+        assert {opset.domain for opset in model.opset_import} == {""}
+        assert all(not node.name and not node.doc_string for node in model.graph.node)
+        for tensor in model.graph.initializer:
+            stored = numpy_helper.to_array(tensor)
+            assert not any(stored.shape == w.shape and np.allclose(stored, w) for w in weights), "a real weight"
+
+
+def test_a_changed_brick_file_is_refused(tmp_path: Path) -> None:
+    (brick,) = distinct(tiny_models.chain(tmp_path))
+    export_suite(tmp_path / "suite", [brick], SETTINGS.describe())
+    path = tmp_path / "suite" / brick_file_name(brick)
+    model = onnx.load(str(path))
+    model.graph.node[0].attribute[0].ints[:] = [0, 0, 0, 0]  # other pads: other work
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(SuiteError, match="does not match the signature its manifest gives"):
+        read_brick(path, (read_manifest(tmp_path / "suite") or {})[path.name])
+    path.write_bytes(b"not a model")
+    with pytest.raises(SuiteError, match="is not a readable ONNX model"):
+        read_brick(path, (read_manifest(tmp_path / "suite") or {})[path.name])
+
+
+def test_a_new_export_replaces_the_old_one(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    export_suite(suite, distinct(tiny_models.diamond(tmp_path), granularity=1), SETTINGS.describe())
+    (chain,) = distinct(tiny_models.chain(tmp_path))
+    export_suite(suite, [chain], SETTINGS.describe())
+    assert sorted(path.name for path in suite.iterdir()) == sorted([brick_file_name(chain), MANIFEST])
+
+
+def test_only_a_new_empty_or_suite_folder_takes_an_export(tmp_path: Path) -> None:
+    assert check_export_folder(tmp_path / "new") is None
+    (tmp_path / "empty").mkdir()
+    assert check_export_folder(tmp_path / "empty") is None
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "model.onnx").write_bytes(b"")
+    assert "is not empty and holds no brick suite" in str(check_export_folder(tmp_path / "models"))
+    (tmp_path / "file").write_text("")
+    assert "is not a folder" in str(check_export_folder(tmp_path / "file"))
+
+
+def test_other_manifests_are_not_suites(tmp_path: Path) -> None:
+    (tmp_path / MANIFEST).write_text('{"name": "some web app"}')
+    assert read_manifest(tmp_path) is None
+    (tmp_path / MANIFEST).write_text('{"kind": "pytest-dlbricks brick suite", "version": 99}')
+    with pytest.raises(SuiteError, match="is version 99 of the suite format"):
+        read_manifest(tmp_path)
+    (tmp_path / MANIFEST).write_text("{")
+    with pytest.raises(SuiteError, match="cannot be read as JSON"):
+        read_manifest(tmp_path)
