@@ -191,7 +191,7 @@ class DLBricksSession:
     def brick_test(self, signature: str) -> Callable[..., None]:
         """The test function of one distinct brick: builds it, checks it, times it with pytest-benchmark."""
 
-        def test_brick(benchmark: Any) -> None:
+        def test_brick(request: pytest.FixtureRequest) -> None:
             from .running import BrickError, BrickRunner, UnsupportedByProvider
 
             brick = self.bricks[signature]
@@ -206,9 +206,12 @@ class DLBricksSession:
                 pytest.skip(f"brick {brick.label} is not supported here: {error}")
             except BrickError as error:
                 users = ", ".join(self.models_using(signature))
-                pytest.fail(f"brick {brick.label} (used by {users}): {error}", pytrace=False)
+                # from None: the message says it all, pytest would otherwise show the exception chain.
+                raise pytest.fail.Exception(f"brick {brick.label} (used by {users}): {error}", pytrace=False) from None
             if runner.placement is not None:
                 self.placements[signature] = runner.placement.providers
+            # Requested only now, so that a brick that cannot run leaves pytest-benchmark no unused fixture to warn of.
+            benchmark = request.getfixturevalue("benchmark")
             self._measure_overhead()
             benchmark.extra_info.update(
                 {"signature": signature, "ops": list(brick.ops), "models": self.models_using(signature)}
@@ -236,7 +239,7 @@ class DLBricksSession:
     def e2e_test(self, plan: ModelPlan, executor: str) -> Callable[..., None]:
         """The test function timing a whole model, each round right after timing its bricks again."""
 
-        def test_model(benchmark: Any) -> None:
+        def test_model(request: pytest.FixtureRequest) -> None:
             from .running import BrickError, BrickRunner, UnsupportedByProvider
 
             if plan.unsupported:
@@ -254,7 +257,10 @@ class DLBricksSession:
             except UnsupportedByProvider as error:
                 pytest.skip(f"{plan.path}: the whole model is not supported here: {error}")
             except BrickError as error:
-                pytest.fail(f"{plan.path}: cannot time the whole model: {error}", pytrace=False)
+                raise pytest.fail.Exception(
+                    f"{plan.path}: cannot time the whole model: {error}", pytrace=False
+                ) from None
+            benchmark = request.getfixturevalue("benchmark")
             bricks = BrickRounds(runners, warm_up=model)
             self._measure_overhead(parallel=executor == "parallel")
             start = time.perf_counter()
