@@ -12,7 +12,7 @@ import onnxruntime as ort
 
 from .bricks import BrickSpec
 from .composition import CallOverhead
-from .errors import ModelError
+from .errors import ModelError, runtime_cause
 from .loading import MIN_IR_VERSION, TensorSpec
 from .placement import Placement, read_profile
 from .settings import DEFAULT_PROVIDERS, Settings
@@ -25,8 +25,9 @@ _OPTIMIZATION_LEVELS = {
     "layout": getattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT", ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
-#: onnxruntime logs warnings (unused initializers and the like) to stderr; keep errors only.
-_LOG_ERRORS_ONLY = 3
+#: onnxruntime logs warnings (unused initializers and the like) and errors to stderr; its errors reach
+#: the user in our own messages, so keep only fatal ones.
+_LOG_FATAL_ONLY = 4
 #: Weights at least this large go to the external data file of an optimized model, so that loading
 #: the optimized graph never reads them.
 _EXTERNAL_WEIGHT_BYTES = 1024
@@ -46,7 +47,7 @@ def session_options(
     profiles runs until ``end_profiling()``.
     """
     options = ort.SessionOptions()
-    options.log_severity_level = _LOG_ERRORS_ONLY
+    options.log_severity_level = _LOG_FATAL_ONLY
     if settings is not None:
         options.intra_op_num_threads = settings.intra_op_threads
         options.graph_optimization_level = _OPTIMIZATION_LEVELS[settings.optimization]
@@ -272,5 +273,4 @@ class UnsupportedByProvider(BrickError):
 
 
 def _short(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return " ".join(text.split())[:500]
+    return runtime_cause(error)[:500]
