@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from onnx import external_data_helper, numpy_helper, shape_inference
 
 from .errors import ModelError
 from .ordering import canonical_order, content_keys
+from .screening import check_runtime_accepts, check_text, check_values, check_weights, is_tensor_type
 from .settings import DEFAULT_DIM, Settings
 
 #: Operators whose output changes from run to run: never folded into weights.
@@ -74,7 +76,10 @@ class TensorSpec:
         return self.numel <= MAX_KEPT_INTEGER_ELEMENTS
 
     def describe(self) -> str:
-        dtype = onnx.TensorProto.DataType.Name(self.dtype).lower()
+        try:
+            dtype = onnx.TensorProto.DataType.Name(self.dtype).lower()
+        except ValueError:
+            dtype = f"type{self.dtype}"
         return f"{dtype}[{','.join(map(str, self.shape))}]"
 
 
@@ -155,33 +160,27 @@ def load_model(
     model (its inputs sized) into another before it is optimized and cut, for example to int8; it
     raises ``ValueError`` when it cannot.
     """
-    model = _read(path)
-    try:
-        loader = _ModelLoader(path, model, dict(dims or {}), data_dir=path.parent)
+    loader = _ModelLoader(path, _read(path), dict(dims or {}), data_dir=path.parent)
+    loader.prepare()
+    if convert is not None:
+        guessed = loader.guessed
+        try:
+            converted = convert(loader.runnable_model(), path.parent)
+        except ValueError as error:
+            raise ModelError(path, str(error)) from error
+        loader = _ModelLoader(path, converted, {}, data_dir=path.parent)
         loader.prepare()
-        if convert is not None:
-            guessed = loader.guessed
-            try:
-                converted = convert(loader.runnable_model(), path.parent)
-            except ValueError as error:
-                raise ModelError(path, str(error)) from error
-            loader = _ModelLoader(path, converted, {}, data_dir=path.parent)
-            loader.prepare()
-            loader.guessed = guessed
-        if optimize is None:
-            return loader.load()
-        from .running import optimize_model
+        loader.guessed = guessed
+    if optimize is None:
+        return loader.load()
+    from .running import optimize_model
 
-        with tempfile.TemporaryDirectory(prefix="dlbricks-") as folder:
-            optimized = optimize_model(path, loader.runnable_model(), path.parent, Path(folder), optimize)
-            runtime_loader = _ModelLoader(path, optimized, {}, data_dir=Path(folder))
-            runtime_loader.prepare()
-            runtime_loader.guessed = loader.guessed
-            return runtime_loader.load()
-    except ModelError:
-        raise
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
-        raise ModelError(path, f"invalid ONNX model: {describe_error(error)}") from error
+    with tempfile.TemporaryDirectory(prefix="dlbricks-") as folder:
+        optimized = optimize_model(path, loader.runnable_model(), path.parent, Path(folder), optimize)
+        runtime_loader = _ModelLoader(path, optimized, {}, data_dir=Path(folder))
+        runtime_loader.prepare()
+        runtime_loader.guessed = loader.guessed
+        return runtime_loader.load()
 
 
 def _read(path: Path) -> onnx.ModelProto:
@@ -217,17 +216,26 @@ class _ModelLoader:
         self.model = model
         self.dims = dims
         self.guessed: dict[str, int] = {}
+        #: Specs of the values shape inference can tell, made by :meth:`prepare`.
+        self.specs: dict[str, TensorSpec] = {}
         graph = model.graph
         self.initializers = {t.name: t for t in graph.initializer}
         self.inputs = [v.name for v in graph.input if v.name not in self.initializers]
         self.outputs = [v.name for v in graph.output]
 
     def prepare(self) -> None:
-        """Order, check and give concrete input dimensions to the model."""
+        """Check and order the model, and give its inputs concrete dimensions; refuse, before onnxruntime
+        or anything else allocates for it, what cannot be used (see :mod:`.screening`)."""
+        check_text(self.path, self.model)
         self._sort_nodes()
-        onnx.checker.check_model(self._structure())
+        check_weights(self.path, self.initializers.values())
+        check_runtime_accepts(self.path, self.model.ir_version, self._opset_imports())
+        self._check_structure()
         self._check_external_data()
         self._fix_input_dims()
+        check_values(self.path, self._declared_specs(), self.inputs, self.initializers)
+        self.specs = self._infer_specs()
+        check_values(self.path, self.specs, self.inputs, self.initializers)
 
     def runnable_model(self) -> onnx.ModelProto:
         """The prepared model as runtimes want it: initializers no longer listed as inputs."""
@@ -244,7 +252,7 @@ class _ModelLoader:
         layers = self._live([node for index, node in enumerate(nodes) if index not in constant_nodes])
         if not layers:
             raise ModelError(self.path, "the model has no layers: all its nodes compute constants")
-        specs = self._infer_specs()
+        specs = self.specs
         needed = self._values_layers_touch(layers)
         missing = [name for name in needed if name not in specs]
         wanted_values = [
@@ -260,7 +268,7 @@ class _ModelLoader:
         # inside, never at its boundary (see bricks.describe_brick).
         return ModelGraph(
             path=self.path,
-            opset_imports={o.domain or "": o.version for o in self.model.opset_import},
+            opset_imports=self._opset_imports(),
             ir_version=self.model.ir_version,
             functions=list(self.model.functions),
             layers=layers,
@@ -271,6 +279,17 @@ class _ModelLoader:
             outputs=self.outputs,
             guessed_dims=self.guessed,
         )
+
+    def _opset_imports(self) -> dict[str, int]:
+        return {o.domain or "": o.version for o in self.model.opset_import}
+
+    def _check_structure(self) -> None:
+        try:
+            onnx.checker.check_model(self._structure())
+        # onnx's checker raises its ValidationError, and on malformed input also the translations of
+        # other C++ exceptions (ValueError, IndexError, RuntimeError...): all say the model is invalid.
+        except Exception as error:
+            raise ModelError(self.path, f"invalid ONNX model: {describe_error(error)}") from error
 
     def _structure(self) -> onnx.ModelProto:
         """The model with its initializers declared as inputs and no weight data: what the checker needs.
@@ -299,28 +318,51 @@ class _ModelLoader:
         """Every external weight file lies in the model's folder and is long enough; none is read here."""
         folder = self.data_dir.resolve()
         for tensor in self.initializers.values():
-            if not external_data_helper.uses_external_data(tensor):
-                continue
-            info = external_data_helper.ExternalDataInfo(tensor)
-            target = (folder / info.location).resolve()
-            if Path(info.location).is_absolute() or not target.is_relative_to(folder):
+            if external_data_helper.uses_external_data(tensor):
+                self._check_external_tensor(folder, tensor)
+
+    def _check_external_tensor(self, folder: Path, tensor: onnx.TensorProto) -> None:
+        try:
+            with warnings.catch_warnings():  # onnx warns of unknown keys, which it ignores, and so do we
+                warnings.simplefilter("ignore")
+                info = external_data_helper.ExternalDataInfo(tensor)
+        except ValueError as error:
+            raise ModelError(
+                self.path,
+                f"weight {tensor.name!r} has an external data offset or length that is not a byte count:"
+                f" {describe_error(error)}",
+            ) from None
+        location = str(info.location)
+        if "\0" in location or not location:
+            raise ModelError(self.path, f"weight {tensor.name!r} has external data with no usable file name")
+        if Path(location).is_absolute():
+            raise ModelError(
+                self.path,
+                f"weight {tensor.name!r} points to external data by the absolute path {location!r}; refused, the"
+                " file was not read (external data must lie in the model's folder)",
+            )
+        try:
+            target = (folder / location).resolve()
+            if not target.is_relative_to(folder):
                 raise ModelError(
                     self.path,
-                    f"weight {tensor.name!r} points to external data {info.location!r} outside the model's"
+                    f"weight {tensor.name!r} points to external data {location!r} outside the model's"
                     " folder; refused, the file was not read",
                 )
             if not target.is_file():
-                raise ModelError(
-                    self.path, f"external data file {info.location!r} of weight {tensor.name!r} is missing"
-                )
-            spec = TensorSpec(tensor.data_type, tuple(tensor.dims))
-            needed = (info.offset or 0) + (info.length or spec.nbytes)
-            if target.stat().st_size < needed:
-                raise ModelError(
-                    self.path,
-                    f"external data file {info.location!r} holds {target.stat().st_size} bytes, but weight"
-                    f" {tensor.name!r} needs bytes up to {needed}",
-                )
+                raise ModelError(self.path, f"external data file {location!r} of weight {tensor.name!r} is missing")
+            size = target.stat().st_size
+        except OSError as error:
+            raise ModelError(
+                self.path, f"cannot check external data file {location!r}: {error.strerror or error}"
+            ) from None
+        needed = (info.offset or 0) + (info.length or TensorSpec(tensor.data_type, tuple(tensor.dims)).nbytes)
+        if size < needed:
+            raise ModelError(
+                self.path,
+                f"external data file {location!r} holds {size} bytes, but weight {tensor.name!r} needs bytes up"
+                f" to {needed}",
+            )
 
     def _fix_input_dims(self) -> None:
         """Replace the symbolic dimensions of the model inputs by the user's values or the default."""
@@ -399,9 +441,17 @@ class _ModelLoader:
             needed.update(dict.fromkeys(names + [n for n in layer.output if n in read]))
         return list(needed)
 
+    def _declared_specs(self) -> dict[str, TensorSpec]:
+        """Specs of the model's inputs (with concrete dimensions) and weights, as the file declares them."""
+        specs = {value.name: _spec_of(value.type) for value in self.model.graph.input}
+        specs.update((t.name, TensorSpec(t.data_type, tuple(t.dims))) for t in self.initializers.values())
+        return {name: spec for name, spec in specs.items() if spec is not None}
+
     def _infer_specs(self) -> dict[str, TensorSpec]:
-        inferred = shape_inference.infer_shapes(self.model, data_prop=True)
-        graph = inferred.graph
+        try:
+            graph = shape_inference.infer_shapes(self.model, data_prop=True).graph
+        except Exception as error:  # as for the checker: InferenceError, or a translated C++ exception
+            raise ModelError(self.path, f"invalid ONNX model: {describe_error(error)}") from error
         specs: dict[str, TensorSpec] = {}
         for value in [*graph.input, *graph.value_info, *graph.output]:
             spec = _spec_of(value.type)
@@ -421,10 +471,13 @@ class _ModelLoader:
         base_dir = str(self.data_dir)
         values: dict[str, np.ndarray] = {}
         for name in names:
-            if name in self.initializers:
-                values[name] = numpy_helper.to_array(self.initializers[name], base_dir)
-            elif name in constant_attributes and constant_attributes[name].name == "value":
-                values[name] = numpy_helper.to_array(constant_attributes[name].t)
+            try:
+                if name in self.initializers:
+                    values[name] = numpy_helper.to_array(self.initializers[name], base_dir)
+                elif name in constant_attributes and constant_attributes[name].name == "value":
+                    values[name] = numpy_helper.to_array(constant_attributes[name].t)
+            except (ValueError, TypeError, KeyError, OSError) as error:  # data that does not match its type or shape
+                raise ModelError(self.path, f"weight {name!r} cannot be read: {describe_error(error)}") from None
         return values
 
     def _reference_run(
@@ -452,7 +505,7 @@ def _spec_of(value_type: onnx.TypeProto) -> TensorSpec | None:
     if not value_type.HasField("tensor_type"):
         return None
     tensor_type = value_type.tensor_type
-    if not tensor_type.elem_type or not tensor_type.HasField("shape"):
+    if not tensor_type.HasField("shape") or not is_tensor_type(tensor_type.elem_type):
         return None
     shape = []
     for dim in tensor_type.shape.dim:

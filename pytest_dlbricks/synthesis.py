@@ -15,24 +15,31 @@ from .bricks import BrickSpec
 from .loading import MIN_IR_VERSION, TensorSpec
 
 _SEED = 20200420
+#: numpy dtype kinds of the tensors synthetic values exist for: floats, integers, booleans.
+_SYNTHESISABLE_KINDS = "fiub"
 
 
 class SynthesisError(Exception):
     """A tensor cannot be given synthetic values (for example a string or complex tensor)."""
 
 
+def can_synthesise(dtype: int) -> bool:
+    """Whether tensors of this ONNX element type can be given synthetic values: numbers and booleans."""
+    try:
+        return helper.tensor_dtype_to_np_dtype(dtype).kind in _SYNTHESISABLE_KINDS
+    except KeyError:
+        return False
+
+
 def synthetic_array(spec: TensorSpec, rng: np.random.Generator, *, weight: bool) -> np.ndarray:
     """Deterministic values of ``spec``'s type and shape that keep operators on their normal fast path."""
-    try:
-        dtype = helper.tensor_dtype_to_np_dtype(spec.dtype)
-    except KeyError:
-        raise SynthesisError(f"tensors of type {spec.describe()} are not supported") from None
+    if not can_synthesise(spec.dtype):
+        raise SynthesisError(f"tensors of type {spec.describe()} cannot be given synthetic values")
+    dtype = helper.tensor_dtype_to_np_dtype(spec.dtype)
     if dtype.kind == "f":
         low, high = (0.01, 0.1) if weight else (0.5, 1.5)
         return rng.uniform(low, high, size=spec.shape).astype(dtype)
-    if dtype.kind in "iub":
-        return np.zeros(spec.shape, dtype=dtype)
-    raise SynthesisError(f"tensors of type {spec.describe()} cannot be given synthetic values")
+    return np.zeros(spec.shape, dtype=dtype)
 
 
 def build_brick_model(brick: BrickSpec) -> onnx.ModelProto:

@@ -1,0 +1,198 @@
+"""Refuse what the plugin could not use safely, before any memory or time is spent on it.
+
+Models come from people the user may not trust. Loading checks, in this order: names and other
+text are UTF-8 (ONNX requires it; protobuf hands invalid text over as bytes); weights have an ONNX
+element type and no negative dimension; the installed onnxruntime accepts the IR version and
+opsets; model inputs have a type that can be given synthetic values; and no tensor the model
+declares or shape inference derives needs more than :func:`memory_limit` bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import onnx
+from onnx import external_data_helper
+
+from .errors import ModelError, runtime_cause
+
+if TYPE_CHECKING:
+    from .loading import TensorSpec
+
+#: Share of the machine's physical memory a single tensor may need.
+MEMORY_SHARE = 0.5
+#: Limit used where the physical memory cannot be read.
+FALLBACK_MEMORY_LIMIT = 4 << 30
+#: Most values one stored unit (a raw byte, or an entry of a typed field) may hold: 4-bit types pack
+#: two per byte, 2-bit ones four; anything sparser is a shape the data does not back.
+_MAX_VALUES_PER_UNIT = 8
+_VALUE_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+#: onnxruntime log level that keeps fatal errors only: a refused probe is reported by us.
+_LOG_FATAL_ONLY = 4
+
+
+def memory_limit() -> int:
+    """Bytes one tensor may need: half of the physical memory, so a model cannot push the machine into swap."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return FALLBACK_MEMORY_LIMIT
+    return int(physical * MEMORY_SHARE) if physical > 0 else FALLBACK_MEMORY_LIMIT
+
+
+def format_bytes(count: int) -> str:
+    """A byte count in binary units, such as ``4.0 EiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if count < 1024:
+            return f"{count} B" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024  # type: ignore[assignment]
+    return f"{count:.1f} EiB"
+
+
+def check_text(path: Path, model: onnx.ModelProto) -> None:
+    """Every name the plugin reads is text; protobuf returns invalid UTF-8 as bytes instead."""
+    for where, text in _texts(model):
+        if isinstance(text, bytes):
+            raise ModelError(path, f"{where} {text!r} is not valid UTF-8 text, which ONNX requires")
+
+
+def _texts(model: onnx.ModelProto) -> Iterator[tuple[str, str | bytes]]:
+    for opset in model.opset_import:
+        yield "an opset domain", opset.domain
+    for function in model.functions:
+        yield "a function name", function.name
+        yield "a function domain", function.domain
+        yield from _node_texts(function.node)
+    yield from _graph_texts(model.graph)
+
+
+def _graph_texts(graph: onnx.GraphProto) -> Iterator[tuple[str, str | bytes]]:
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        yield "a value name", value.name
+        for dim in value.type.tensor_type.shape.dim:
+            yield "a dimension name", dim.dim_param
+    for tensor in graph.initializer:
+        yield "a weight name", tensor.name
+        for entry in tensor.external_data:
+            yield "an external data key", entry.key
+            yield "an external data value", entry.value
+    yield from _node_texts(graph.node)
+
+
+def _node_texts(nodes: Iterable[onnx.NodeProto]) -> Iterator[tuple[str, str | bytes]]:
+    for node in nodes:
+        yield "a node name", node.name
+        yield "an operator name", node.op_type
+        yield "an operator domain", node.domain
+        for name in [*node.input, *node.output]:
+            yield "a value name", name
+        for attribute in node.attribute:
+            yield "an attribute name", attribute.name
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from _graph_texts(attribute.g)
+            for body in attribute.graphs:
+                yield from _graph_texts(body)
+
+
+def is_tensor_type(dtype: int) -> bool:
+    """Whether ``dtype`` is an ONNX tensor element type (a file may hold any number there)."""
+    try:
+        onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    except KeyError:
+        return False
+    return True
+
+
+def check_weights(path: Path, weights: Iterable[onnx.TensorProto]) -> None:
+    """Each weight has an ONNX element type, no negative dimension, and stores about as many values
+    as its shape says (shape inference would otherwise work, for minutes, on values that do not exist)."""
+    for tensor in weights:
+        if not is_tensor_type(tensor.data_type):
+            raise ModelError(
+                path, f"weight {tensor.name!r} has element type {tensor.data_type}, which is not an ONNX tensor type"
+            )
+        if any(dim < 0 for dim in tensor.dims):
+            raise ModelError(path, f"weight {tensor.name!r} has a negative dimension in its shape {list(tensor.dims)}")
+        stored = _stored_units(tensor)
+        if stored is not None and stored * _MAX_VALUES_PER_UNIT < math.prod(tensor.dims):
+            raise ModelError(
+                path,
+                f"weight {tensor.name!r} declares {math.prod(tensor.dims)} values (shape {list(tensor.dims)}) but"
+                f" the file stores {stored} {'bytes' if tensor.HasField('raw_data') else 'values'} of them",
+            )
+
+
+def _stored_units(tensor: onnx.TensorProto) -> int | None:
+    """Values (or raw bytes) a weight stores in the file, or None where counting them would copy its
+    data (floats' raw bytes: those weights are never read, only their shape matters) or mean
+    reading another file (external data, checked against its file's size)."""
+    if external_data_helper.uses_external_data(tensor):
+        return None
+    if tensor.HasField("raw_data"):
+        floats = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).kind == "f"
+        return None if floats else len(tensor.raw_data)
+    return sum(len(getattr(tensor, field)) for field in _VALUE_FIELDS)
+
+
+def check_runtime_accepts(path: Path, ir_version: int, opsets: Mapping[str, int]) -> None:
+    """The installed onnxruntime loads models of this IR version and these opsets (learned from a probe)."""
+    cause = _runtime_refusal(ir_version, tuple(sorted(opsets.items())))
+    if cause is not None:
+        import onnxruntime
+
+        versions = ", ".join(f"{domain or 'ai.onnx'} {version}" for domain, version in sorted(opsets.items()))
+        raise ModelError(
+            path,
+            f"onnxruntime {onnxruntime.__version__} does not support this model's IR version {ir_version}"
+            f" or opsets ({versions}): {cause}",
+        )
+
+
+@functools.cache
+def _runtime_refusal(ir_version: int, opsets: tuple[tuple[str, int], ...]) -> str | None:
+    """onnxruntime's reason to refuse an empty model stamped with these versions, or None."""
+    import onnxruntime
+
+    probe = onnx.ModelProto(ir_version=ir_version)
+    probe.opset_import.extend(onnx.helper.make_opsetid(domain, version) for domain, version in opsets)
+    probe.graph.name = "probe"
+    probe.graph.input.append(onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1]))
+    probe.graph.output.append(onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1]))
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = _LOG_FATAL_ONLY
+    try:
+        onnxruntime.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime's exception types are not part of its API
+        return runtime_cause(error)
+    return None
+
+
+def check_values(path: Path, specs: Mapping[str, TensorSpec], inputs: Iterable[str], weights: Iterable[str]) -> None:
+    """Inputs can be given synthetic values, and no tensor needs more than :func:`memory_limit` bytes."""
+    from .synthesis import can_synthesise  # synthesis builds on loading, which imports this module
+
+    inputs = set(inputs)
+    weights = set(weights)
+    for name in inputs:
+        spec = specs.get(name)
+        if spec is not None and not can_synthesise(spec.dtype):
+            raise ModelError(
+                path,
+                f"input {name!r} is a tensor of {spec.describe()}; dlbricks can only feed models synthetic numbers"
+                " and booleans",
+            )
+    limit = memory_limit()
+    for name, spec in specs.items():
+        if spec.nbytes <= limit:
+            continue
+        role = "input" if name in inputs else "weight" if name in weights else "value"
+        raise ModelError(
+            path,
+            f"{role} {name!r} ({spec.describe()}) would need {format_bytes(spec.nbytes)}, more than the"
+            f" {format_bytes(limit)} memory limit (half of this machine's memory); refused before allocating it",
+        )
