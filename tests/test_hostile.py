@@ -1,0 +1,90 @@
+"""A folder of broken, hostile and unusual models beside a good one, run as a user runs it.
+
+Each bad file must fail alone, as one item whose message names the file and the cause; every good
+model must still be benchmarked and reported; pytest must exit non-zero and show no traceback.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hostile_models import write_corpus
+from test_plugin import read_report, run
+
+from conftest import SAMPLE_MODELS
+
+
+def junit_items(path: Path) -> dict[str, tuple[str, str]]:
+    """Each item's id, outcome (passed, failure or error) and message, from pytest's ``--junitxml`` file.
+
+    junit names an item ``models/x.onnx::load`` by the class name ``models.x.onnx`` and the name
+    ``load``; the corpus' file names hold no other dot, so the id is rebuilt from both.
+    """
+    items = {}
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        folder_and_stem = case.attrib["classname"].removesuffix(".onnx").replace(".", "/")
+        problems = [child for child in case if child.tag in ("failure", "error")]
+        outcome, message = (problems[0].tag, (problems[0].text or "").strip()) if problems else ("passed", "")
+        items[f"{folder_and_stem}.onnx::{case.attrib['name']}"] = (outcome, message)
+    return items
+
+
+@pytest.mark.parametrize("cut", ["optimized", "original"])
+def test_each_bad_model_fails_alone_with_its_cause(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], cut: str
+) -> None:
+    cases = write_corpus(pytester.path / "models")
+    copy_models(SAMPLE_MODELS / "mlp.onnx")
+    # Warnings as errors: a failing brick must not add pytest-benchmark's "fixture not used" warning.
+    options = ["-W", "error::pytest.PytestWarning", "--dlbricks-json=r.json", "--junitxml=junit.xml"]
+    result = run(pytester, "--dlbricks-granularity=1", f"--dlbricks-cut={cut}", *options, "models")
+
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    output = result.stdout.str()
+    assert "Traceback" not in output
+    assert not [line for line in result.stdout.lines if line.startswith("E  ")], "pytest showed an exception"
+    items = junit_items(pytester.path / "junit.xml")
+    unexplained = {nodeid for nodeid, (outcome, _) in items.items() if outcome != "passed"}
+    for case in cases:
+        file = f"models/{case.name}.onnx"
+        own = {nodeid: item for nodeid, item in items.items() if nodeid.startswith(f"{file}::")}
+        # A failing brick is listed under the first model that uses it, so look for its users too.
+        bad = {
+            nodeid: item
+            for nodeid, item in items.items()
+            if item[0] != "passed" and (nodeid.startswith(f"{file}::") or f"(used by {file})" in item[1])
+        }
+        unexplained -= set(bad)
+        if case.outcome_of(cut) == "load":
+            assert own == bad and list(bad) == [f"{file}::load"], case.name
+            assert bad[f"{file}::load"][0] == "error"
+            assert fnmatch.fnmatchcase(bad[f"{file}::load"][1], f"{file}: {case.cause}"), (case.name, bad)
+        elif case.outcome_of(cut) == "brick":
+            ((nodeid, (outcome, message)),) = bad.items()
+            assert "::brick[" in nodeid and outcome == "failure", case.name
+            assert fnmatch.fnmatchcase(message, f"brick * (used by {file}): {case.cause}"), (case.name, message)
+        else:
+            assert not bad, case.name
+    assert not unexplained
+
+    report = read_report(pytester.path / "r.json")
+    models = {model["path"]: model for model in report["models"]}
+    assert len(models) == len(cases) + 1
+    good = [models["models/mlp.onnx"]] + [models[f"models/{c.name}.onnx"] for c in cases if c.outcome_of(cut) == "runs"]
+    assert all(model["complete"] and model["sequential_s"] > 0 for model in good)
+    for case in cases:
+        model = models[f"models/{case.name}.onnx"]
+        assert model["complete"] is False or case.outcome_of(cut) == "runs", case.name
+        assert ("error" in model) == (case.outcome_of(cut) == "load"), case.name
+    result.stdout.fnmatch_lines(["models/mlp.onnx * yes", "models/cycle.onnx * error"])
+
+
+def test_the_corpus_is_as_large_as_promised(tmp_path: Path) -> None:
+    cases = write_corpus(tmp_path)
+    assert len({case.name for case in cases}) == len(cases)
+    assert sum(case.outcome != "runs" for case in cases) >= 30
+    assert all(case.path(tmp_path).is_file() for case in cases)
