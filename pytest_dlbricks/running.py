@@ -17,6 +17,7 @@ from .loading import MIN_IR_VERSION, TensorSpec
 from .placement import Placement, read_profile
 from .settings import DEFAULT_PROVIDERS, Settings
 from .synthesis import SynthesisError, brick_feeds, build_brick_model, model_feeds
+from .watchdog import RunStopped, run_watched
 
 _OPTIMIZATION_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -108,9 +109,11 @@ def run_reference(path: Path, model: onnx.ModelProto, data_dir: Path, names: lis
     ]
     try:
         session = create_session(reference, data_dir=data_dir)
-        results = session.run(names, model_feeds(inputs))
+        results = run_watched(session, names, model_feeds(inputs))
     except SynthesisError as error:
         raise ModelError(path, f"cannot make inputs for a reference run: {error}") from error
+    except RunStopped as error:
+        raise ModelError(path, f"onnxruntime cannot run the model to learn its shapes: {error}") from error
     except Exception as error:  # onnxruntime raises several unrelated exception types
         raise ModelError(path, f"onnxruntime cannot run the model to learn its shapes: {_short(error)}") from error
     return {name: value for name, value in zip(names, results) if isinstance(value, np.ndarray)}
@@ -153,7 +156,9 @@ class BrickRunner:
     def check(self) -> None:
         """Run once and check the outputs have the shapes they have inside the model, and where it ran."""
         try:
-            results = self()
+            results = run_watched(self.session, None, self.feeds)
+        except RunStopped as error:
+            raise BrickError(f"the brick never finished: {error}") from error
         except Exception as error:  # onnxruntime's exception types are not part of its API
             raise BrickError(f"onnxruntime cannot run the brick: {_short(error)}") from error
         for (name, spec), result in zip(self.brick.outputs, results):

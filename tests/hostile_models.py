@@ -6,7 +6,8 @@ whole with one error item; ``brick``, loaded but with exactly one brick that fai
 unusual but valid, benchmarked like any model. The outcome may depend on the cut: onnxruntime
 refuses, while optimizing the whole model, what only one brick shows when the model is cut as
 written (``--dlbricks-cut=original``). ``cause`` is an ``fnmatch`` pattern of the sentence the
-error item shows after ``<file>: `` (or after the brick's name and users).
+error item shows after ``<file>: `` (or after the brick's name and users). Two Loops never end:
+they fail once onnxruntime stops them (after ``watchdog.RUN_TIME_LIMIT_S``, which the tests shorten).
 
 Run as a script to write the corpus into a folder and try it by hand::
 
@@ -241,8 +242,12 @@ def _if_model(then_outputs: int = 1, then_reads: str = "a") -> onnx.ModelProto:
     return finish(nodes, [tensor("x", (2, 4)), tensor("flag", (), BOOL)], [tensor("y", (2, 4))])
 
 
-def _loop_model(body_inputs: int = 3, trips: int = 3) -> onnx.ModelProto:
-    """A Loop adding 1 to a [2, 4] state ``trips`` times; ``body_inputs`` below 3 breaks its body."""
+def _loop_model(body_inputs: int = 3, trips: int = 3, *, scan_output: bool = False) -> onnx.ModelProto:
+    """A Loop adding 1 to a [2, 4] state ``trips`` times; ``body_inputs`` below 3 breaks its body.
+
+    ``scan_output`` also stacks the state of every trip, an output whose length shape inference
+    cannot tell, so that loading runs the model to learn it.
+    """
     all_inputs = [tensor("i", (), INT64), tensor("cond", (), BOOL), tensor("state", (2, 4))]
     body = helper.make_graph(
         [
@@ -255,12 +260,21 @@ def _loop_model(body_inputs: int = 3, trips: int = 3) -> onnx.ModelProto:
         initializer=[array("one", np.ones((2, 4), np.float32))],
     )
     outputs = [tensor("y", (2, 4))]
+    if scan_output:
+        body.node.append(helper.make_node("Identity", ["state_out"], ["stacked"]))
+        body.output.append(tensor("stacked", (2, 4)))
+        outputs.append(tensor("trips_stacked", ("trips_done", 2, 4)))
     initializers = [array("trips", np.array(trips, np.int64)), array("go", np.array(True))]
     nodes = [
         helper.make_node("Relu", ["x"], ["r"]),
         helper.make_node("Loop", ["trips", "go", "r"], [o.name for o in outputs], body=body),
     ]
     return finish(nodes, [tensor("x", (2, 4))], outputs, initializers)
+
+
+def never_ending_loop(*, stacking: bool) -> onnx.ModelProto:
+    """A Loop of 2**62 trips; ``stacking`` also keeps every trip's state, growing memory as it runs."""
+    return _loop_model(trips=1 << 62, scan_output=stacking)
 
 
 def _scan_model(body_outputs: int = 2) -> onnx.ModelProto:
@@ -453,6 +467,13 @@ CASES: tuple[Case, ...] = (
     Case("scan_valid", _model_bytes(_scan_model()), "runs"),
     Case("local_function", _model_bytes(_local_function()), "runs"),
     Case("contrib_operator", _model_bytes(_contrib_op()), "runs"),
+    Case("loop_never_ends", _model_bytes(never_ending_loop(stacking=False)), "brick", "*never finished*stopped it"),
+    Case(
+        "loop_never_ends_while_loading",
+        _model_bytes(never_ending_loop(stacking=True)),
+        "load",
+        "*cannot run the model to learn its shapes*did not finish*stopped it",
+    ),
     Case("if_branch_reads_nothing", _model_bytes(_if_model(then_reads="ghost")), "load", "*'ghost'*"),
     Case(
         "if_branches_disagree",
