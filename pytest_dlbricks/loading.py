@@ -33,6 +33,9 @@ NONDETERMINISTIC_OPS = frozenset(
 MAX_KEPT_INTEGER_ELEMENTS = 1 << 20
 #: Lowest IR version that lets initializers stand apart from graph inputs (and be pre-packed).
 MIN_IR_VERSION = 4
+#: Float weights up to this many elements keep their values for shape inference (Resize scales, Range
+#: bounds); larger ones are declared by type and shape only.
+MAX_INFERENCE_FLOAT_ELEMENTS = 1024
 #: Longest error message of onnx or onnxruntime quoted in our own.
 MAX_CAUSE_CHARS = 400
 
@@ -291,11 +294,13 @@ class _ModelLoader:
         except Exception as error:
             raise ModelError(self.path, f"invalid ONNX model: {describe_error(error)}") from error
 
-    def _structure(self) -> onnx.ModelProto:
-        """The model with its initializers declared as inputs and no weight data: what the checker needs.
+    def _structure(self, keep_data: Callable[[onnx.TensorProto], bool] = lambda tensor: False) -> onnx.ModelProto:
+        """The model with its initializers declared as inputs and no weight data, but for those ``keep_data``
+        accepts: what the checker and shape inference need.
 
-        The checker then neither copies large weights nor resolves external data against the working
-        directory; weight data is read, relative to the model's folder, only where a value is needed.
+        They then neither copy large weights (onnx hands them to C++ serialized, and shape inference
+        back) nor resolve external data against the working directory; weight data is read, relative
+        to the model's folder, only where a value is needed.
         """
         skeleton = onnx.ModelProto(ir_version=self.model.ir_version)
         skeleton.opset_import.extend(self.model.opset_import)
@@ -306,7 +311,9 @@ class _ModelLoader:
         skeleton.graph.input.extend(graph.input)
         skeleton.graph.output.extend(graph.output)
         skeleton.graph.value_info.extend(graph.value_info)
-        declared = {value.name for value in graph.input}
+        kept = [tensor for tensor in graph.initializer if keep_data(tensor)]
+        skeleton.graph.initializer.extend(kept)
+        declared = {value.name for value in graph.input} | {tensor.name for tensor in kept}
         skeleton.graph.input.extend(
             onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
             for tensor in graph.initializer
@@ -449,7 +456,7 @@ class _ModelLoader:
 
     def _infer_specs(self) -> dict[str, TensorSpec]:
         try:
-            graph = shape_inference.infer_shapes(self.model, data_prop=True).graph
+            graph = shape_inference.infer_shapes(self._structure(_may_decide_shapes), data_prop=True).graph
         except Exception as error:  # as for the checker: InferenceError, or a translated C++ exception
             raise ModelError(self.path, f"invalid ONNX model: {describe_error(error)}") from error
         specs: dict[str, TensorSpec] = {}
@@ -499,6 +506,12 @@ class _ModelLoader:
             if name not in self.inputs and spec.steers(constant=name in weights):
                 kept[name] = array
         return specs, kept
+
+
+def _may_decide_shapes(tensor: onnx.TensorProto) -> bool:
+    """Whether shape inference may need the weight's values: integers (shapes, axes) and small floats (scales)."""
+    spec = TensorSpec(tensor.data_type, tuple(tensor.dims))
+    return spec.steers(constant=True) or (spec.is_float and spec.numel <= MAX_INFERENCE_FLOAT_ELEMENTS)
 
 
 def _spec_of(value_type: onnx.TypeProto) -> TensorSpec | None:
