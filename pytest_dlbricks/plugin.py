@@ -22,8 +22,10 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = read_settings(config)
     if settings is None:
         return
+    from .interruption import TerminateAsInterrupt
     from .session import DLBricksSession
 
     session = DLBricksSession(config, settings)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "dlbricks-session")
+    config.pluginmanager.register(TerminateAsInterrupt(), "dlbricks-sigterm")

@@ -47,11 +47,13 @@ def build_report(
     overhead: CallOverhead | None = None,
     validations: Mapping[tuple[str, str], Validation] | None = None,
     wall_time_s: float | None = None,
+    partial: bool = False,
 ) -> dict[str, object]:
     """The report as JSON-ready data; times are in seconds, the statistic is ``settings.statistic``.
 
     ``overhead`` is the cost of one inference call, which composition counts once per model;
-    ``validations`` are the end-to-end measurements by model path and executor.
+    ``validations`` are the end-to-end measurements by model path and executor; ``partial`` marks a
+    run that stopped before every item ran (Ctrl-C, SIGTERM, ``-x``).
     """
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
     validations = validations or {}
@@ -88,6 +90,7 @@ def build_report(
     return {
         "version": REPORT_VERSION,
         "granularity": settings.granularity,
+        "partial": partial,
         "settings": settings.describe(),
         "summary": {
             "models": len(plans) + len(failed),

@@ -18,6 +18,7 @@ from .composition import CallOverhead
 from .cutting import ModelPlan, plan_model
 from .errors import ModelError
 from .html import render_html
+from .interruption import stopped_early
 from .loading import load_model
 from .reporting import BrickResult, FailedModel, build_report, render_table, write_json, write_text
 from .settings import Settings
@@ -286,7 +287,7 @@ class DLBricksSession:
                 self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings)
             )
 
-    def pytest_sessionfinish(self, exitstatus: int) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         from . import recomposition
 
         if not self.plans and not self.failed and not self.bricks:
@@ -301,6 +302,7 @@ class DLBricksSession:
             overhead=self.overhead,
             validations=self.validations,
             wall_time_s=time.perf_counter() - self.started,
+            partial=stopped_early(session, exitstatus),
         )
         self.report = annotate(report, self.work, measured)
         recomposition.annotate(
@@ -375,6 +377,11 @@ class DLBricksSession:
                 terminalreporter.write_line(analysis)
         for text, is_error in self.messages:
             terminalreporter.write_line(text, red=is_error)
+        if self.report["partial"]:
+            terminalreporter.write_line(
+                "dlbricks: the run stopped early; the report is partial, with the bricks measured until then",
+                yellow=True,
+            )
         for error in self.write_errors:
             terminalreporter.write_line(f"dlbricks: {error}", red=True)
         for path in self.written:
