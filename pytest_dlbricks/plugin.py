@@ -22,10 +22,13 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = read_settings(config)
     if settings is None:
         return
+    from .distributed import is_worker, warn_no_estimates
     from .interruption import TerminateAsInterrupt
     from .session import DLBricksSession
 
     session = DLBricksSession(config, settings)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "dlbricks-session")
-    config.pluginmanager.register(TerminateAsInterrupt(), "dlbricks-sigterm")
+    warn_no_estimates(config)
+    if not is_worker(config):
+        config.pluginmanager.register(TerminateAsInterrupt(), "dlbricks-sigterm")

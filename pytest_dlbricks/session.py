@@ -16,6 +16,7 @@ from .bricks import BrickSpec, UnbuildableBrick, describe_brick
 from .collector import BrickFile, FailingItem, ModelFile
 from .composition import CallOverhead
 from .cutting import ModelPlan, plan_model
+from .distributed import is_distributed
 from .errors import ModelError
 from .html import render_html
 from .interruption import stopped_early
@@ -290,7 +291,7 @@ class DLBricksSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         from . import recomposition
 
-        if not self.plans and not self.failed and not self.bricks:
+        if (not self.plans and not self.failed and not self.bricks) or is_distributed(self.config):
             return
         measured = self._measure_run() if exitstatus != pytest.ExitCode.INTERRUPTED else None
         report = build_report(

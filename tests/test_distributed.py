@@ -1,0 +1,33 @@
+"""pytest-xdist (``-n 2``): bricks are checked in the workers but not timed; no estimates, one warning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_plugin import run
+
+from pytest_dlbricks.distributed import NO_ESTIMATES_WARNING
+
+
+def test_distributed_run_checks_bricks_without_estimates(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    (pytester.path / "models" / "broken.onnx").write_bytes(b"not a model")
+    single = run(pytester, "--dlbricks-granularity=2", "--collect-only", "-q", "models")
+    bricks = sum("::brick[" in line for line in single.stdout.lines)
+
+    result = run(pytester, "-n", "2", "--dlbricks-granularity=2", "--dlbricks-json=r.json", "models")
+
+    result.assert_outcomes(passed=bricks, errors=1, warnings=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["*ERROR at setup of models/broken.onnx::load*", f"*DLBricksWarning: {NO_ESTIMATES_WARNING}"]
+    )
+    assert "- dlbricks: granularity" not in result.stdout.str()
+    assert not (pytester.path / "r.json").exists()
+
+
+def test_zero_workers_is_a_single_process(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    result = run(pytester, "-n", "0", "--dlbricks-granularity=3", "--dlbricks-json=r.json", "models/mlp.onnx")
+    assert result.ret == 0
+    assert "pytest-xdist distributes" not in result.stdout.str()
+    assert (pytester.path / "r.json").exists()
