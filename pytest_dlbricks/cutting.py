@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TypeVar, Union
 
 import networkx as nx
@@ -58,9 +59,9 @@ class ModelPlan:
     #: Windows the provider cannot run in the point's numeric type, with the reason.
     unsupported: dict[int, str] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def signatures(self) -> Counter[str]:
-        """How many times each distinct runnable brick occurs in the model."""
+        """How many times each distinct runnable brick occurs in the model (computed once: asked for every item)."""
         return Counter(b.signature for b in self.bricks if isinstance(b, BrickSpec))
 
     @property
