@@ -222,15 +222,8 @@ def render_table(report: Mapping[str, object]) -> str:
     validated = any("measured_s" in model for model in models)
     columns = _COLUMNS + (_VALIDATION_COLUMNS if validated else ())
     rows = [columns] + [_row(model, validated) for model in models]
-    widths = [max(len(row[column]) for row in rows) for column in range(len(columns))]
-    lines = [
-        "  ".join(
-            cell.ljust(width) if name in _LEFT_ALIGNED else cell.rjust(width)
-            for name, cell, width in zip(columns, row, widths)
-        ).rstrip()
-        for row in rows
-    ]
-    lines.insert(1, "-" * len(lines[0]))
+    left = [index for index, name in enumerate(columns) if name in _LEFT_ALIGNED]
+    lines = format_table(rows, left=left).splitlines()
     summary: Mapping[str, object] = report["summary"]  # type: ignore[assignment]
     ratio = summary["distinct_ratio"]
     lines.append(
@@ -293,3 +286,17 @@ def _accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str,
     if details:
         lines.append("; ".join(details))
     return lines
+
+
+def format_table(rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> str:
+    """Rows as aligned text columns, a rule under the header; columns ``left`` are left-aligned, others right."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.ljust(width) if column in left else cell.rjust(width)
+            for column, (cell, width) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in rows
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
