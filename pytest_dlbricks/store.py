@@ -1,0 +1,264 @@
+"""The brick result store: every measured brick time, kept by machine and settings, for later runs to reuse.
+
+Layout; every file is versioned JSON written atomically (a temporary file renamed over the target), so
+a reader, or a run interrupted at any point, never sees half a file::
+
+    <store>/
+      <cpu>-<cores>c-ort<version>-t<threads>-<optimization>-<key>/   one folder per machine and settings
+        identity.json           {"version", "machine", "timing"}
+        overhead.json           {"version", "overhead"}: the inference call's cost composition takes off
+        bricks/<signature>.json {"version", "signature", "label", "stats", "provider", "measured_at", "precision"}
+      models/<key>.json         {"version", "path", "granularity", "dims", "layers", "windows", "edges", "io"}
+
+One file per brick makes each result durable the moment it is measured, lets concurrent runs write
+without locks (the last writer of a brick wins, with a whole file), and keeps a lookup to one read.
+The call overhead is measured once per shelf and kept with its brick times, so that a run reusing
+them composes the same estimates as the run that measured them. Model files map each model to its
+bricks, so estimates can be composed for every machine in the store.
+Records of another version, or that cannot be read, count as absent: the brick is measured again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from .composition import BrickCall, CallOverhead
+from .identity import Identity, digest
+from .reporting import write_json
+
+STORE_VERSION = 1
+_BRICKS = "bricks"
+_MODELS = "models"
+_IDENTITY = "identity.json"
+_OVERHEAD = "overhead.json"
+
+
+@dataclass(frozen=True)
+class StoredBrick:
+    """One brick's statistics in seconds, as the session recorded them, and when they were measured."""
+
+    signature: str
+    label: str
+    stats: Mapping[str, float]
+    provider: str
+    measured_at: datetime
+    #: Relative margin of error of the mean the brick was timed to; None for pytest-benchmark's own rounds.
+    precision: float | None = None
+
+    def age_s(self, now: datetime) -> float:
+        return (now - self.measured_at).total_seconds()
+
+    def precise_enough(self, requested: float | None) -> bool:
+        """Whether these times satisfy a run asking for ``requested`` precision (None asks for none)."""
+        return requested is None or (self.precision is not None and self.precision <= requested)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STORE_VERSION,
+            "signature": self.signature,
+            "label": self.label,
+            "stats": dict(self.stats),
+            "provider": self.provider,
+            "measured_at": self.measured_at.isoformat(timespec="seconds"),
+            "precision": self.precision,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StoredBrick:
+        if data["version"] != STORE_VERSION:
+            raise ValueError(f"store version {data['version']!r}")
+        measured_at = datetime.fromisoformat(data["measured_at"])
+        if measured_at.tzinfo is None:
+            raise ValueError("measured_at has no time zone")
+        return cls(
+            signature=str(data["signature"]),
+            label=str(data["label"]),
+            stats={name: value if isinstance(value, int) else float(value) for name, value in data["stats"].items()},
+            provider=str(data["provider"]),
+            measured_at=measured_at,
+            precision=None if data.get("precision") is None else float(data["precision"]),
+        )
+
+
+@dataclass(frozen=True)
+class ModelManifest:
+    """A model as cut into bricks: what composing its estimate needs, without the model itself."""
+
+    path: str
+    granularity: int
+    dims: Mapping[str, int]
+    layers: int
+    #: Each window in topological order: its brick's signature and numbers of inputs and outputs; None
+    #: for a window with no time (a layer that cannot be a brick, a brick the provider cannot run).
+    windows: tuple[BrickCall, ...]
+    #: Window indices; an edge means the second window reads a value of the first.
+    edges: tuple[tuple[int, int], ...] = ()
+    #: The model's own inputs and outputs (its inference call costs more with more of them).
+    io: tuple[int, int] = (1, 1)
+
+    @property
+    def key(self) -> str:
+        return digest({"path": self.path, "granularity": self.granularity, "dims": dict(self.dims)})[:16]
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The brick graph, as composition takes it."""
+        graph = nx.DiGraph()
+        graph.add_nodes_from(range(len(self.windows)))
+        graph.add_edges_from(self.edges)
+        return graph
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STORE_VERSION,
+            "path": self.path,
+            "granularity": self.granularity,
+            "dims": dict(sorted(self.dims.items())),
+            "layers": self.layers,
+            "windows": [None if call is None else list(call) for call in self.windows],
+            "edges": [list(edge) for edge in self.edges],
+            "io": list(self.io),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ModelManifest:
+        if data["version"] != STORE_VERSION:
+            raise ValueError(f"store version {data['version']!r}")
+        inputs, outputs = data["io"]
+        return cls(
+            path=str(data["path"]),
+            granularity=int(data["granularity"]),
+            dims={str(name): int(size) for name, size in data["dims"].items()},
+            layers=int(data["layers"]),
+            windows=tuple(None if w is None else (str(w[0]), int(w[1]), int(w[2])) for w in data["windows"]),
+            edges=tuple((int(a), int(b)) for a, b in data["edges"]),
+            io=(int(inputs), int(outputs)),
+        )
+
+
+class Shelf:
+    """The brick times of one machine and settings: a folder of the store, created on the first write."""
+
+    def __init__(self, path: Path, identity: Identity) -> None:
+        self.path = path
+        self.identity = identity
+
+    def get(self, signature: str, *, max_age_s: float = math.inf, now: datetime | None = None) -> StoredBrick | None:
+        """The stored time of a brick, unless absent, unreadable or older than ``max_age_s``."""
+        data = _read(self.path / _BRICKS / f"{signature}.json")
+        try:
+            brick = StoredBrick.from_json(data) if data is not None else None
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        if brick is None or brick.signature != signature:
+            return None
+        if brick.age_s(now or datetime.now(timezone.utc)) > max_age_s:
+            return None
+        return brick
+
+    def put(self, brick: StoredBrick) -> None:
+        """Save one brick's time at once, atomically."""
+        self._identify()
+        write_json(self.path / _BRICKS / f"{brick.signature}.json", brick.to_json())
+
+    def _identify(self) -> None:
+        if not (self.path / _IDENTITY).exists():
+            identity = {"machine": dict(self.identity.machine), "timing": dict(self.identity.timing)}
+            write_json(self.path / _IDENTITY, {"version": STORE_VERSION, **identity})
+
+    def get_overhead(self) -> CallOverhead | None:
+        """The cost of an inference call measured with the shelf's bricks, so that reused brick times
+        compose exactly as when they were measured."""
+        data = _read(self.path / _OVERHEAD)
+        try:
+            if data is None or data["version"] != STORE_VERSION:
+                return None
+            return CallOverhead(**data["overhead"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def put_overhead(self, overhead: CallOverhead) -> None:
+        self._identify()
+        write_json(self.path / _OVERHEAD, {"version": STORE_VERSION, "overhead": dataclasses.asdict(overhead)})
+
+    def bricks(self) -> dict[str, StoredBrick]:
+        """Every readable brick time on this shelf, by signature."""
+        found = {}
+        for path in sorted((self.path / _BRICKS).glob("*.json")):
+            brick = self.get(path.stem)
+            if brick is not None:
+                found[brick.signature] = brick
+        return found
+
+
+class BrickStore:
+    """A store folder: shelves of brick times by machine and settings, and the models cut into bricks."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def shelf(self, identity: Identity) -> Shelf:
+        machine, timing = identity.machine, identity.timing
+        name = (
+            f"{_slug(str(machine.get('cpu')))}-{machine.get('cores')}c-ort{timing.get('onnxruntime')}"
+            f"-t{timing.get('intra_op_threads')}-{timing.get('optimization')}-{identity.key}"
+        )
+        return Shelf(self.root / name, identity)
+
+    def shelves(self) -> list[Shelf]:
+        """Every shelf in the store, in the order of their folder names."""
+        shelves = []
+        for identity_file in sorted(self.root.glob(f"*/{_IDENTITY}")):
+            data = _read(identity_file)
+            try:
+                if data is None or data["version"] != STORE_VERSION:
+                    continue
+                shelves.append(Shelf(identity_file.parent, Identity(dict(data["machine"]), dict(data["timing"]))))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return shelves
+
+    def save_model(self, manifest: ModelManifest) -> None:
+        """Save a model's bricks, unless the store has them already (a read costs less than a write)."""
+        path = self.root / _MODELS / f"{manifest.key}.json"
+        data = manifest.to_json()
+        if _read(path) != data:
+            write_json(path, data)
+
+    def models(self) -> list[ModelManifest]:
+        """Every readable model, sorted by path, granularity and dimensions."""
+        found = []
+        for path in self.root.glob(f"{_MODELS}/*.json"):
+            data = _read(path)
+            try:
+                if data is not None:
+                    found.append(ModelManifest.from_json(data))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return sorted(found, key=lambda m: (m.path, m.granularity, sorted(m.dims.items())))
+
+
+def times_of(bricks: Mapping[str, StoredBrick], statistic: str) -> dict[str, float]:
+    """Brick times by signature for one statistic, skipping bricks that lack it."""
+    return {signature: brick.stats[statistic] for signature, brick in bricks.items() if statistic in brick.stats}
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "cpu"

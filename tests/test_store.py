@@ -1,0 +1,156 @@
+"""Unit tests of the brick result store: records, shelves by machine and settings, models, robustness."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from pytest_dlbricks.composition import CallOverhead
+from pytest_dlbricks.identity import Identity
+from pytest_dlbricks.store import STORE_VERSION, BrickStore, ModelManifest, StoredBrick, times_of
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+IDENTITY = Identity(
+    machine={"cpu": "Test CPU @ 3.0GHz", "cores": 4, "arch": "x86_64", "system": "Linux", "python": "CPython 3.11"},
+    timing={"onnxruntime": "1.31.1", "providers": ["CPUExecutionProvider"], "intra_op_threads": 0},
+)
+SIGNATURE = "ab" * 32
+
+
+def window(letter: str, inputs: int = 1) -> tuple[str, int, int]:
+    return (letter * 64, inputs, 1)
+
+
+def brick(signature: str = SIGNATURE, median: float = 2e-5, measured_at: datetime = NOW) -> StoredBrick:
+    stats = {"min": median / 2, "median": median, "mean": median * 1.1, "iqr": median / 10, "rounds": 7.0}
+    return StoredBrick(signature, "Conv+Relu-abababab", stats, "CPUExecutionProvider", measured_at)
+
+
+def test_a_brick_round_trips_through_its_shelf(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    assert shelf.get(SIGNATURE) is None
+    shelf.put(brick())
+    assert shelf.get(SIGNATURE, now=NOW) == brick()
+    assert shelf.bricks() == {SIGNATURE: brick()}
+    record = json.loads((shelf.path / "bricks" / f"{SIGNATURE}.json").read_text())
+    assert record["version"] == STORE_VERSION
+    assert record["measured_at"] == "2025-03-01T12:00:00+00:00"
+    identity = json.loads((shelf.path / "identity.json").read_text())
+    assert identity == {"version": STORE_VERSION, "machine": dict(IDENTITY.machine), "timing": dict(IDENTITY.timing)}
+
+
+def test_a_brick_says_whether_it_was_timed_precisely_enough(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put(replace(brick(), precision=0.02))
+    stored = shelf.get(SIGNATURE)
+    assert stored is not None and stored.precision == 0.02
+    assert [stored.precise_enough(asked) for asked in (None, 0.05, 0.02, 0.01)] == [True, True, True, False]
+    assert brick().precise_enough(None) and not brick().precise_enough(0.05)
+
+
+def test_shelf_folders_are_readable_and_differ_by_identity(tmp_path: Path) -> None:
+    store = BrickStore(tmp_path)
+    other = Identity(IDENTITY.machine, {**IDENTITY.timing, "intra_op_threads": 1})
+    first, second = store.shelf(IDENTITY), store.shelf(other)
+    assert first.path.name.startswith("test-cpu-3-0ghz-4c-ort1.31.1-t0-")
+    assert second.path.name.startswith("test-cpu-3-0ghz-4c-ort1.31.1-t1-")
+    assert store.shelf(IDENTITY).path == first.path, "the same identity always finds the same shelf"
+    first.put(brick())
+    second.put(brick(median=4e-5))
+    shelves = {shelf.identity.timing["intra_op_threads"]: shelf for shelf in store.shelves()}
+    assert shelves[0].get(SIGNATURE) == brick() and shelves[1].get(SIGNATURE) == brick(median=4e-5)
+
+
+def test_a_write_replaces_the_record_and_leaves_no_temporary(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put(brick(median=1e-5))
+    shelf.put(brick(median=3e-5))
+    assert shelf.get(SIGNATURE) == brick(median=3e-5)
+    assert os.listdir(shelf.path / "bricks") == [f"{SIGNATURE}.json"]
+
+
+def test_old_records_are_not_reused(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put(brick(measured_at=NOW - timedelta(days=3)))
+    assert shelf.get(SIGNATURE, max_age_s=2 * 86400, now=NOW) is None
+    assert shelf.get(SIGNATURE, max_age_s=4 * 86400, now=NOW) is not None
+    assert shelf.get(SIGNATURE, max_age_s=math.inf, now=NOW) is not None
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "",
+        '{"version": 1, "signature": "ab',  # cut short, as by a full disk
+        "[]",
+        json.dumps({**brick().to_json(), "version": STORE_VERSION + 1}),
+        json.dumps({**brick().to_json(), "signature": "cd" * 32}),
+        json.dumps({**brick().to_json(), "measured_at": "yesterday"}),
+        json.dumps({**brick().to_json(), "measured_at": "2025-03-01T12:00:00"}),  # no time zone
+        json.dumps({key: value for key, value in brick().to_json().items() if key != "stats"}),
+    ],
+)
+def test_unusable_records_count_as_absent(tmp_path: Path, content: str) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put(brick())
+    (shelf.path / "bricks" / f"{SIGNATURE}.json").write_text(content)
+    assert shelf.get(SIGNATURE) is None
+    assert shelf.bricks() == {}
+
+
+def test_temporary_files_left_by_a_crash_are_ignored(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put(brick())
+    (shelf.path / "bricks" / f".{'cd' * 32}.json.x1y2.tmp").write_text('{"version": 1, "sig')
+    assert list(shelf.bricks()) == [SIGNATURE]
+
+
+def test_folders_without_a_readable_identity_are_not_shelves(tmp_path: Path) -> None:
+    BrickStore(tmp_path).shelf(IDENTITY).put(brick())
+    (tmp_path / "stray").mkdir()
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "identity.json").write_text("{")
+    assert [shelf.identity for shelf in BrickStore(tmp_path).shelves()] == [IDENTITY]
+
+
+def test_models_are_saved_once_and_listed_in_order(tmp_path: Path) -> None:
+    store = BrickStore(tmp_path)
+    resnet = ModelManifest("models/resnet.onnx", 2, {"batch": 1}, 4, (window("a"), None), ((0, 1),), (1, 2))
+    mlp = ModelManifest("models/mlp.onnx", 1, {}, 2, (window("b"), window("b", 2)), ((0, 1),))
+    store.save_model(resnet)
+    store.save_model(mlp)
+    assert store.models() == [mlp, resnet]
+    assert sorted(resnet.graph.edges) == [(0, 1)] and sorted(resnet.graph.nodes) == [0, 1]
+    saved = tmp_path / "models" / f"{resnet.key}.json"
+    before = saved.stat().st_mtime_ns
+    os.utime(saved, ns=(before - 10**9, before - 10**9))
+    store.save_model(resnet)
+    assert saved.stat().st_mtime_ns == before - 10**9, "an unchanged model is not written again"
+    regrown = ModelManifest("models/resnet.onnx", 2, {"batch": 1}, 4, (window("c"), None), ((0, 1),), (1, 2))
+    store.save_model(regrown)
+    assert store.models() == [mlp, regrown], "the same path, granularity and dimensions replace the model"
+    store.save_model(ModelManifest("models/resnet.onnx", 2, {"batch": 8}, 4, (window("d"), None)))
+    assert len(store.models()) == 3
+
+
+def test_the_call_overhead_is_kept_with_its_brick_times(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    assert shelf.get_overhead() is None
+    overhead = CallOverhead(fixed_s=4e-6, per_input_s=3e-7, per_output_s=2e-7, parallel_fixed_s=9e-6)
+    shelf.put_overhead(overhead)
+    assert shelf.get_overhead() == overhead
+    assert [found.path for found in BrickStore(tmp_path).shelves()] == [shelf.path]
+    (shelf.path / "overhead.json").write_text('{"version": 1, "overhead": {"fixed": 1}}')
+    assert shelf.get_overhead() is None
+
+
+def test_times_of_picks_one_statistic() -> None:
+    bricks = {"a": brick("a", 1e-5), "b": brick("b", 3e-5)}
+    assert times_of(bricks, "median") == {"a": 1e-5, "b": 3e-5}
+    assert times_of(bricks, "stddev") == {}
