@@ -27,6 +27,10 @@ class BrickResult:
 
     stats: Mapping[str, float]
     provider: str
+    #: When the brick was measured (ISO 8601, UTC), when known.
+    measured_at: str | None = None
+    #: Taken from the brick store instead of measured in this run.
+    reused: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ def build_report(
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
     validations = validations or {}
     call = overhead or NO_OVERHEAD
+    reused = {signature for signature, result in results.items() if result.reused}
     users: dict[str, Counter[str]] = {signature: Counter() for signature in bricks}
     for plan in plans:
         for signature, count in plan.signatures.items():
@@ -72,6 +77,7 @@ def build_report(
                 "bricks": len(plan.bricks),
                 "unique_bricks": len(plan.signatures) + len(plan.broken),
                 "measured_bricks": estimate.measured_bricks,
+                "reused_bricks": sum(count for signature, count in plan.signatures.items() if signature in reused),
                 "sequential_s": estimate.sequential_s,
                 "critical_path_s": estimate.critical_path_s,
                 "complete": estimate.complete,
@@ -102,6 +108,7 @@ def build_report(
             "measured_bricks": len(times),
             "call_overhead_s": dataclasses.asdict(overhead) if overhead else None,
             "wall_time_s": wall_time_s,
+            "reused_bricks": len(reused),
         },
         "accuracy": _accuracy(models, times, users),
         "models": models,
@@ -112,6 +119,8 @@ def build_report(
                 "time_s": times.get(signature),
                 "stats": dict(results[signature].stats) if signature in results else None,
                 "provider": results[signature].provider if signature in results else None,
+                "measured_at": results[signature].measured_at if signature in results else None,
+                "reused": signature in results and results[signature].reused,
                 "models": dict(users[signature]),
             }
             for signature, brick in bricks.items()

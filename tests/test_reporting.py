@@ -81,6 +81,7 @@ def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
         "measured_bricks": 6,
         "call_overhead_s": None,
         "wall_time_s": None,
+        "reused_bricks": 0,
     }
     first, *rest = report["bricks"]
     assert first["signature"] == next(iter(bricks))
@@ -113,6 +114,21 @@ def test_a_brick_shared_by_two_models_lists_both(tmp_path: Path) -> None:
     (only,) = report["bricks"]
     assert only["models"] == {"a.onnx": 3, "b.onnx": 3}
     assert only["time_s"] is None and only["stats"] is None
+
+
+def test_times_reused_from_the_store_are_marked(plans: list[ModelPlan]) -> None:
+    bricks = distinct_bricks(plans)
+    chain_brick, *diamond_bricks = bricks
+    results = {signature: result(1e-5) for signature in diamond_bricks}
+    results[chain_brick] = BrickResult(
+        stats={"median": 2e-5}, provider=PROVIDER, measured_at="2025-03-01T12:00:00+00:00", reused=True
+    )
+    report: Any = build_report(Settings(granularity=1), plans, [], bricks, results)
+    assert report["summary"]["reused_bricks"] == 1
+    assert [model["reused_bricks"] for model in report["models"]] == [3, 0]
+    first, second, *_ = report["bricks"]
+    assert (first["reused"], first["measured_at"]) == (True, "2025-03-01T12:00:00+00:00")
+    assert (second["reused"], second["measured_at"]) == (False, None)
 
 
 def test_unmeasured_and_failed_models_are_incomplete(plans: list[ModelPlan]) -> None:
