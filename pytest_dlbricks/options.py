@@ -14,17 +14,21 @@ from .settings import (
     CUT_MODES,
     DEFAULT_DIM,
     DEFAULT_GLOBS,
+    DEFAULT_MAX_AGE,
     DEFAULT_PRECISION,
     DEFAULT_PROVIDERS,
+    DEFAULT_STORE,
     DTYPES,
     OPTIMIZATION_LEVELS,
     STATISTICS,
     Settings,
+    parse_age,
     parse_bool,
     parse_choice,
     parse_dim_values,
     parse_dtypes,
     parse_granularity,
+    parse_percentage,
     parse_precision,
     parse_providers,
     parse_threads,
@@ -59,6 +63,9 @@ class _Option:
     switch: bool = False
     #: Name of the ini value, None for a flag only.
     ini: str | None = None
+    #: A flag whose value may be left out, standing for ``const``.
+    optional_value: bool = False
+    const: str | None = None
 
     @property
     def dest(self) -> str:
@@ -190,6 +197,54 @@ _OPTIONS = (
         "all bricks",
         parse_shard,
     ),
+    _Option(
+        "--dlbricks-store",
+        "DIR",
+        "Folder where every measured brick time is saved, by machine and settings, for later runs to reuse;"
+        " none turns the store off.",
+        f"{DEFAULT_STORE} under the rootdir",
+        ini="dlbricks_store",
+    ),
+    _Option(
+        "--dlbricks-max-age",
+        "AGE",
+        "Measure again stored brick times older than AGE, such as 12h, 30d or none.",
+        DEFAULT_MAX_AGE,
+        parse_age,
+        ini="dlbricks_max_age",
+    ),
+    _Option(
+        "--dlbricks-remeasure",
+        "",
+        "Time every brick even if the store has it, and save the new times.",
+        "off",
+        switch=True,
+    ),
+    _Option(
+        "--dlbricks-compare",
+        "NUM|PATH",
+        "Compare per-model estimates with a run saved by --benchmark-save or --benchmark-autosave:"
+        " its number, its file, or the latest when no value is given.",
+        "no comparison",
+        optional_value=True,
+        const="latest",
+    ),
+    _Option(
+        "--dlbricks-compare-fail",
+        "PCT",
+        "With --dlbricks-compare, fail the session when a model's estimate is slower by more than PCT"
+        " (such as 10%) and by more than the noise band of the brick times.",
+        "never fail",
+        parse_percentage,
+        ini="dlbricks_compare_fail",
+    ),
+    _Option(
+        "--dlbricks-compare-incompatible",
+        "",
+        "Compare with a run made on another machine or with other settings instead of refusing.",
+        "refuse",
+        switch=True,
+    ),
 )
 
 
@@ -201,6 +256,7 @@ def add_options(parser: pytest.Parser) -> None:
         if option.switch:
             group.addoption(option.flag, action="store_const", const=True, default=None, help=help_text)
         else:
+            value: dict[str, Any] = {"nargs": "?", "const": option.const} if option.optional_value else {}
             group.addoption(
                 option.flag,
                 metavar=option.metavar,
@@ -208,6 +264,7 @@ def add_options(parser: pytest.Parser) -> None:
                 action="append" if option.repeatable else "store",
                 default=None,
                 help=help_text,
+                **value,
             )
         if option.ini and option.repeatable:
             parser.addini(option.ini, f"dlbricks: {option.help}", type="linelist", default=[])
@@ -241,6 +298,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
         shard=config.getoption("dlbricks_shard"),
         export_dir=export_dir,
         maps_dir=_maps_dir(config, export_dir),
+        **_tracking(config),
     )
     if export_dir is not None:
         from .suite import check_export_folder
@@ -288,6 +346,48 @@ def _maps_dir(config: pytest.Config, export_dir: Path | None) -> Path | None:
 def _precision(config: pytest.Config) -> float | None:
     text = _flag_or_ini(config, "dlbricks_precision", _check_precision)
     return DEFAULT_PRECISION if text is None else parse_precision(text)
+
+
+def _tracking(config: pytest.Config) -> dict[str, Any]:
+    """The settings of the brick store and of comparisons with saved runs; refuses combinations that make no sense."""
+    store = _store(config)
+    compare: str | None = config.getoption("dlbricks_compare")
+    remeasure = bool(config.getoption("dlbricks_remeasure"))
+    incompatible = bool(config.getoption("dlbricks_compare_incompatible"))
+    if compare is None and config.getoption("dlbricks_compare_fail") is not None:
+        raise pytest.UsageError("--dlbricks-compare-fail needs --dlbricks-compare, the saved run to compare with")
+    if compare is None and incompatible:
+        raise pytest.UsageError("--dlbricks-compare-incompatible only applies to --dlbricks-compare")
+    if remeasure and store is None:
+        raise pytest.UsageError("--dlbricks-remeasure needs the brick store, which --dlbricks-store=none turns off")
+    if (
+        compare is not None
+        and config.getoption("benchmark_disable", False)
+        and not config.getoption("benchmark_enable", False)
+    ):
+        raise pytest.UsageError("--dlbricks-compare needs brick times, which --benchmark-disable turns off")
+    max_age = _flag_or_ini(config, "dlbricks_max_age", parse_age)
+    return {
+        "store": store,
+        "max_age_s": parse_age(DEFAULT_MAX_AGE) if max_age is None else max_age,
+        "remeasure": remeasure,
+        "compare": compare,
+        "compare_fail": _flag_or_ini(config, "dlbricks_compare_fail", parse_percentage) if compare else None,
+        "compare_incompatible": incompatible,
+    }
+
+
+def _store(config: pytest.Config) -> Path | None:
+    """The store folder: a flag is relative to where pytest started, an ini value to the ini file's folder."""
+    flag: str | None = config.getoption("dlbricks_store")
+    text = flag if flag is not None else str(config.getini("dlbricks_store")).strip()
+    if text.lower() == "none":
+        return None
+    if flag is not None:
+        return config.invocation_params.dir / flag
+    if text:
+        return (config.inipath.parent if config.inipath else config.rootpath) / text
+    return config.rootpath / DEFAULT_STORE
 
 
 def _resolved(config: pytest.Config, path: Path | None) -> Path | None:

@@ -10,8 +10,10 @@ from .options import add_options, read_settings
 
 if TYPE_CHECKING:
     from .session import DLBricksSession
+    from .tracking import Tracking
 
 SESSION_KEY: pytest.StashKey[DLBricksSession] = pytest.StashKey()
+TRACKING_KEY: pytest.StashKey[Tracking] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -25,10 +27,14 @@ def pytest_configure(config: pytest.Config) -> None:
     from .distributed import is_worker, warn_no_estimates
     from .interruption import TerminateAsInterrupt
     from .session import DLBricksSession
+    from .tracking import Tracking
 
     session = DLBricksSession(config, settings)
+    tracking = Tracking(config, settings, session)
     config.stash[SESSION_KEY] = session
+    config.stash[TRACKING_KEY] = tracking
     config.pluginmanager.register(session, "dlbricks-session")
+    config.pluginmanager.register(tracking, "dlbricks-tracking")
     warn_no_estimates(config)
     if not is_worker(config):
         config.pluginmanager.register(TerminateAsInterrupt(), "dlbricks-sigterm")

@@ -28,7 +28,7 @@ from .terminal import render_analysis
 from .validation import BrickRounds, Validation, has_parallel_branches, rounds_for
 
 #: pytest-benchmark statistics kept per brick.
-KEPT_STATS = ("min", "max", "mean", "median", "stddev", "iqr", "rounds")
+KEPT_STATS = ("min", "max", "mean", "median", "stddev", "iqr", "q1", "q3", "rounds")
 #: Confidence level of ``--dlbricks-precision``'s margin of error.
 PRECISION_CONFIDENCE = 0.95
 
@@ -288,11 +288,15 @@ class DLBricksSession:
                 self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings)
             )
 
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    def compose(self, session: pytest.Session, exitstatus: int) -> dict[str, object] | None:
+        """The report of the bricks timed so far, built once; None when nothing was collected, or when
+        xdist distributes the run (no brick is timed then)."""
         from . import recomposition
 
+        if self.report is not None:
+            return self.report
         if (not self.plans and not self.failed and not self.bricks) or is_distributed(self.config):
-            return
+            return None
         measured = self._measure_run() if exitstatus != pytest.ExitCode.INTERRUPTED else None
         report = build_report(
             self.settings,
@@ -312,20 +316,28 @@ class DLBricksSession:
             unsupported=self.unsupported,
             placements=self.placements,
         )
+        return self.report
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        report = self.compose(session, exitstatus)
+        if report is None:
+            return
         if self.settings.export_dir is not None:
-            self._export(self.report)
+            self._export(report)
         if self.settings.json_path is not None:
-            self._write(self.settings.json_path, write_json, self.report)
+            self._write(self.settings.json_path, write_json, report)
         if self.settings.html_path is not None:
-            self._write(self.settings.html_path, write_text, render_html(self.report))
+            self._write(self.settings.html_path, write_text, render_html(report))
 
     def _measure_run(self) -> RunMeasurements | None:
-        """The machine's peak and the load time of every model with a measured brick; None if none was."""
-        if not self.results:
+        """The machine's peak and the load time of every model with a brick timed in this run (not taken
+        from the brick store); None if none was."""
+        timed = {signature for signature, result in self.results.items() if not result.reused}
+        if not timed:
             return None
         from .probes import measure_run
 
-        measured = [plan.path for plan in self.plans if any(s in self.results for s in plan.signatures)]
+        measured = [plan.path for plan in self.plans if timed.intersection(plan.signatures)]
         return measure_run(self.settings, {path: self.model_files[path] for path in measured})
 
     def _write(self, path: Path, write: Callable[[Path, Any], None], content: object) -> None:

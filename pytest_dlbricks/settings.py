@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,11 @@ DEFAULT_DIM = 1
 #: Numeric types a model can be benchmarked in: as written, dynamically quantized to int8, or float16.
 DTYPES = ("fp32", "int8", "fp16")
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
+#: Where the brick result store lives, under pytest's rootdir, unless told otherwise.
+DEFAULT_STORE = ".benchmarks/dlbricks"
+#: Age after which a stored brick time is measured again, as users write it and in seconds.
+DEFAULT_MAX_AGE = "30d"
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,18 @@ class Settings:
     #: Folder to write the brick suite to, and folder for the models' private maps.
     export_dir: Path | None = None
     maps_dir: Path | None = None
+    #: Folder of the brick result store; None turns the store off.
+    store: Path | None = None
+    #: Stored brick times older than this are measured again; infinity keeps them for ever.
+    max_age_s: float = 30 * 86400
+    #: Time every brick even when the store has it.
+    remeasure: bool = False
+    #: Saved run to compare estimates with: "latest", a run number or a file; None compares with nothing.
+    compare: str | None = None
+    #: Growth of a model's estimate, as a fraction, beyond which a comparison fails the session.
+    compare_fail: float | None = None
+    #: Compare with a run made on another machine or with other settings instead of refusing.
+    compare_incompatible: bool = False
 
     def describe(self) -> dict[str, object]:
         """The settings as they appear in the JSON report."""
@@ -189,3 +208,28 @@ def parse_choice(choices: tuple[str, ...], what: str) -> Callable[[str], str]:
 
     convert.__name__ = what
     return convert
+
+
+def parse_age(text: str) -> float:
+    """An age such as ``90m``, ``12h``, ``30d`` or ``2w``, in seconds; ``none`` is no limit (infinity)."""
+    value = text.strip().lower()
+    if value in ("none", "never"):
+        return math.inf
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", value)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"age must be a number with a unit (s, m, h, d or w) such as 12h or 30d, or none, not {text!r}"
+        )
+    return float(match.group(1)) * _AGE_UNITS[match.group(2)]
+
+
+def parse_percentage(text: str) -> float:
+    """A percentage such as ``10%`` (the sign may be left out), as a fraction."""
+    value = text.strip().removesuffix("%").strip()
+    try:
+        percent = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage such as 10%, not {text!r}") from None
+    if not math.isfinite(percent) or percent < 0:
+        raise argparse.ArgumentTypeError(f"percentage must be zero or more, not {text!r}")
+    return percent / 100

@@ -68,6 +68,33 @@ def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
         ],
         consecutive=True,
     )
+    result.stdout.fnmatch_lines(
+        [
+            "  --dlbricks-store=DIR  Folder where every measured brick time is saved, by",
+            "*machine and settings, for later runs to reuse; none*",
+            "*turns the store off. Ini: dlbricks_store. Default:*",
+            "*.benchmarks/dlbricks under the rootdir.",
+            "  --dlbricks-max-age=AGE",
+            "*Measure again stored brick times older than AGE, such as*",
+            "*12h, 30d or none. Ini: dlbricks_max_age. Default: 30d.",
+            "  --dlbricks-remeasure  Time every brick even if the store has it, and save the",
+            "*new times. Default: off.",
+            "  --dlbricks-compare=[[]NUM|PATH[]]",
+            "*Compare per-model estimates with a run saved by*",
+            "*--benchmark-save or --benchmark-autosave: its number,*",
+            "*its file, or the latest when no value is given. Default:*",
+            "*no comparison.",
+            "  --dlbricks-compare-fail=PCT",
+            "*With --dlbricks-compare, fail the session when a model's*",
+            "*estimate is slower by more than PCT (such as 10%) and by*",
+            "*more than the noise band of the brick times. Ini:*",
+            "*dlbricks_compare_fail. Default: never fail.",
+            "  --dlbricks-compare-incompatible",
+            "*Compare with a run made on another machine or with other*",
+            "*settings instead of refusing. Default: refuse.",
+        ],
+        consecutive=True,
+    )
 
 
 def test_models_are_ignored_unless_enabled(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
@@ -287,7 +314,7 @@ def test_benchmark_extra_info_names_users(pytester: pytest.Pytester, sample_mode
         "models/mlp.onnx",
     )
     saved = json.loads((pytester.path / "bench.json").read_text())
-    infos = [benchmark["extra_info"] for benchmark in saved["benchmarks"]]
+    infos = [b["extra_info"] for b in saved["benchmarks"] if not b["fullname"].startswith("dlbricks::")]
     assert infos and all(set(info["models"]) == {"models/mlp.onnx"} for info in infos)
     assert {op for info in infos for op in info["ops"]} == {"Gemm", "Relu", "Softmax"}
     assert all(len(info["signature"]) == 64 for info in infos)
@@ -369,8 +396,16 @@ def test_validation_times_models_end_to_end_and_reports_accuracy(
 
 def test_bricks_are_timed_to_the_requested_precision(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     def brick_options(*args: str) -> list[dict]:
-        run(pytester, "--dlbricks-granularity=1", "--benchmark-json=b.json", "models/mlp.onnx", *args)
-        return [b["options"] for b in json.loads((pytester.path / "b.json").read_text())["benchmarks"]]
+        run(
+            pytester,
+            "--dlbricks-granularity=1",
+            "--dlbricks-store=none",
+            "--benchmark-json=b.json",
+            "models/mlp.onnx",
+            *args,
+        )
+        saved = json.loads((pytester.path / "b.json").read_text())["benchmarks"]
+        return [b["options"] for b in saved if not b["fullname"].startswith("dlbricks::")]
 
     assert {(o["precision"], o["confidence"]) for o in brick_options()} == {(0.02, 0.95)}
     assert {o["precision"] for o in brick_options("--dlbricks-precision=5%")} == {0.05}

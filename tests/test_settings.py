@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from pathlib import Path
 
@@ -10,13 +11,16 @@ import onnxruntime
 import pytest
 
 from pytest_dlbricks.settings import (
+    DEFAULT_MAX_AGE,
     OPTIMIZATION_LEVELS,
     STATISTICS,
     Settings,
+    parse_age,
     parse_bool,
     parse_choice,
     parse_dim,
     parse_granularity,
+    parse_percentage,
     parse_precision,
     parse_threads,
 )
@@ -167,3 +171,54 @@ def test_settings_defaults() -> None:
     assert settings.json_path is None
     with pytest.raises(AttributeError):
         settings.granularity = 2  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("45m", 2700), ("12h", 43200), ("30d", 2592000), ("2w", 1209600), (" 1.5 h ", 5400), ("0s", 0)],
+)
+def test_age_takes_a_unit(text: str, seconds: float) -> None:
+    assert parse_age(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["none", "NEVER"])
+def test_age_none_keeps_for_ever(text: str) -> None:
+    assert parse_age(text) == math.inf
+
+
+@pytest.mark.parametrize("text", ["30", "d", "-3d", "3 days", ""])
+def test_age_rejects_with_a_message(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        parse_age(text)
+    assert str(caught.value) == (
+        f"age must be a number with a unit (s, m, h, d or w) such as 12h or 30d, or none, not {text!r}"
+    )
+
+
+def test_default_age_is_the_settings_default() -> None:
+    assert parse_age(DEFAULT_MAX_AGE) == Settings(granularity=1).max_age_s
+
+
+@pytest.mark.parametrize(("text", "fraction"), [("10%", 0.1), ("2.5", 0.025), (" 0 % ", 0.0), ("150%", 1.5)])
+def test_percentage_is_a_fraction(text: str, fraction: float) -> None:
+    assert parse_percentage(text) == pytest.approx(fraction)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("ten", "expected a percentage such as 10%, not 'ten'"),
+        ("-5%", "percentage must be zero or more, not '-5%'"),
+        ("nan", "percentage must be zero or more, not 'nan'"),
+    ],
+)
+def test_percentage_rejects_with_a_message(text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        parse_percentage(text)
+    assert str(caught.value) == message
+
+
+def test_tracking_defaults() -> None:
+    settings = Settings(granularity=1)
+    assert settings.store is None and not settings.remeasure
+    assert settings.compare is None and settings.compare_fail is None and not settings.compare_incompatible

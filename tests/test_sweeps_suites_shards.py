@@ -238,7 +238,9 @@ def test_an_exported_suite_runs_anywhere_and_composes_back(pytester: pytest.Pyte
 
     # Elsewhere: the suite alone, at granularity 1, times each exported brick once, never cut again.
     (pytester.path / "models").rename(pytester.path / "private")
-    vendor = run(pytester, "--dlbricks-granularity=1", "--dlbricks-json=vendor.json", "suite")
+    vendor = run(
+        pytester, "--dlbricks-granularity=1", "--dlbricks-store=vendor", "--dlbricks-json=vendor.json", "suite"
+    )
     vendor.assert_outcomes(passed=distinct)
     vendor_report = read(pytester.path / "vendor.json")
     assert vendor_report["models"] == [] and vendor_report["summary"]["measured_bricks"] == distinct

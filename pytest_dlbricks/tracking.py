@@ -1,0 +1,280 @@
+"""Runs tracked over time: brick times reused from the store, estimates in pytest-benchmark's histories, the gate.
+
+The work is done by pure modules (:mod:`.store`, :mod:`.identity`, :mod:`.estimates`, :mod:`.comparing`);
+this plugin only wires them to pytest and pytest-benchmark.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Generator, Mapping
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from .comparing import BLOCK_VERSION, Comparison, compare, make_block, render_comparison, render_regressions
+from .composition import CallOverhead, brick_calls
+from .cutting import ModelPlan
+from .estimates import model_estimates
+from .identity import Identity, differences, identify
+from .reporting import BrickResult
+from .session import DLBricksSession
+from .settings import Settings
+from .store import BrickStore, ModelManifest, Shelf, StoredBrick
+
+
+class Tracking:
+    """Created and registered as a plugin by ``pytest_configure`` next to :class:`DLBricksSession`.
+
+    ``pytest_sessionstart`` identifies the machine and settings (pytest-benchmark's machine_info), opens
+    the store's shelf for them and loads the saved run to compare with, refusing an incompatible one;
+    ``pytest_runtest_setup`` skips a brick the shelf has a fresh time for and hands that time to the
+    session; ``pytest_runtest_makereport`` saves each brick time the moment it is measured;
+    ``pytest_sessionfinish`` adds per-model estimates to pytest-benchmark's benchmarks, compares them and
+    fails the session on a regression; ``pytest_benchmark_update_json`` adds the ``dlbricks`` block to
+    saved runs; ``pytest_terminal_summary`` prints what the store did, the comparison and any regression.
+    """
+
+    def __init__(self, config: pytest.Config, settings: Settings, dlbricks: DLBricksSession) -> None:
+        self.config = config
+        self.settings = settings
+        self.dlbricks = dlbricks
+        #: The store and its shelf for this machine and settings, when brick times are saved and reused.
+        self.store: BrickStore | None = None
+        self.shelf: Shelf | None = None
+        #: Name and ``dlbricks`` block of the saved run to compare with.
+        self.baseline: tuple[str, Mapping[str, Any]] | None = None
+        self.comparison: Comparison | None = None
+        #: Conditions that differ from the baseline's, when the user asked to compare anyway.
+        self.mismatches: list[str] = []
+        self.notes: list[str] = []
+        self.reused_at: list[datetime] = []
+        self.saved = 0
+        self.store_error: str | None = None
+        self._identity: Identity | None = None
+        self._machine_info: dict[str, Any] | None = None
+        self._saved_overhead: CallOverhead | None = None
+
+    @property
+    def identity(self) -> Identity:
+        if self._identity is None:
+            hook = self.config.hook
+            info: dict[str, Any] = {}
+            if hasattr(hook, "pytest_benchmark_generate_machine_info"):
+                info = hook.pytest_benchmark_generate_machine_info(config=self.config) or {}
+                self._machine_info = copy.deepcopy(info)
+                hook.pytest_benchmark_update_machine_info(config=self.config, machine_info=info)
+            timer = str(self.config.getoption("benchmark_timer", ""))
+            self._identity = identify(info, self.settings, timer)
+        return self._identity
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_benchmark_generate_machine_info(self) -> dict[str, Any] | None:
+        """The machine info generated for the identity, so py-cpuinfo runs once when pytest-benchmark saves too."""
+        return copy.deepcopy(self._machine_info)
+
+    def pytest_sessionstart(self) -> None:
+        benchmarks = self.config.pluginmanager.get_plugin("pytest-benchmark")
+        if benchmarks is None or self.config.option.collectonly:
+            return
+        if self.settings.store is not None and not (benchmarks.disabled or benchmarks.skip):
+            self.store = BrickStore(self.settings.store)
+            self.shelf = self.store.shelf(self.identity)
+            if not self.settings.remeasure and self.dlbricks.overhead is None:
+                # Reused brick times compose with the call overhead measured beside them.
+                self.dlbricks.overhead = self._saved_overhead = self.shelf.get_overhead()
+        if self.settings.compare is not None:
+            self.baseline = self._load_baseline(benchmarks.storage)
+
+    def _load_baseline(self, storage: Any) -> tuple[str, Mapping[str, Any]] | None:
+        """The saved run to compare with, through pytest-benchmark's storage; refuses one of other conditions."""
+        which = str(self.settings.compare)
+        path = self.config.invocation_params.dir / which
+        if which == "latest":
+            runs = list(storage.load())
+        elif which.isdigit():
+            runs = list(storage.load(f"{int(which):04d}"))
+        elif path.suffix == ".json" and path.is_file():
+            runs = list(storage.load(str(path)))
+        else:
+            raise pytest.UsageError(
+                f"--dlbricks-compare: {which!r} is neither the number of a saved run nor its .json file."
+                " A value right after --dlbricks-compare is taken as the run:"
+                " write --dlbricks-compare=NUM, or put it after the paths."
+            )
+        usable = [(str(name), data["dlbricks"]) for name, data in runs if isinstance(data.get("dlbricks"), Mapping)]
+        if not usable:
+            found = "no saved run" if which == "latest" else f"no saved run {which}"
+            message = f"{found} with dlbricks estimates in {storage}"
+            if self.settings.compare_fail is not None:
+                raise pytest.UsageError(
+                    f"--dlbricks-compare-fail cannot gate anything: {message}."
+                    " Save a run first, with --benchmark-autosave or --benchmark-save=NAME."
+                )
+            self.notes.append(f"nothing to compare with: {message}")
+            return None
+        name, block = usable[-1]
+        if block.get("version") != BLOCK_VERSION:
+            raise pytest.UsageError(f"--dlbricks-compare: {name} was saved by another version of pytest-dlbricks")
+        mismatches = differences(self.identity.conditions(self.settings), block)
+        if mismatches and not self.settings.compare_incompatible:
+            raise pytest.UsageError(
+                f"dlbricks will not compare with {name}: it ran under other conditions ({'; '.join(mismatches)})."
+                " Compare runs of the same machine and settings, or pass --dlbricks-compare-incompatible."
+            )
+        self.mismatches = mismatches
+        return name, block
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        signature = _signature_of(item)
+        if signature is None or self.shelf is None or self.settings.remeasure:
+            return
+        stored = self.shelf.get(signature, max_age_s=self.settings.max_age_s)
+        if stored is None or not stored.precise_enough(self._precision()):
+            return
+        self.dlbricks.results[signature] = BrickResult(
+            stats=stored.stats,
+            provider=stored.provider,
+            measured_at=stored.measured_at.isoformat(timespec="seconds"),
+            reused=True,
+        )
+        self.reused_at.append(stored.measured_at)
+        pytest.skip(f"reused from store {self._store_name()}")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+        """Save a brick's time as soon as it is measured, so an interrupted run keeps it."""
+        signature = _signature_of(item)
+        if call.when != "call" or signature is None or self.shelf is None or self.store_error is not None:
+            return
+        result = self.dlbricks.results.get(signature)
+        if result is None or result.reused:
+            return
+        now = datetime.now(timezone.utc).replace(microsecond=0)
+        self.dlbricks.results[signature] = replace(result, measured_at=now.isoformat())
+        label = self.dlbricks.bricks[signature].label
+        try:
+            self.shelf.put(StoredBrick(signature, label, result.stats, result.provider, now, self._precision()))
+            self._save_overhead(self.shelf)
+        except OSError as error:
+            self.store_error = f"cannot save brick times in {self._store_name()}: {error.strerror or error}"
+            return
+        self.saved += 1
+
+    def _save_overhead(self, shelf: Shelf) -> None:
+        """Keep the call overhead the session measured (once, or again for the parallel executor)."""
+        overhead = self.dlbricks.overhead
+        if overhead is not None and overhead != self._saved_overhead:
+            shelf.put_overhead(overhead)
+            self._saved_overhead = overhead
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
+        """Before pytest-benchmark saves and displays its runs: add the estimates, compare, decide the outcome."""
+        report = self.dlbricks.compose(session, session.exitstatus)
+        if report is not None:
+            benchmarks = self.config.pluginmanager.get_plugin("pytest-benchmark")
+            if benchmarks is not None:
+                benchmarks.benchmarks.extend(model_estimates(report))
+            if self.baseline is not None:
+                self._compare(report, session)
+            if self.store is not None and self.shelf is not None:
+                self._save_models(self.store, self.shelf)
+        return (yield)
+
+    def _compare(self, report: dict[str, Any], session: pytest.Session) -> None:
+        assert self.baseline is not None
+        name, block = self.baseline
+        now = make_block(report, self.identity.conditions(self.settings))
+        self.comparison = compare(
+            now, block, baseline=name, statistic=self.settings.statistic, threshold=self.settings.compare_fail
+        )
+        report["comparison"] = self.comparison.as_dict()
+        if self.comparison.regressions and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _save_models(self, store: BrickStore, shelf: Shelf) -> None:
+        """Keep each model's bricks in the store, so that its estimate can be composed for any machine later."""
+        if self.store_error is not None:
+            return
+        try:
+            self._save_overhead(shelf)
+            for plan in self.dlbricks.plans:
+                store.save_model(manifest_of(plan, self.settings))
+        except OSError as error:
+            self.store_error = f"cannot save models in {self._store_name()}: {error.strerror or error}"
+
+    def pytest_benchmark_update_json(self, output_json: dict[str, Any]) -> None:
+        """Put the ``dlbricks`` block (conditions and report) into every run pytest-benchmark saves."""
+        if self.dlbricks.report is not None:
+            output_json["dlbricks"] = make_block(self.dlbricks.report, self.identity.conditions(self.settings))
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> Generator[None, None, None]:
+        """After the other summaries, the session's table included: what the store did, the comparison."""
+        try:
+            return (yield)
+        finally:
+            self._summarize(terminalreporter)
+
+    def _summarize(self, terminalreporter: pytest.TerminalReporter) -> None:
+        write = terminalreporter.write_line
+        if self.reused_at or self.saved:
+            reused = ""
+            if self.reused_at:
+                oldest = min(self.reused_at).strftime("%Y-%m-%d %H:%M UTC")
+                reused = f"{len(self.reused_at)} brick times reused (oldest measured {oldest}), "
+            write(f"dlbricks: store {self._store_name()}: {reused}{self.saved} measured and saved")
+        if self.store_error is not None:
+            write(f"dlbricks: {self.store_error}", yellow=True)
+        for note in self.notes:
+            write(f"dlbricks: {note}", yellow=True)
+        if self.comparison is None:
+            return
+        terminalreporter.write_sep(
+            "-", f"dlbricks: {self.comparison.statistic} estimates compared with {self.comparison.baseline}"
+        )
+        write(render_comparison(self.comparison))
+        if self.mismatches:
+            write(f"dlbricks: compared although {'; '.join(self.mismatches)}", yellow=True)
+        if self.comparison.regressions:
+            write("dlbricks: performance regression:", red=True, bold=True)
+            for line in render_regressions(self.comparison).splitlines():
+                write(f"  {line}", red=True)
+
+    def _precision(self) -> float | None:
+        """The precision bricks are timed to in this run: pytest-benchmark's own when given, else dlbricks'."""
+        own = self.config.getoption("benchmark_precision", None)
+        return float(own) if own is not None else self.settings.precision
+
+    def _store_name(self) -> str:
+        """The store folder as the user gave it: relative to where pytest started when it is below it."""
+        store = self.settings.store
+        assert store is not None
+        try:
+            return str(store.relative_to(self.config.invocation_params.dir))
+        except ValueError:
+            return str(store)
+
+
+def manifest_of(plan: ModelPlan, settings: Settings) -> ModelManifest:
+    """What the store keeps of a model cut into bricks."""
+    return ModelManifest(
+        path=plan.path,
+        granularity=settings.granularity,
+        # The sweep point's sizes (every dimension, swept or not); a plan without a point, the settings'.
+        dims={name: size for name, size in plan.point.items() if isinstance(size, int)} or dict(settings.dims),
+        layers=plan.layers,
+        windows=tuple(brick_calls(plan)),
+        edges=tuple((int(a), int(b)) for a, b in plan.graph.edges),
+        io=plan.io,
+    )
+
+
+def _signature_of(item: pytest.Item) -> str | None:
+    obj = getattr(item, "obj", None) if isinstance(item, pytest.Function) else None
+    signature = getattr(obj, "dlbricks_signature", None)
+    return signature if isinstance(signature, str) else None

@@ -1,0 +1,381 @@
+"""Runs tracked over time, end to end through ``pytester``: the brick store, histories, comparisons, the gate."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tiny_models
+
+from conftest import QUICK_TIMING, SAMPLE_MODELS
+
+DIMS = ("--dlbricks-dim", "batch=1", "--dlbricks-dim", "seq=16")
+STORE = ".benchmarks/dlbricks"
+#: Enough rounds for the quartiles the gate relies on, at a few milliseconds per brick; one thread, so that a
+#: busy machine does not stall onnxruntime's thread pool for whole rounds.
+GATE_TIMING = ("--benchmark-min-rounds=15", "--benchmark-max-time=0.000001", "--dlbricks-threads=1")
+
+
+def run(pytester: pytest.Pytester, *args: str, timing: tuple[str, ...] = QUICK_TIMING) -> pytest.RunResult:
+    return pytester.runpytest("-p", "no:cacheprovider", *DIMS, *timing, *args)
+
+
+def read(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def brick_records(pytester: pytest.Pytester) -> list[Path]:
+    return sorted((pytester.path / STORE).glob("*/bricks/*.json"))
+
+
+def saved_runs(pytester: pytest.Pytester) -> list[Path]:
+    return sorted((pytester.path / ".benchmarks").glob("*-*/0*.json"))
+
+
+def rewrite_records(pytester: pytest.Pytester, change: Callable[[dict[str, Any]], None]) -> None:
+    for path in brick_records(pytester):
+        record = read(path)
+        change(record)
+        path.write_text(json.dumps(record))
+
+
+def stop_at_third_item(pytester: pytest.Pytester, statement: str) -> None:
+    """A conftest that runs ``statement`` (Ctrl-C, a crash) as the third item starts, after two bricks were timed."""
+    pytester.makeconftest(
+        f"""
+        import os
+
+        calls = []
+
+        def pytest_runtest_setup(item):
+            calls.append(item)
+            if len(calls) == 3:
+                {statement}
+        """
+    )
+
+
+# -- the store -----------------------------------------------------------------------------------
+
+
+def test_a_rerun_reuses_every_brick_from_the_store(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    args = ("--dlbricks-granularity=2", "--dlbricks-json=r.json", "models/mlp.onnx", "models/tiny_rnn.onnx")
+    first = run(pytester, *args)
+    measured = read(pytester.path / "r.json")
+    distinct = measured["summary"]["distinct_bricks"]
+    first.assert_outcomes(passed=distinct)
+    first.stdout.fnmatch_lines([f"dlbricks: store {STORE}: {distinct} measured and saved"])
+    assert len(brick_records(pytester)) == distinct
+
+    again = run(pytester, "-rs", *args)
+    again.assert_outcomes(skipped=distinct)
+    assert again.ret == 0
+    again.stdout.fnmatch_lines(
+        [
+            "models/mlp.onnx * yes",
+            f"dlbricks: store {STORE}: {distinct} brick times reused (oldest measured * UTC), 0 measured and saved",
+            f"SKIPPED [[]{distinct}[]] *: reused from store {STORE}",
+        ]
+    )
+    reused = read(pytester.path / "r.json")
+    assert reused["summary"]["reused_bricks"] == distinct
+    assert [m["sequential_s"] for m in reused["models"]] == [m["sequential_s"] for m in measured["models"]]
+    assert [m["reused_bricks"] for m in reused["models"]] == [m["bricks"] for m in reused["models"]]
+    assert all(brick["reused"] and brick["measured_at"] for brick in reused["bricks"])
+    assert not any(brick["reused"] for brick in measured["bricks"])
+
+
+def test_remeasure_and_the_age_limit(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    args = ("--dlbricks-granularity=2", "models/mlp.onnx")
+    run(pytester, *args).assert_outcomes(passed=3)
+    result = run(pytester, "--dlbricks-remeasure", *args)
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([f"dlbricks: store {STORE}: 3 measured and saved"])
+
+    old = (datetime.now(timezone.utc) - timedelta(days=40)).isoformat(timespec="seconds")
+    first = brick_records(pytester)[0]
+    first.write_text(json.dumps({**read(first), "measured_at": old}))
+    run(pytester, *args).assert_outcomes(passed=1, skipped=2)  # the default age limit is 30 days
+    first.write_text(json.dumps({**read(first), "measured_at": old}))
+    run(pytester, "--dlbricks-max-age=none", *args).assert_outcomes(skipped=3)
+    run(pytester, "--dlbricks-max-age=1h", *args).assert_outcomes(passed=1, skipped=2)
+
+
+def test_times_of_a_looser_precision_are_not_reused(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    args = ("--dlbricks-granularity=2", "models/mlp.onnx")
+    run(pytester, "--dlbricks-precision=5%", *args).assert_outcomes(passed=3)
+    run(pytester, "--dlbricks-precision=10%", *args).assert_outcomes(skipped=3)
+    run(pytester, "--dlbricks-precision=1%", *args).assert_outcomes(passed=3)
+    run(pytester, "--dlbricks-precision=off", *args).assert_outcomes(skipped=3)
+    assert {read(path)["precision"] for path in brick_records(pytester)} == {0.01}
+
+
+def test_a_changed_model_times_only_its_new_bricks(pytester: pytest.Pytester) -> None:
+    models = pytester.path / "models"
+    models.mkdir()
+    tiny_models.chain(models, "a.onnx", blocks=2)
+    tiny_models.chain(models, "b.onnx", blocks=2, channels=4)
+    run(pytester, "--dlbricks-granularity=1", "models").assert_outcomes(passed=4)
+    tiny_models.chain(models, "b.onnx", blocks=2, channels=4, kernel=5)
+    result = run(pytester, "--dlbricks-granularity=1", "models")
+    result.assert_outcomes(passed=1, skipped=3)  # b's Conv changed; its Relu and a's bricks did not
+    result.stdout.fnmatch_lines([f"dlbricks: store {STORE}: 3 brick times reused (*), 1 measured and saved"])
+
+
+def test_an_interrupted_run_keeps_every_brick_measured(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    stop_at_third_item(pytester, "raise KeyboardInterrupt")
+    result = pytester.runpytest(
+        *DIMS, *QUICK_TIMING, "--dlbricks-granularity=1", "models/transformer_block.onnx", no_reraise_ctrlc=True
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert len(brick_records(pytester)) == 2
+    (pytester.path / "conftest.py").unlink()
+    again = run(pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", "models/transformer_block.onnx")
+    distinct = read(pytester.path / "r.json")["summary"]["distinct_bricks"]
+    again.assert_outcomes(passed=distinct - 2, skipped=2)
+
+
+def test_a_crashed_run_keeps_every_brick_measured(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    stop_at_third_item(pytester, "os._exit(3)")
+    result = pytester.runpytest_subprocess(*DIMS, *QUICK_TIMING, "--dlbricks-granularity=1", "models/mlp.onnx")
+    assert result.ret == 3
+    assert len(brick_records(pytester)) == 2
+    assert not list((pytester.path / STORE).rglob("*.tmp"))
+
+
+def test_the_store_can_move_or_be_turned_off(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    run(pytester, "--dlbricks-granularity=2", "--dlbricks-store=none", "models/mlp.onnx").assert_outcomes(passed=3)
+    assert not (pytester.path / STORE).exists()
+    (pytester.path / "conf").mkdir()
+    (pytester.path / "conf" / "pytest.ini").write_text("[pytest]\ndlbricks_store = ../cache/bricks\n")
+    args = ("-c", "conf/pytest.ini", "--rootdir", ".", "--dlbricks-granularity=2", "models/mlp.onnx")
+    run(pytester, *args).assert_outcomes(passed=3)
+    assert len(list((pytester.path / "cache" / "bricks").glob("*/bricks/*.json"))) == 3
+    run(pytester, *args).assert_outcomes(skipped=3)
+    run(pytester, "--dlbricks-store=elsewhere", *args).assert_outcomes(passed=3)
+    assert (pytester.path / "elsewhere").is_dir()
+
+
+def test_a_store_that_cannot_be_written_does_not_stop_the_run(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    (pytester.path / "blocked").write_text("a file where the store's folder should be")
+    result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-store=blocked", "models/mlp.onnx")
+    result.assert_outcomes(passed=3)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        ["models/mlp.onnx * yes", "dlbricks: cannot save brick times in blocked: Not a directory"]
+    )
+
+
+def test_benchmark_disable_neither_reuses_nor_saves(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    run(pytester, "--dlbricks-granularity=2", "models/mlp.onnx").assert_outcomes(passed=3)
+    records = {path: path.read_text() for path in brick_records(pytester)}
+    run(pytester, "--dlbricks-granularity=2", "--benchmark-disable", "models/mlp.onnx").assert_outcomes(passed=3)
+    assert {path: path.read_text() for path in brick_records(pytester)} == records
+
+
+# -- histories -----------------------------------------------------------------------------------
+
+
+def test_saved_runs_carry_the_estimates(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    args = ("--dlbricks-granularity=2", "--dlbricks-json=r.json", "--benchmark-autosave", "models/mlp.onnx")
+    run(pytester, *args)
+    (saved,) = saved_runs(pytester)
+    data = read(saved)
+    report = read(pytester.path / "r.json")
+    block = data["dlbricks"]
+    assert block["version"] == 1
+    assert block["model"] == {
+        "granularity": 2,
+        "dims": {"batch": 1, "seq": 16},
+        "cut": "optimized",
+        "statistic": "median",
+    }
+    assert block["machine"]["cores"] == data["machine_info"]["cpu"]["count"]
+    assert block["timing"]["onnxruntime"] == report["settings"]["onnxruntime"]
+    assert block["report"]["models"] == report["models"]
+    (estimate,) = [b for b in data["benchmarks"] if b["fullname"].startswith("dlbricks::")]
+    assert estimate["fullname"] == "dlbricks::models/mlp.onnx"
+    assert estimate["group"] == "dlbricks estimates"
+    assert estimate["stats"]["median"] == pytest.approx(report["models"][0]["sequential_s"])
+    assert estimate["extra_info"]["bricks"] == report["models"][0]["bricks"]
+
+    result = run(pytester, "--benchmark-compare", "--benchmark-autosave", *args)
+    result.stdout.fnmatch_lines(
+        [
+            "*benchmark 'dlbricks estimates': 2 tests*",
+            "dlbricks::models/mlp.onnx (0001_*)*",
+            "dlbricks::models/mlp.onnx (NOW)*",
+        ]
+    )
+    assert [read(path)["benchmarks"][-1]["stats"]["median"] for path in saved_runs(pytester)] == [
+        estimate["stats"]["median"]
+    ] * 2, "the re-run reused every brick: the same estimate"
+
+
+# -- comparisons and the gate -------------------------------------------------------------------
+
+
+def net(pytester: pytest.Pytester, kernel: int) -> None:
+    """A Conv big enough to dominate timing noise: 16 channels, 32x32 pixels."""
+    tiny_models.chain(pytester.path / "models", "net.onnx", blocks=1, channels=16, size=32, kernel=kernel)
+
+
+def test_a_regression_introduced_into_a_model_fails_the_session(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]]
+) -> None:
+    copy_models(SAMPLE_MODELS / "mlp.onnx")
+    net(pytester, kernel=1)
+    args = ("--dlbricks-granularity=2", "--benchmark-autosave", "--dlbricks-json=r.json", "models")
+    first = run(pytester, *args, timing=GATE_TIMING)
+    distinct = read(pytester.path / "r.json")["summary"]["distinct_bricks"]
+    first.assert_outcomes(passed=distinct)
+    net(pytester, kernel=9)
+    gate = ("--dlbricks-compare", "--dlbricks-compare-fail=10%")
+    result = run(pytester, *gate, *args, timing=GATE_TIMING)
+    summary = read(pytester.path / "r.json")["summary"]
+    assert summary["reused_bricks"] >= 3, "mlp's bricks, at least, come from the store"
+    result.assert_outcomes(
+        passed=summary["distinct_bricks"] - summary["reused_bricks"], skipped=summary["reused_bricks"]
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*- dlbricks: median estimates compared with *0001_*.json -*",
+            "Model * Before * Now * Change * Noise band * Verdict",
+            "models/mlp.onnx * +0.0% * unchanged",
+            "models/net.onnx * REGRESSION",
+            "dlbricks: performance regression:",
+            "  models/net.onnx is *% slower than in *0001_*.json (* -> *), more than 10% and more than its noise"
+            " band of *; bricks that moved most: *Conv* (new)*",
+        ]
+    )
+    comparison = read(pytester.path / "r.json")["comparison"]
+    assert comparison["failed"] is True
+    assert [m["verdict"] for m in comparison["models"]] == ["unchanged", "REGRESSION"]
+    # Saved in the history all the same, and the next run compares with it: nothing changed since.
+    assert len(saved_runs(pytester)) == 2
+    run(pytester, *gate, *args, timing=GATE_TIMING).assert_outcomes(skipped=summary["distinct_bricks"])
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "verdict", "exit_code"), [(0.5, 4.0, "within noise", 0), (1.45, 1.6, "REGRESSION", 1)]
+)
+def test_the_noise_band_decides_a_slower_rerun(
+    pytester: pytest.Pytester, sample_models: list[Path], low: float, high: float, verdict: str, exit_code: int
+) -> None:
+    """Every brick of an unchanged model comes back 50% slower: the spread of its rounds decides.
+
+    Both runs take their brick times from the store, rewritten: for the saved run, tight quartiles
+    around the measured medians; for the re-run, medians 1.5x slower with quartiles spread around them
+    (as on a busy machine, the lower quartile below the old median) or tight (a machine that really got
+    slower).
+    """
+    args = ("--dlbricks-granularity=2", "models/mlp.onnx")
+    run(pytester, *args).assert_outcomes(passed=3)
+
+    def quartiles(low: float, high: float, scale: float = 1.0) -> Callable[[dict[str, Any]], None]:
+        def change(record: dict[str, Any]) -> None:
+            stats = record["stats"]
+            median = stats["median"]
+            for name in ("min", "max", "mean", "median"):
+                stats[name] *= scale
+            stats["q1"], stats["q3"] = median * low, median * high
+            stats["iqr"] = stats["q3"] - stats["q1"]
+
+        return change
+
+    rewrite_records(pytester, quartiles(0.98, 1.02))
+    run(pytester, "--benchmark-autosave", *args).assert_outcomes(skipped=3)
+    rewrite_records(pytester, quartiles(low, high, scale=1.5))
+    result = run(pytester, "--dlbricks-compare", "--dlbricks-compare-fail=10%", *args)
+    result.assert_outcomes(skipped=3)
+    result.stdout.fnmatch_lines([f"models/mlp.onnx * +*% * {verdict}"])
+    assert result.ret == exit_code
+
+
+def test_incompatible_runs_are_refused_unless_asked(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    run(pytester, "--dlbricks-granularity=2", "--benchmark-autosave", "models/mlp.onnx")
+    (saved,) = saved_runs(pytester)
+    data = read(saved)
+    data["dlbricks"]["timing"]["onnxruntime"] = "0.9.0"
+    saved.write_text(json.dumps(data))
+    args = ("--dlbricks-granularity=1", "models/mlp.onnx", "--dlbricks-compare")
+    refused = run(pytester, *args)
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(
+        [
+            "ERROR: dlbricks will not compare with *0001_*.json: it ran under other conditions (onnxruntime version"
+            " '0.9.0' then, '*' now; granularity 2 then, 1 now). Compare runs of the same machine and settings,"
+            " or pass --dlbricks-compare-incompatible."
+        ]
+    )
+    assert not brick_records(pytester)[3:], "refused before benchmarking anything"
+    forced = run(pytester, "--dlbricks-compare-incompatible", *args)
+    assert forced.ret == 0
+    forced.stdout.fnmatch_lines(
+        [
+            "models/mlp.onnx  *",
+            "dlbricks: compared although onnxruntime version '0.9.0' then, *; granularity 2 then, 1 now",
+        ]
+    )
+
+
+def test_compare_picks_a_run_by_number_or_file(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    args = ("--dlbricks-granularity=1", "--benchmark-autosave", "models/mlp.onnx")
+    run(pytester, *args)
+    run(pytester, "--dlbricks-remeasure", *args)
+    first, second = saved_runs(pytester)
+    by_number = run(pytester, "--dlbricks-compare=1", "models/mlp.onnx", *args[:1])
+    by_number.stdout.fnmatch_lines([f"*compared with */{first.name} -*"])
+    by_file = run(pytester, f"--dlbricks-compare={second.relative_to(pytester.path)}", *args[:1], "models")
+    by_file.stdout.fnmatch_lines([f"*compared with */{second.name} -*"])
+    latest = run(pytester, *args[:1], "models/mlp.onnx", "--dlbricks-compare")
+    latest.stdout.fnmatch_lines([f"*compared with */{second.name} -*", "models/mlp.onnx * unchanged"])
+
+
+def test_nothing_to_compare_with_is_a_note_unless_gating(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    result = run(pytester, "--dlbricks-granularity=1", "models/mlp.onnx", "--dlbricks-compare")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["dlbricks: nothing to compare with: no saved run with dlbricks estimates in *"])
+    gated = run(pytester, "--dlbricks-granularity=1", "--dlbricks-compare-fail=5%", "models", "--dlbricks-compare")
+    assert gated.ret == pytest.ExitCode.USAGE_ERROR
+    gated.stderr.fnmatch_lines(
+        [
+            "ERROR: --dlbricks-compare-fail cannot gate anything: no saved run with dlbricks estimates in *."
+            " Save a run first, with --benchmark-autosave or --benchmark-save=NAME."
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--dlbricks-compare-fail=10%"],
+            "--dlbricks-compare-fail needs --dlbricks-compare, the saved run to compare with",
+        ),
+        (["--dlbricks-compare-incompatible"], "--dlbricks-compare-incompatible only applies to --dlbricks-compare"),
+        (["--dlbricks-store=none", "--dlbricks-remeasure"], "--dlbricks-remeasure needs the brick store, which *"),
+        (["--benchmark-disable", "--dlbricks-compare=1"], "--dlbricks-compare needs brick times, which *"),
+        (["--dlbricks-max-age=soon"], "*age must be a number with a unit (s, m, h, d or w) such as 12h or 30d*"),
+        (["--dlbricks-compare-fail=much"], "*expected a percentage such as 10%, not 'much'*"),
+        (
+            ["--dlbricks-compare", "models"],
+            "*--dlbricks-compare: 'models' is neither the number of a saved run nor its .json file. A value right"
+            " after --dlbricks-compare is taken as the run: write --dlbricks-compare=NUM, or put it after the paths.",
+        ),
+        (["--dlbricks-compare", "models/mlp.onnx"], "*'models/mlp.onnx' is neither the number of a saved run *"),
+    ],
+)
+def test_bad_tracking_options_are_usage_errors(
+    pytester: pytest.Pytester, sample_models: list[Path], args: list[str], message: str
+) -> None:
+    result = pytester.runpytest("--dlbricks-granularity=1", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}"])
