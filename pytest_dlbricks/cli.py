@@ -1,7 +1,8 @@
-"""``python -m pytest_dlbricks``: compose estimates from private maps, merge the reports of shards.
+"""``python -m pytest_dlbricks``: compose estimates from private maps, merge the reports of shards,
+report a brick store's models on every machine in it.
 
-Both print the table a pytest run prints and can write the report as JSON (``--json``), in the same
-format as ``--dlbricks-json``. A file that cannot be used, or reports that cannot be merged, end the
+Compose and merge print the table a pytest run prints and can write the report as JSON (``--json``),
+in the same format as ``--dlbricks-json``. A file that cannot be used, or reports that cannot be merged, end the
 command with a message naming the file and what is wrong, and exit status 1; a usage error, 2.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .settings import STATISTICS, parse_choice
+from .settings import DEFAULT_STORE, STATISTICS, parse_choice
 
 PROG = "python -m pytest_dlbricks"
 
@@ -57,6 +58,22 @@ def build_parser() -> argparse.ArgumentParser:
         "reports", metavar="RESULT.json", type=Path, nargs="+", help="reports written by --dlbricks-json"
     )
     merge.add_argument("--json", metavar="PATH", type=Path, help="also write the merged report as JSON to PATH")
+    report = commands.add_parser(
+        "report",
+        help="every model of a brick store estimated on every machine in it, side by side",
+        description="Estimate every model of a brick store (--dlbricks-store) on every machine and settings"
+        " that measured its bricks, side by side, with each column's ratio to the first.",
+    )
+    report.add_argument(
+        "store", nargs="?", type=Path, default=Path(DEFAULT_STORE), metavar="STORE", help=f"default: {DEFAULT_STORE}"
+    )
+    report.add_argument(
+        "--statistic",
+        type=parse_choice(STATISTICS, "statistic"),
+        default="median",
+        help=f"brick time statistic to add up: {', '.join(STATISTICS)} (default: median)",
+    )
+    report.add_argument("--critical-path", action="store_true", help="show critical paths instead of sequential sums")
     return parser
 
 
@@ -65,6 +82,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     out = out or sys.stdout
     err = err or sys.stderr
     arguments = build_parser().parse_args(argv)
+    if arguments.command == "report":
+        return _report(arguments, out, err)
     from .maps import MapError
     from .merging import IncompatibleReports
 
@@ -102,6 +121,17 @@ def _merge(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     if shards and len(shards) < int(shards[0].split("/")[1]):
         warnings.append(f"{len(shards)} of {shards[0].split('/')[1]} shards given: models are incomplete")
     return merged, warnings
+
+
+def _report(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .machines import store_report
+    from .store import BrickStore
+
+    if not arguments.store.is_dir():
+        print(f"{PROG} report: error: no brick store at {arguments.store}: run pytest first", file=err)
+        return 1
+    print(store_report(BrickStore(arguments.store), arguments.statistic, arguments.critical_path), file=out)
+    return 0
 
 
 def _emit(report: dict[str, Any], json_path: Path | None, out: TextIO, err: TextIO) -> int:

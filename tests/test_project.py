@@ -33,3 +33,14 @@ def test_the_plugin_is_cheap_to_import() -> None:
     heavy = "{'onnx', 'onnxruntime', 'numpy', 'networkx'}"
     code = f"import sys, pytest_dlbricks.plugin; print(sorted({heavy} & set(sys.modules)))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
+def test_domain_modules_never_import_pytest() -> None:
+    """Only the pytest layer (plugin, options, session, collector, tracking) may import pytest."""
+    domain = ["bricks", "cli", "comparing", "composition", "cutting", "estimates", "identity", "loading", "machines"]
+    domain += ["reporting", "running", "settings", "store", "synthesis"]
+    code = (
+        f"import sys; import {', '.join(f'pytest_dlbricks.{name}' for name in domain)}; print('pytest' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

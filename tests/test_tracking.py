@@ -12,6 +12,7 @@ import pytest
 import tiny_models
 
 from conftest import QUICK_TIMING, SAMPLE_MODELS
+from pytest_dlbricks.cli import main
 
 DIMS = ("--dlbricks-dim", "batch=1", "--dlbricks-dim", "seq=16")
 STORE = ".benchmarks/dlbricks"
@@ -177,6 +178,17 @@ def test_benchmark_disable_neither_reuses_nor_saves(pytester: pytest.Pytester, s
     records = {path: path.read_text() for path in brick_records(pytester)}
     run(pytester, "--dlbricks-granularity=2", "--benchmark-disable", "models/mlp.onnx").assert_outcomes(passed=3)
     assert {path: path.read_text() for path in brick_records(pytester)} == records
+
+
+def test_the_report_command_reads_the_store(
+    pytester: pytest.Pytester, sample_models: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(pytester, "--dlbricks-granularity=2", "models/mlp.onnx", "models/tiny_rnn.onnx")
+    capsys.readouterr()
+    assert main(["report", str(pytester.path / STORE)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("models/mlp.onnx ") and line.endswith(" us") for line in lines)
+    assert any(line.startswith("models/tiny_rnn.onnx ") for line in lines)
 
 
 # -- histories -----------------------------------------------------------------------------------

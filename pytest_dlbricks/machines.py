@@ -1,0 +1,50 @@
+"""Every model of a brick store estimated on every machine and settings in it, side by side.
+
+The store keeps each model as cut into bricks and each machine's brick times, so any model can be
+estimated on every machine that measured all of its bricks, whenever that was: the multi-system
+comparison of DLBricks, from the data day-to-day runs leave in the store.
+"""
+
+from __future__ import annotations
+
+from .composition import NO_OVERHEAD, compose_calls
+from .identity import describe_machine, describe_timing
+from .reporting import format_seconds, format_table
+from .store import BrickStore, times_of
+
+
+def store_report(store: BrickStore, statistic: str = "median", critical_path: bool = False) -> str:
+    """Models as rows, machines and settings as columns, and each other column's ratio to the first."""
+    shelves = store.shelves()
+    models = store.models()
+    kind = "critical-path" if critical_path else "sequential"
+    lines = [
+        f"Brick store {store.root}: {len(models)} models, {kind} estimates from {statistic} brick times,"
+        f" on {len(shelves)} machines and settings:"
+    ]
+    bricks = [shelf.bricks() for shelf in shelves]
+    for index, (shelf, found) in enumerate(zip(shelves, bricks), start=1):
+        lines.append(
+            f"[{index}] {describe_machine(shelf.identity.machine)}; {describe_timing(shelf.identity.timing)};"
+            f" {len(found)} bricks"
+        )
+    if not shelves or not models:
+        return "\n".join(lines)
+    times = [times_of(found, statistic) for found in bricks]
+    overheads = [shelf.get_overhead() or NO_OVERHEAD for shelf in shelves]
+    header = ["Model", "G", "Dims", *(f"[{i}]" for i in range(1, len(shelves) + 1))]
+    header += [f"[{i}]/[1]" for i in range(2, len(shelves) + 1)]
+    rows = [header]
+    for model in models:
+        estimates = []
+        for shelf_times, overhead in zip(times, overheads):
+            estimate = compose_calls(model.windows, model.graph, model.io, shelf_times, overhead)
+            estimates.append(estimate.critical_path_s if critical_path else estimate.sequential_s)
+        first = estimates[0]
+        ratios = [f"{e / first:.2f}" if e is not None and first else "-" for e in estimates[1:]]
+        dims = " ".join(f"{name}={size}" for name, size in sorted(model.dims.items())) or "-"
+        rows.append([model.path, str(model.granularity), dims, *map(format_seconds, estimates), *ratios])
+    lines += ["", format_table(rows, left=(0, 2))]
+    if any("-" in row[3:] for row in rows[1:]):
+        lines += ["", "-: the machine has not measured every brick of the model"]
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""Unit tests of ``python -m pytest_dlbricks report``: estimates of every model on every machine of a store."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from pytest_dlbricks.cli import main
+from pytest_dlbricks.composition import CallOverhead
+from pytest_dlbricks.identity import Identity
+from pytest_dlbricks.machines import store_report
+from pytest_dlbricks.store import BrickStore, ModelManifest, StoredBrick
+
+WHEN = datetime(2025, 3, 1, tzinfo=timezone.utc)
+TIMING = {"onnxruntime": "1.31.1", "providers": ["CPUExecutionProvider"], "intra_op_threads": 0, "optimization": "all"}
+FAST = Identity({"cpu": "Fast CPU", "cores": 16, "arch": "x86_64", "system": "Linux", "python": "CPython 3.11"}, TIMING)
+SLOW = Identity({"cpu": "Slow CPU", "cores": 2, "arch": "aarch64", "system": "Linux", "python": "CPython 3.11"}, TIMING)
+
+
+def put(store: BrickStore, identity: Identity, times_us: dict[str, float]) -> None:
+    shelf = store.shelf(identity)
+    for signature, microseconds in times_us.items():
+        stats = {"median": microseconds * 1e-6, "min": microseconds * 0.5e-6}
+        shelf.put(StoredBrick(signature, f"Op-{signature[:8]}", stats, "CPUExecutionProvider", WHEN))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> BrickStore:
+    """Two machines; a diamond model measured on both, a chain only fully measured on the fast one."""
+    store = BrickStore(tmp_path / "store")
+    a, b, c = "a" * 64, "b" * 64, "c" * 64
+    diamond = tuple((signature, 1, 1) for signature in (a, b, b, a))
+    store.save_model(ModelManifest("models/diamond.onnx", 1, {}, 4, diamond, ((0, 1), (0, 2), (1, 3), (2, 3))))
+    store.save_model(ModelManifest("models/chain.onnx", 2, {"batch": 4}, 4, ((c, 1, 1),) * 2, ((0, 1),)))
+    put(store, FAST, {a: 10.0, b: 20.0, c: 5.0})
+    put(store, SLOW, {a: 30.0, b: 50.0})
+    return store
+
+
+def test_estimates_take_off_each_shelf_s_call_overhead(store: BrickStore) -> None:
+    """Each brick paid one call when timed; the model pays one: 4 bricks less 3 calls of 2 us on the fast shelf."""
+    store.shelf(FAST).put_overhead(CallOverhead(fixed_s=2e-6))
+    diamond = next(line for line in store_report(store).splitlines() if line.startswith("models/diamond.onnx"))
+    assert diamond.split()[3:] == ["54.0", "us", "160.0", "us", "2.96"]
+
+
+def test_report_puts_machines_side_by_side(store: BrickStore) -> None:
+    text = store_report(store)
+    lines = text.splitlines()
+    assert lines[0] == (
+        f"Brick store {store.root}: 2 models, sequential estimates from median brick times, on 2 machines and settings:"
+    )
+    assert lines[1] == (
+        "[1] Fast CPU, 16 cores, x86_64 Linux, CPython 3.11; onnxruntime 1.31.1 CPUExecutionProvider,"
+        " default threads, optimization all; 3 bricks"
+    )
+    assert lines[2].startswith("[2] Slow CPU, 2 cores, aarch64 Linux") and lines[2].endswith("; 2 bricks")
+    table = lines[lines.index("") + 1 :]
+    assert table[0].split() == ["Model", "G", "Dims", "[1]", "[2]", "[2]/[1]"]
+    assert table[2].split() == ["models/chain.onnx", "2", "batch=4", "10.0", "us", "-", "-"]
+    assert table[3].split() == ["models/diamond.onnx", "1", "-", "60.0", "us", "160.0", "us", "2.67"]
+    assert text.endswith("-: the machine has not measured every brick of the model")
+
+
+def test_report_of_critical_paths_and_another_statistic(store: BrickStore) -> None:
+    table = store_report(store, statistic="min", critical_path=True).splitlines()
+    assert "critical-path estimates from min brick times" in table[0]
+    diamond = next(line for line in table if line.startswith("models/diamond.onnx"))
+    assert diamond.split()[3:] == ["20.0", "us", "55.0", "us", "2.75"]
+
+
+def test_an_empty_store_says_so(tmp_path: Path) -> None:
+    assert store_report(BrickStore(tmp_path)).splitlines() == [
+        f"Brick store {tmp_path}: 0 models, sequential estimates from median brick times, on 0 machines and settings:"
+    ]
+
+
+def test_main_refuses_a_missing_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path / "nowhere")]) == 1
+    assert "report: error: no brick store at" in capsys.readouterr().err
+
+
+def test_python_dash_m_runs_the_report(store: BrickStore) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest_dlbricks", "report", str(store.root)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "models/diamond.onnx" in result.stdout
