@@ -7,7 +7,7 @@ this plugin only wires them to pytest and pytest-benchmark.
 from __future__ import annotations
 
 import copy
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
@@ -93,21 +93,22 @@ class Tracking:
         which = str(self.settings.compare)
         path = self.config.invocation_params.dir / which
         if which == "latest":
-            runs = list(storage.load())
+            runs = _newest_first(storage)
         elif which.isdigit():
-            runs = list(storage.load(f"{int(which):04d}"))
+            runs = storage.load(f"{int(which):04d}")
         elif path.suffix == ".json" and path.is_file():
-            runs = list(storage.load(str(path)))
+            runs = storage.load(str(path))
         else:
             raise pytest.UsageError(
                 f"--dlbricks-compare: {which!r} is neither the number of a saved run nor its .json file."
                 " A value right after --dlbricks-compare is taken as the run:"
                 " write --dlbricks-compare=NUM, or put it after the paths."
             )
-        usable = [(str(name), data["dlbricks"]) for name, data in runs if isinstance(data.get("dlbricks"), Mapping)]
-        if not usable:
-            found = "no saved run" if which == "latest" else f"no saved run {which}"
-            message = f"{found} with dlbricks estimates in {storage}"
+        usable = ((str(name), data["dlbricks"]) for name, data in runs if isinstance(data.get("dlbricks"), Mapping))
+        baseline = next(usable, None)
+        if baseline is None:
+            runs_named = "no saved run" if which == "latest" else f"no saved run {which}"
+            message = f"{runs_named} with dlbricks estimates in {storage}"
             if self.settings.compare_fail is not None:
                 raise pytest.UsageError(
                     f"--dlbricks-compare-fail cannot gate anything: {message}."
@@ -115,7 +116,7 @@ class Tracking:
                 )
             self.notes.append(f"nothing to compare with: {message}")
             return None
-        name, block = usable[-1]
+        name, block = baseline
         if block.get("version") != BLOCK_VERSION:
             raise pytest.UsageError(f"--dlbricks-compare: {name} was saved by another version of pytest-dlbricks")
         mismatches = differences(self.identity.conditions(self.settings), block)
@@ -272,6 +273,16 @@ def manifest_of(plan: ModelPlan, settings: Settings) -> ModelManifest:
         edges=tuple((int(a), int(b)) for a, b in plan.graph.edges),
         io=plan.io,
     )
+
+
+def _newest_first(storage: Any) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """Saved runs from the newest, read one at a time: a long history is not parsed whole to find its end."""
+    query = getattr(storage, "query", None)
+    if query is None:  # a storage that only loads everything, such as Elasticsearch
+        yield from reversed(list(storage.load()))
+        return
+    for path in reversed(query("[0-9][0-9][0-9][0-9]_")):
+        yield from storage.load(str(path))
 
 
 def _signature_of(item: pytest.Item) -> str | None:

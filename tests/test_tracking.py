@@ -347,6 +347,9 @@ def test_compare_picks_a_run_by_number_or_file(pytester: pytest.Pytester, sample
     by_number.stdout.fnmatch_lines([f"*compared with */{first.name} -*"])
     by_file = run(pytester, f"--dlbricks-compare={second.relative_to(pytester.path)}", *args[:1], "models")
     by_file.stdout.fnmatch_lines([f"*compared with */{second.name} -*"])
+    pytester.makepyfile(test_plain="def test_plain(benchmark):\n    benchmark(sum, [1, 2])\n")
+    run(pytester, "--benchmark-autosave", "test_plain.py").assert_outcomes(passed=1)  # a run without estimates
+    assert len(saved_runs(pytester)) == 3
     latest = run(pytester, *args[:1], "models/mlp.onnx", "--dlbricks-compare")
     latest.stdout.fnmatch_lines([f"*compared with */{second.name} -*", "models/mlp.onnx * unchanged"])
 
