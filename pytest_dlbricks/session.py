@@ -21,6 +21,7 @@ from .errors import ModelError
 from .html import render_html
 from .interruption import stopped_early
 from .loading import load_model
+from .plans import CutModel, PlanCache
 from .reporting import BrickResult, FailedModel, build_report, render_table, write_json, write_text
 from .settings import Settings
 from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
@@ -59,6 +60,8 @@ class DLBricksSession:
         #: Model files by report path, for measuring their load time.
         self.model_files: dict[str, Path] = {}
         self.report: dict[str, object] | None = None
+        #: Models cut in earlier runs, set by the brick store when it is on.
+        self.plan_cache: PlanCache | None = None
         self.write_errors: list[str] = []
         self.written: list[Path] = []
         #: The points every model is benchmarked at (one, unless dimensions or numeric types are swept).
@@ -105,10 +108,29 @@ class DLBricksSession:
     def add_model(
         self, path: Path, display_path: str, point: SweepPoint | None = None
     ) -> tuple[ModelPlan, list[BrickSpec]]:
-        """Cut the model at ``path`` at ``point``; returns its plan and the bricks no earlier model had."""
+        """Cut the model at ``path`` at ``point``, or take it from the plan cache; returns its plan and the
+        bricks no earlier model had."""
+        point = point or self.points[0]
+        name = display_path + point.suffix
+        cut = self.plan_cache.get(path, display_path, point) if self.plan_cache is not None else None
+        if cut is None:
+            cut = self._cut(path, display_path, point)
+            if self.plan_cache is not None:
+                self.plan_cache.put(path, point, cut)
+        plan = cut.plan
+        self.plans.append(plan)
+        self.model_files[name] = path
+        new_bricks = []
+        for brick in plan.bricks:
+            if isinstance(brick, BrickSpec) and brick.signature not in self.bricks:
+                self.bricks[brick.signature] = brick
+                new_bricks.append(brick)
+        self.work.update({brick.signature: cut.work[brick.signature] for brick in new_bricks})
+        return plan, new_bricks
+
+    def _cut(self, path: Path, display_path: str, point: SweepPoint) -> CutModel:
         from .numerics import convert, float32_work
 
-        point = point or self.points[0]
         name = display_path + point.suffix
         optimize = self.settings if self.settings.cut == "optimized" else None
         dtype = point.dtype
@@ -128,15 +150,7 @@ class DLBricksSession:
                 plan.whole = describe_brick(graph, 0, len(graph.layers))
             except UnbuildableBrick:
                 plan.whole = None  # its e2e item says why it cannot run
-        self.plans.append(plan)
-        self.model_files[name] = path
-        new_bricks = []
-        for brick in plan.bricks:
-            if isinstance(brick, BrickSpec) and brick.signature not in self.bricks:
-                self.bricks[brick.signature] = brick
-                new_bricks.append(brick)
-        self.work.update(plan_work(graph, plan, {brick.signature for brick in new_bricks}))
-        return plan, new_bricks
+        return CutModel(plan, plan_work(graph, plan))
 
     def models_using(self, signature: str) -> dict[str, int]:
         return {plan.path: plan.signatures[signature] for plan in self.plans if signature in plan.signatures}

@@ -19,6 +19,7 @@ from .composition import CallOverhead, brick_calls
 from .cutting import ModelPlan
 from .estimates import model_estimates
 from .identity import Identity, differences, identify
+from .plans import PlanCache
 from .reporting import BrickResult
 from .session import DLBricksSession
 from .settings import Settings
@@ -77,15 +78,16 @@ class Tracking:
 
     def pytest_sessionstart(self) -> None:
         benchmarks = self.config.pluginmanager.get_plugin("pytest-benchmark")
-        if benchmarks is None or self.config.option.collectonly:
+        if benchmarks is None:
             return
         if self.settings.store is not None and not (benchmarks.disabled or benchmarks.skip):
             self.store = BrickStore(self.settings.store)
             self.shelf = self.store.shelf(self.identity)
+            self.dlbricks.plan_cache = PlanCache(self.shelf.path / "plans", self.settings)
             if not self.settings.remeasure and self.dlbricks.overhead is None:
                 # Reused brick times compose with the call overhead measured beside them.
                 self.dlbricks.overhead = self._saved_overhead = self.shelf.get_overhead()
-        if self.settings.compare is not None:
+        if self.settings.compare is not None and not self.config.option.collectonly:
             self.baseline = self._load_baseline(benchmarks.storage)
 
     def _load_baseline(self, storage: Any) -> tuple[str, Mapping[str, Any]] | None:

@@ -38,7 +38,7 @@ def test_the_plugin_is_cheap_to_import() -> None:
 def test_domain_modules_never_import_pytest() -> None:
     """Only the pytest layer (plugin, options, session, collector, tracking) may import pytest."""
     domain = ["bricks", "cli", "comparing", "composition", "cutting", "estimates", "identity", "loading", "machines"]
-    domain += ["reporting", "running", "settings", "store", "synthesis"]
+    domain += ["plans", "reporting", "running", "settings", "store", "synthesis"]
     code = (
         f"import sys; import {', '.join(f'pytest_dlbricks.{name}' for name in domain)}; print('pytest' in sys.modules)"
     )

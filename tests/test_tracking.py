@@ -90,6 +90,26 @@ def test_a_rerun_reuses_every_brick_from_the_store(pytester: pytest.Pytester, sa
     assert not any(brick["reused"] for brick in measured["bricks"])
 
 
+def test_models_cut_before_are_not_loaded_again(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ("--dlbricks-granularity=2", "--dlbricks-json=r.json", "models/mlp.onnx", "models/tiny_rnn.onnx")
+    first = run(pytester, "--collect-only", "-q", *args)
+    assert len(list((pytester.path / STORE).glob("*/plans/*.json"))) == 2
+    run(pytester, *args)
+    measured = read(pytester.path / "r.json")
+
+    def never(*_: object) -> None:
+        raise AssertionError("the model was loaded again")
+
+    monkeypatch.setattr("pytest_dlbricks.session.load_model", never)
+    again = run(pytester, "--collect-only", "-q", *args)
+    assert again.stdout.lines[:-2] == first.stdout.lines[:-2], "the same items, in the same order"
+    run(pytester, *args).assert_outcomes(skipped=measured["summary"]["distinct_bricks"])
+    reused = read(pytester.path / "r.json")
+    assert [m["sequential_s"] for m in reused["models"]] == [m["sequential_s"] for m in measured["models"]]
+
+
 def test_remeasure_and_the_age_limit(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     args = ("--dlbricks-granularity=2", "models/mlp.onnx")
     run(pytester, *args).assert_outcomes(passed=3)

@@ -1,0 +1,268 @@
+"""Models already cut, kept in the store: an unchanged model is not loaded, optimized and cut again.
+
+Collecting a model costs far more than skipping its bricks: onnxruntime optimizes it (with the
+default ``--dlbricks-cut=optimized``), a reference run learns the shapes inference leaves unknown,
+then it is cut and its work counted. A run whose bricks all come from the store would spend most of
+its time there, so each model's plan (its bricks, brick graph, guessed dimensions, the whole model
+when validating) and its bricks' work are kept beside the brick times of the machine and settings
+they were cut for, one JSON file per model. A plan is found again by a key over everything that
+decides it: the model file's bytes (and the size and modification time of its external data), the
+sweep point (dimensions and numeric type), granularity, cut and validation, onnx's version, and
+pytest-dlbricks' own source, so that any change to the code that loads and cuts models makes new
+plans. The shelf already stands for the machine, onnxruntime's version, providers, threads and
+optimization level.
+
+The files hold no code: protobuf messages as base64 of their bytes, arrays in numpy's ``.npy``
+format read without pickle. A file that cannot be read is a miss: the model is loaded as usual.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import onnx
+
+from .analysis import BrickWork, LayerWork
+from .bricks import BrickSpec
+from .cutting import Brick, BrokenBrick, ModelPlan
+from .identity import digest
+from .loading import TensorSpec
+from .reporting import write_json
+from .settings import Settings
+from .sweeps import SweepPoint
+
+#: The point of a run that sweeps nothing.
+ONE_POINT = SweepPoint()
+
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CutModel:
+    """A model's plan and the work of all its distinct bricks, as collection makes them."""
+
+    plan: ModelPlan
+    work: Mapping[str, BrickWork]
+
+
+class PlanCache:
+    """Cut models in a folder of the store (a shelf's ``plans/``), by a key over what decides them."""
+
+    def __init__(self, folder: Path, settings: Settings) -> None:
+        self.folder = folder
+        self.settings = settings
+
+    def get(self, path: Path, display_path: str, point: SweepPoint = ONE_POINT) -> CutModel | None:
+        """The model at ``path`` as cut before at ``point`` with these settings, under its current name
+        (``display_path`` as pytest shows the file); None if never."""
+        key = self.key(path, point)
+        if key is None:
+            return None
+        try:
+            data = json.loads((self.folder / f"{key}.json").read_text(encoding="utf-8"))
+            if data["version"] != PLAN_VERSION:
+                return None
+            return cut_model_from_json(data, display_path, point)
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return None
+
+    def put(self, path: Path, point: SweepPoint, cut: CutModel) -> None:
+        """Keep a cut model; one that cannot be written as plain data (an object array) is not kept."""
+        key = self.key(path, point)
+        try:
+            data = cut_model_to_json(cut)
+        except ValueError:
+            return
+        if key is None:
+            return
+        try:
+            write_json(self.folder / f"{key}.json", data)
+        except OSError:
+            return  # a cache that cannot be written only costs the next run the time to cut again
+
+    def key(self, path: Path, point: SweepPoint = ONE_POINT) -> str | None:
+        """Digest of everything that decides how the model at ``path`` is cut at ``point``; None if it
+        cannot be read."""
+        try:
+            content = path.read_bytes()
+            external = _external_files(content, path.parent)
+        except Exception:  # unreadable, or no model at all: loading it says why
+            return None
+        return digest(
+            {
+                "version": PLAN_VERSION,
+                "model": hashlib.sha256(content).hexdigest(),
+                "external": external,
+                "point": {**dict(sorted(point.dims.items())), "dtype": point.dtype},
+                "granularity": self.settings.granularity,
+                "cut": self.settings.cut,
+                "validate": self.settings.validate,
+                "onnx": onnx.__version__,
+                "code": source_digest(),
+            }
+        )
+
+
+@cache
+def source_digest() -> str:
+    """Digest of pytest-dlbricks' own modules: a change to how models are loaded or cut makes new plans."""
+    sha = hashlib.sha256()
+    for module in sorted(Path(__file__).parent.glob("*.py")):
+        sha.update(module.name.encode())
+        sha.update(module.read_bytes())
+    return sha.hexdigest()
+
+
+def _external_files(content: bytes, folder: Path) -> list[list[object]]:
+    """Name, size and modification time of each external data file the model reads."""
+    model = onnx.ModelProto()
+    model.ParseFromString(content)
+    names = sorted(
+        {
+            entry.value
+            for tensor in model.graph.initializer
+            if tensor.data_location == onnx.TensorProto.EXTERNAL
+            for entry in tensor.external_data
+            if entry.key == "location"
+        }
+    )
+    found = []
+    for name in names:
+        stat = (folder / name).stat()
+        found.append([name, stat.st_size, stat.st_mtime_ns])
+    return found
+
+
+# -- JSON ----------------------------------------------------------------------------------------
+
+
+def cut_model_to_json(cut: CutModel) -> dict[str, Any]:
+    plan = cut.plan
+    return {
+        "version": PLAN_VERSION,
+        "layers": plan.layers,
+        "bricks": [_brick_to_json(brick) for brick in plan.bricks],
+        "edges": [[int(a), int(b)] for a, b in plan.graph.edges],
+        "guessed_dims": dict(plan.guessed_dims),
+        "io": list(plan.io),
+        "whole": _spec_to_json(plan.whole) if plan.whole is not None else None,
+        "unsupported": {str(index): reason for index, reason in plan.unsupported.items()},
+        "work": {signature: _work_to_json(work) for signature, work in cut.work.items()},
+    }
+
+
+def cut_model_from_json(data: Mapping[str, Any], display_path: str, point: SweepPoint = ONE_POINT) -> CutModel:
+    bricks: list[Brick] = [_brick_from_json(entry) for entry in data["bricks"]]
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(len(bricks)))
+    graph.add_edges_from((int(a), int(b)) for a, b in data["edges"])
+    inputs, outputs = data["io"]
+    plan = ModelPlan(
+        path=display_path + point.suffix,
+        layers=int(data["layers"]),
+        bricks=bricks,
+        graph=graph,
+        guessed_dims={str(name): int(size) for name, size in data["guessed_dims"].items()},
+        io=(int(inputs), int(outputs)),
+        whole=_spec_from_json(data["whole"]) if data["whole"] is not None else None,
+        file=display_path,
+        point=point.describe(),
+        unsupported={int(index): str(reason) for index, reason in data["unsupported"].items()},
+    )
+    work = {str(signature): _work_from_json(entry) for signature, entry in data["work"].items()}
+    return CutModel(plan, work)
+
+
+def _brick_to_json(brick: Brick) -> dict[str, Any]:
+    if isinstance(brick, BrokenBrick):
+        return {"broken": [brick.layer_index, brick.op_type, brick.reason]}
+    return _spec_to_json(brick)
+
+
+def _brick_from_json(data: Mapping[str, Any]) -> Brick:
+    if "broken" in data:
+        index, op_type, reason = data["broken"]
+        return BrokenBrick(int(index), str(op_type), str(reason))
+    return _spec_from_json(data)
+
+
+def _spec_to_json(spec: BrickSpec) -> dict[str, Any]:
+    return {
+        "nodes": [_message(node) for node in spec.nodes],
+        "inputs": _tensors(spec.inputs),
+        "weights": _tensors(spec.weights),
+        "outputs": _tensors(spec.outputs),
+        "values": {name: _array(value) for name, value in spec.values.items()},
+        "opset_imports": dict(spec.opset_imports),
+        "ir_version": spec.ir_version,
+        "functions": [_message(function) for function in spec.functions],
+        "signature": spec.signature,
+    }
+
+
+def _spec_from_json(data: Mapping[str, Any]) -> BrickSpec:
+    return BrickSpec(
+        nodes=tuple(onnx.NodeProto.FromString(_bytes(node)) for node in data["nodes"]),
+        inputs=_specs(data["inputs"]),
+        weights=_specs(data["weights"]),
+        outputs=_specs(data["outputs"]),
+        values={
+            str(name): np.load(io.BytesIO(_bytes(value)), allow_pickle=False) for name, value in data["values"].items()
+        },
+        opset_imports={str(domain): int(version) for domain, version in data["opset_imports"].items()},
+        ir_version=int(data["ir_version"]),
+        functions=tuple(onnx.FunctionProto.FromString(_bytes(function)) for function in data["functions"]),
+        signature=str(data["signature"]),
+    )
+
+
+def _work_to_json(work: BrickWork) -> dict[str, Any]:
+    return {
+        "label": work.label,
+        "layers": [[layer.op_type, layer.flops, layer.bytes] for layer in work.layers],
+        "io": list(work.io),
+    }
+
+
+def _work_from_json(data: Mapping[str, Any]) -> BrickWork:
+    inputs, outputs = data["io"]
+    layers = tuple(
+        LayerWork(str(op), None if flops is None else int(flops), int(size)) for op, flops, size in data["layers"]
+    )
+    return BrickWork(str(data["label"]), layers, (int(inputs), int(outputs)))
+
+
+def _tensors(tensors: tuple[tuple[str, TensorSpec], ...]) -> list[list[object]]:
+    return [[name, spec.dtype, list(spec.shape)] for name, spec in tensors]
+
+
+def _specs(data: list[list[Any]]) -> tuple[tuple[str, TensorSpec], ...]:
+    return tuple((str(name), TensorSpec(int(dtype), tuple(int(d) for d in shape))) for name, dtype, shape in data)
+
+
+def _message(message: onnx.NodeProto | onnx.FunctionProto) -> str:
+    return base64.b64encode(message.SerializeToString(deterministic=True)).decode("ascii")
+
+
+def _array(value: np.ndarray) -> str:
+    buffer = io.BytesIO()
+    np.save(buffer, value, allow_pickle=False)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _array_from(text: str) -> np.ndarray:
+    return np.load(io.BytesIO(_bytes(text)), allow_pickle=False)
+
+
+def _bytes(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)

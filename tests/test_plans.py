@@ -1,0 +1,126 @@
+"""Unit tests of the plan cache: models cut once, found again only when nothing that decides them changed."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tiny_models
+
+from pytest_dlbricks.analysis import plan_work
+from pytest_dlbricks.bricks import BrickSpec, describe_brick
+from pytest_dlbricks.cutting import plan_model
+from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.plans import ONE_POINT, CutModel, PlanCache, cut_model_from_json, cut_model_to_json
+from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.sweeps import SweepPoint
+
+SETTINGS = Settings(granularity=2, cut="original")
+
+
+def cut(path: Path, settings: Settings = SETTINGS) -> CutModel:
+    graph = load_model(path, settings.dims)
+    plan = plan_model(graph, settings.granularity, path.name)
+    plan.whole = describe_brick(graph, 0, len(graph.layers))
+    return CutModel(plan, plan_work(graph, plan))
+
+
+def assert_same_brick(found: object, expected: object) -> None:
+    assert type(found) is type(expected)
+    if not isinstance(expected, BrickSpec):
+        assert found == expected
+        return
+    assert isinstance(found, BrickSpec)
+    for name in ("nodes", "inputs", "weights", "outputs", "opset_imports", "ir_version", "functions", "signature"):
+        assert getattr(found, name) == getattr(expected, name), name
+    assert found.values.keys() == expected.values.keys()
+    for name, value in expected.values.items():
+        assert found.values[name].dtype == value.dtype and found.values[name].shape == value.shape
+        np.testing.assert_array_equal(found.values[name], value)
+
+
+BUILDERS: list[Callable[[Path], Path]] = [
+    tiny_models.diamond,
+    tiny_models.computed_reshape,
+    tiny_models.scalar_range,
+    tiny_models.loop_outer_scope,
+    tiny_models.if_outer_scope,
+    tiny_models.sequence_boundary,
+]
+
+
+@pytest.mark.parametrize("build", BUILDERS, ids=lambda build: build.__name__)
+def test_a_cut_model_round_trips_through_json(tmp_path: Path, build: Callable[[Path], Path]) -> None:
+    original = cut(build(tmp_path))
+    data = json.loads(json.dumps(cut_model_to_json(original)))
+    found = cut_model_from_json(data, "renamed.onnx")
+    plan, expected = found.plan, original.plan
+    assert plan.path == "renamed.onnx"
+    assert (plan.layers, plan.io, plan.guessed_dims) == (expected.layers, expected.io, expected.guessed_dims)
+    assert sorted(plan.graph.edges) == sorted(expected.graph.edges)
+    assert sorted(plan.graph.nodes) == sorted(expected.graph.nodes)
+    assert len(plan.bricks) == len(expected.bricks)
+    for brick, expected_brick in zip(plan.bricks, expected.bricks):
+        assert_same_brick(brick, expected_brick)
+    assert_same_brick(plan.whole, expected.whole)
+    assert found.work == original.work
+    assert plan.signatures == expected.signatures
+
+
+def test_the_cache_finds_a_model_again_until_something_changes(tmp_path: Path) -> None:
+    path = tiny_models.chain(tmp_path)
+    cache = PlanCache(tmp_path / "plans", SETTINGS)
+    assert cache.get(path, "chain.onnx") is None
+    cache.put(path, ONE_POINT, cut(path))
+    found = cache.get(path, "models/chain.onnx")
+    assert found is not None and found.plan.path == "models/chain.onnx"
+    assert PlanCache(tmp_path / "plans", replace(SETTINGS, granularity=3)).get(path, "c") is None
+    assert PlanCache(tmp_path / "plans", replace(SETTINGS, cut="optimized")).get(path, "c") is None
+    assert cache.get(path, "c", SweepPoint({"batch": 2}, label="batch=2")) is None
+    assert cache.get(path, "c", SweepPoint({}, "int8", label="int8")) is None
+    point = SweepPoint({"batch": 2}, "int8", label="batch=2,int8")
+    cache.put(path, point, cut(path))
+    at_point = cache.get(path, "models/chain.onnx", point)
+    assert at_point is not None and at_point.plan.path == "models/chain.onnx[batch=2,int8]"
+    assert (at_point.plan.file, at_point.plan.point) == ("models/chain.onnx", {"batch": 2, "dtype": "int8"})
+    tiny_models.chain(tmp_path, kernel=5)
+    assert cache.get(path, "chain.onnx") is None, "a changed model is cut again"
+
+
+def test_external_data_is_part_of_the_key(tmp_path: Path) -> None:
+    path = tiny_models.external_weights(tmp_path)
+    cache = PlanCache(tmp_path / "plans", SETTINGS)
+    cache.put(path, ONE_POINT, cut(path))
+    assert cache.get(path, "x") is not None
+    (data,) = [file for file in tmp_path.iterdir() if file.is_file() and file.suffix != ".onnx"]
+    stat = data.stat()
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert cache.get(path, "x") is None
+
+
+@pytest.mark.parametrize("content", ["", "{", '{"version": 2}', '{"version": 1, "bricks": [{"nodes": ["%%"]}]}'])
+def test_an_unreadable_plan_is_a_miss(tmp_path: Path, content: str) -> None:
+    path = tiny_models.chain(tmp_path)
+    cache = PlanCache(tmp_path / "plans", SETTINGS)
+    cache.put(path, ONE_POINT, cut(path))
+    (saved,) = (tmp_path / "plans").iterdir()
+    saved.write_text(content)
+    assert cache.get(path, "chain.onnx") is None
+
+
+def test_a_missing_or_broken_model_file_is_a_miss(tmp_path: Path) -> None:
+    cache = PlanCache(tmp_path / "plans", SETTINGS)
+    assert cache.get(tmp_path / "gone.onnx", "gone.onnx") is None
+    (tmp_path / "broken.onnx").write_bytes(b"not a protobuf \xff\xfe")
+    assert cache.get(tmp_path / "broken.onnx", "broken.onnx") is None
+
+
+def test_a_cache_that_cannot_be_written_is_no_error(tmp_path: Path) -> None:
+    path = tiny_models.chain(tmp_path)
+    (tmp_path / "blocked").write_text("a file where the cache's folder should be")
+    PlanCache(tmp_path / "blocked" / "plans", SETTINGS).put(path, ONE_POINT, cut(path))
