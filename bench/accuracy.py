@@ -12,7 +12,7 @@ Brick items are timed briefly (``--benchmark-max-time``): the validation re-time
 
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
 
-    python bench/accuracy.py [--granularities 1,2,3,5,10] [--cut optimized|original] [--max-time 0.05]
+    python bench/accuracy.py [--granularities 1,2,3,5,10] [--cut optimized|original] [--max-time 0.05] [--reports DIR]
 """
 
 from __future__ import annotations
@@ -38,11 +38,14 @@ def main() -> None:
     parser.add_argument("--granularities", default="1,2,3,5,10", help="comma-separated (default: %(default)s)")
     parser.add_argument("--cut", default="optimized", choices=("optimized", "original"))
     parser.add_argument("--max-time", default="0.05", help="--benchmark-max-time for brick items")
+    parser.add_argument("--reports", type=Path, help="folder to keep each granularity's JSON report in")
     args = parser.parse_args()
     granularities = [int(g) for g in args.granularities.split(",")]
     with tempfile.TemporaryDirectory(prefix="dlbricks-accuracy-") as folder:
         models = _copy_models(Path(folder) / "models")
-        reports = {g: _run(models, g, args.cut, args.max_time, Path(folder) / f"g{g}.json") for g in granularities}
+        kept = args.reports or Path(folder)
+        kept.mkdir(parents=True, exist_ok=True)
+        reports = {g: _run(models, g, args.cut, args.max_time, kept / f"g{g}.json") for g in granularities}
     print(_render(reports, args.cut))
 
 

@@ -20,7 +20,7 @@ from .settings import Settings
 
 #: Bump whenever building or timing a brick changes (synthetic values, session options, timing loop):
 #: times measured the old way then stop being reused or compared without notice.
-BRICK_METHOD = 1
+BRICK_METHOD = 2
 
 #: Readable names of the fields that must match for two runs to be compared.
 _FIELDS = {
@@ -32,6 +32,7 @@ _FIELDS = {
     ("timing", "onnxruntime"): "onnxruntime version",
     ("timing", "providers"): "execution providers",
     ("timing", "intra_op_threads"): "intra-op threads",
+    ("timing", "thread_pool"): "thread pool",
     ("timing", "optimization"): "optimization level",
     ("timing", "timer"): "timer",
     ("timing", "method"): "brick method",
@@ -84,6 +85,7 @@ def identify(machine_info: Mapping[str, Any], settings: Settings, timer: str) ->
         "onnxruntime": described["onnxruntime"],
         "providers": list(settings.providers),
         "intra_op_threads": settings.intra_op_threads,
+        "thread_pool": settings.thread_pool,
         "optimization": settings.optimization,
         "timer": timer,
         "method": BRICK_METHOD,

@@ -21,6 +21,7 @@ from .settings import (
     DTYPES,
     OPTIMIZATION_LEVELS,
     STATISTICS,
+    THREAD_POOLS,
     Settings,
     parse_age,
     parse_bool,
@@ -41,6 +42,7 @@ T = TypeVar("T")
 _parse_optimization = parse_choice(OPTIMIZATION_LEVELS, "optimization level")
 _parse_statistic = parse_choice(STATISTICS, "statistic")
 _parse_cut = parse_choice(CUT_MODES, "cut")
+_parse_thread_pool = parse_choice(THREAD_POOLS, "thread pool")
 
 
 def _check_precision(text: str) -> str:
@@ -103,6 +105,17 @@ _OPTIONS = (
         "0",
         parse_threads,
         ini="dlbricks_threads",
+    ),
+    _Option(
+        "--dlbricks-thread-pool",
+        "POOL",
+        "shared: all onnxruntime sessions of the run use one thread pool, so each brick runs on threads as"
+        " its layers do inside the model; every onnxruntime session created in the process after it must"
+        " then set use_per_session_threads = False. per-session: a pool per session (less accurate: idle"
+        " pools spin and slow the next brick).",
+        "shared",
+        _parse_thread_pool,
+        ini="dlbricks_thread_pool",
     ),
     _Option(
         "--dlbricks-optimization",
@@ -286,6 +299,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
         json_path=_resolved(config, config.getoption("dlbricks_json")),
         html_path=_resolved(config, config.getoption("dlbricks_html")),
         intra_op_threads=_flag_or_ini(config, "dlbricks_threads", parse_threads) or 0,
+        thread_pool=_flag_or_ini(config, "dlbricks_thread_pool", _parse_thread_pool) or "shared",
         optimization=_flag_or_ini(config, "dlbricks_optimization", _parse_optimization) or "all",
         statistic=_flag_or_ini(config, "dlbricks_statistic", _parse_statistic) or "median",
         globs=tuple(globs),

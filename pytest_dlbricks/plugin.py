@@ -27,8 +27,13 @@ def pytest_configure(config: pytest.Config) -> None:
     from .distributed import is_worker, warn_no_estimates
     from .interruption import TerminateAsInterrupt
     from .session import DLBricksSession
+    from .threadpool import ThreadPoolConflict, use
     from .tracking import Tracking
 
+    try:
+        use(settings.thread_pool, settings.intra_op_threads)
+    except ThreadPoolConflict as error:
+        raise pytest.UsageError(f"--dlbricks-thread-pool: {error}") from None
     session = DLBricksSession(config, settings)
     tracking = Tracking(config, settings, session)
     config.stash[SESSION_KEY] = session

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from . import threadpool
 from .bricks import BrickSpec
 from .composition import CallOverhead
 from .errors import ModelError, runtime_cause
@@ -47,7 +48,7 @@ def session_options(
     parallel executor (sequential is onnxruntime's default); ``profile_to`` (a file name prefix)
     profiles runs until ``end_profiling()``.
     """
-    options = ort.SessionOptions()
+    options = threadpool.new_options()
     options.log_severity_level = _LOG_FATAL_ONLY
     if settings is not None:
         options.intra_op_num_threads = settings.intra_op_threads

@@ -158,12 +158,14 @@ def _runtime_refusal(ir_version: int, opsets: tuple[tuple[str, int], ...]) -> st
     """onnxruntime's reason to refuse an empty model stamped with these versions, or None."""
     import onnxruntime
 
+    from .threadpool import new_options
+
     probe = onnx.ModelProto(ir_version=ir_version)
     probe.opset_import.extend(onnx.helper.make_opsetid(domain, version) for domain, version in opsets)
     probe.graph.name = "probe"
     probe.graph.input.append(onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1]))
     probe.graph.output.append(onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1]))
-    options = onnxruntime.SessionOptions()
+    options = new_options()
     options.log_severity_level = _LOG_FATAL_ONLY
     try:
         onnxruntime.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])

@@ -16,6 +16,9 @@ STATISTICS = ("median", "mean", "min")
 #: What bricks are cut from: the graph onnxruntime runs (accurate, specific to the runtime and
 #: machine) or the model as written (portable signatures, for suites run elsewhere).
 CUT_MODES = ("optimized", "original")
+#: How onnxruntime sessions get threads: one pool for all (each brick runs on threads as its layers do
+#: in the model) or a pool each (onnxruntime's own default, for processes that need it).
+THREAD_POOLS = ("shared", "per-session")
 DEFAULT_GLOBS = ("*.onnx",)
 #: Relative margin of error (95% confidence) each brick is timed to, unless the user says otherwise.
 DEFAULT_PRECISION = 0.02
@@ -41,6 +44,7 @@ class Settings:
     html_path: Path | None = None
     #: Threads onnxruntime uses inside an operator; 0 leaves onnxruntime's default.
     intra_op_threads: int = 0
+    thread_pool: str = "shared"
     optimization: str = "all"
     statistic: str = "median"
     globs: tuple[str, ...] = DEFAULT_GLOBS
@@ -81,6 +85,7 @@ class Settings:
             "granularity": self.granularity,
             "dims": dict(self.dims),
             "intra_op_threads": self.intra_op_threads,
+            "thread_pool": self.thread_pool,
             "optimization": self.optimization,
             "statistic": self.statistic,
             "providers": list(self.providers),

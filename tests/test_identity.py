@@ -35,6 +35,7 @@ def test_identity_keeps_what_changes_a_brick_time() -> None:
         "onnxruntime": onnxruntime.__version__,
         "providers": ["CPUExecutionProvider"],
         "intra_op_threads": 4,
+        "thread_pool": "shared",
         "optimization": "all",
         "timer": "time.perf_counter",
         "method": BRICK_METHOD,

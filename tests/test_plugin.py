@@ -41,6 +41,14 @@ def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
             "*charts. Default: no file.",
             "  --dlbricks-threads=N  onnxruntime intra-op threads; 0 is onnxruntime's own",
             "*choice. Ini: dlbricks_threads. Default: 0.",
+            "  --dlbricks-thread-pool=POOL",
+            "*shared: all onnxruntime sessions of the run use one*",
+            "*thread pool, so each brick runs on threads as its layers*",
+            "*do inside the model; every onnxruntime session created*",
+            "*in the process after it must then set*",
+            "*use_per_session_threads = False. per-session: a pool per*",
+            "*session (less accurate: idle pools spin and slow the*",
+            "*next brick). Ini: dlbricks_thread_pool. Default: shared.",
             "  --dlbricks-optimization=LEVEL",
             "*onnxruntime graph optimization level: disable, basic,*",
             "*extended, layout, all. Ini: dlbricks_optimization.*",
@@ -266,10 +274,13 @@ def test_ini_enables_and_flag_wins(pytester: pytest.Pytester, sample_models: lis
 
 
 def test_runtime_settings_are_recorded(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
-    run(
-        pytester,
+    # A process of its own: onnxruntime cannot give sessions their own thread pools once a process shares one.
+    pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
         "--dlbricks-granularity=2",
         "--dlbricks-threads=1",
+        "--dlbricks-thread-pool=per-session",
         "--dlbricks-optimization=basic",
         "--dlbricks-statistic=mean",
         "--dlbricks-json=r.json",
@@ -277,6 +288,7 @@ def test_runtime_settings_are_recorded(pytester: pytest.Pytester, sample_models:
     ).assert_outcomes(passed=3)
     settings = read_report(pytester.path / "r.json")["settings"]
     assert settings["intra_op_threads"] == 1
+    assert settings["thread_pool"] == "per-session"
     assert settings["optimization"] == "basic"
     assert settings["statistic"] == "mean"
     assert settings["providers"] == ["CPUExecutionProvider"]

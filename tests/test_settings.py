@@ -123,6 +123,7 @@ def test_settings_describe_what_the_report_records() -> None:
         "granularity": 3,
         "dims": {"batch": 4},
         "intra_op_threads": 2,
+        "thread_pool": "shared",
         "optimization": "basic",
         "statistic": "mean",
         "providers": ["CPUExecutionProvider"],

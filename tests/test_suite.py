@@ -27,6 +27,7 @@ from pytest_dlbricks.suite import (
     read_manifest,
 )
 from pytest_dlbricks.synthesis import build_brick_model
+from pytest_dlbricks.threadpool import new_options
 
 SECRET = "acme_secret"
 SETTINGS = Settings(granularity=2, intra_op_threads=1, cut="original")
@@ -98,7 +99,7 @@ def test_a_brick_file_runs_as_it_is_with_its_steering_values(tmp_path: Path) -> 
     (reshape,) = (b for b in distinct(tiny_models.computed_reshape(tmp_path), granularity=1) if b.ops == ("Reshape",))
     export_suite(tmp_path / "suite", [reshape], SETTINGS.describe())
     path = tmp_path / "suite" / brick_file_name(reshape)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(path), new_options(), providers=["CPUExecutionProvider"])
     (output,) = session.run(None, {"input_0": np.ones((2, 3, 4), np.float32)})
     assert output.shape == (2, 12)
 

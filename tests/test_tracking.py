@@ -18,7 +18,7 @@ DIMS = ("--dlbricks-dim", "batch=1", "--dlbricks-dim", "seq=16")
 STORE = ".benchmarks/dlbricks"
 #: Enough rounds for the quartiles the gate relies on, at a few milliseconds per brick; one thread, so that a
 #: busy machine does not stall onnxruntime's thread pool for whole rounds.
-GATE_TIMING = ("--benchmark-min-rounds=15", "--benchmark-max-time=0.000001", "--dlbricks-threads=1")
+GATE_TIMING = ("--benchmark-min-rounds=15", "--benchmark-max-time=0.000001")
 
 
 def run(pytester: pytest.Pytester, *args: str, timing: tuple[str, ...] = QUICK_TIMING) -> pytest.RunResult:

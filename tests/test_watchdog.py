@@ -13,6 +13,7 @@ from hostile_models import never_ending_loop
 from onnx import helper
 
 from pytest_dlbricks import watchdog
+from pytest_dlbricks.running import create_session
 from pytest_dlbricks.watchdog import RunStopped, run_watched
 
 FEEDS = {"x": np.ones((2, 4), np.float32)}
@@ -20,7 +21,7 @@ FEEDS = {"x": np.ones((2, 4), np.float32)}
 
 def session(*, stacking: bool) -> ort.InferenceSession:
     model = never_ending_loop(stacking=stacking)
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return create_session(model)
 
 
 def test_a_run_over_the_time_limit_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -42,7 +43,7 @@ def test_a_run_within_the_limits_returns_its_results_and_leaves_no_thread() -> N
     relu = tiny_models.finish(
         [helper.make_node("Relu", ["x"], ["y"])], [tiny_models.tensor("x", [2, 4])], [tiny_models.tensor("y", [2, 4])]
     )
-    quick = ort.InferenceSession(relu.SerializeToString(), providers=["CPUExecutionProvider"])
+    quick = create_session(relu)
     threads = threading.active_count()
     (result,) = run_watched(quick, None, {"x": -FEEDS["x"]})
     assert not result.any()
