@@ -13,6 +13,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import networkx as nx
 
@@ -31,15 +32,24 @@ MIN_ROUNDS = 7
 MAX_ROUNDS = 200
 
 
+class TimedBrick(Protocol):
+    """A brick ready to run (see :class:`~pytest_dlbricks.running.BrickRunner`)."""
+
+    def __call__(self) -> object: ...
+
+    def rewrite_inputs(self) -> None: ...
+
+
 @dataclass
 class BrickRounds:
     """Times each distinct brick of a model once per round; used as pytest-benchmark's round setup.
 
-    Each round ends with one untimed call of the whole model (``warm_up``), so that the model is
-    timed as warm as its bricks are: caches filled and executor threads awake.
+    Each call is timed as brick items are, its inputs written again just before. Each round ends
+    with one untimed call of the whole model (``warm_up``), so that the model is timed as warm as
+    its bricks are: caches filled and executor threads awake.
     """
 
-    runners: Mapping[str, Callable[[], object]]
+    runners: Mapping[str, TimedBrick]
     warm_up: Callable[[], object]
     #: One entry per round: seconds by brick signature (median of the round's calls).
     rounds: list[dict[str, float]] = field(default_factory=list)
@@ -50,6 +60,7 @@ class BrickRounds:
             run()
             calls = []
             for _ in range(CALLS_PER_ROUND):
+                run.rewrite_inputs()
                 start = time.perf_counter()
                 run()
                 calls.append(time.perf_counter() - start)

@@ -26,14 +26,27 @@ def plan_of(path: Path, granularity: int) -> ModelPlan:
     return plan_model(load_model(path), granularity, path.name)
 
 
+class Recorded:
+    """A brick that records its calls and the rewriting of its inputs."""
+
+    def __init__(self, name: str, calls: list[str]) -> None:
+        self.name = name
+        self.calls = calls
+
+    def __call__(self) -> None:
+        self.calls.append(self.name)
+
+    def rewrite_inputs(self) -> None:
+        self.calls.append(f"{self.name} inputs")
+
+
 def test_each_round_times_every_brick_then_warms_the_model() -> None:
     calls: list[str] = []
-    rounds = BrickRounds(
-        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, lambda: calls.append("model")
-    )
+    rounds = BrickRounds({"a": Recorded("a", calls), "b": Recorded("b", calls)}, lambda: calls.append("model"))
     rounds()
     rounds()
-    assert calls == (["a"] * 4 + ["b"] * 4 + ["model"]) * 2, "one warm-up call and three timed calls per brick"
+    timed = ["a"] + ["a inputs", "a"] * 3 + ["b"] + ["b inputs", "b"] * 3
+    assert calls == [*timed, "model"] * 2, "one warm-up call, three timed calls on rewritten inputs per brick"
     assert len(rounds.rounds) == 2 and set(rounds.rounds[0]) == {"a", "b"}
     assert all(seconds >= 0 for times in rounds.rounds for seconds in times.values())
 
