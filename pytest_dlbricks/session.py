@@ -237,9 +237,9 @@ class DLBricksSession:
             )
             clock = self._clock(benchmark)
 
-            def call() -> object:
+            def call() -> None:
                 clock.untimed(runner.rewrite_inputs)
-                return runner()
+                runner()
 
             benchmark(call)
             if benchmark.stats:
@@ -296,7 +296,7 @@ class DLBricksSession:
                     f"{plan.path}: cannot time the whole model: {error}", pytrace=False
                 ) from None
             benchmark = request.getfixturevalue("benchmark")
-            bricks = BrickRounds(runners, warm_up=model)
+            bricks = BrickRounds(runners, model)
             self._measure_overhead(parallel=executor == "parallel")
             start = time.perf_counter()
             model()

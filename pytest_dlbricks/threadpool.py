@@ -12,6 +12,10 @@ must use it. :func:`new_options` gives options that do.
 
 from __future__ import annotations
 
+import contextlib
+import io
+
+import onnx
 import onnxruntime as ort
 from onnxruntime.capi import _pybind_state
 
@@ -28,6 +32,10 @@ def use(pool: str, threads: int) -> None:
     already shared a pool of another size, or when it shared one and ``pool`` is per-session.
     """
     global _shared_threads
+    if _shared_threads is None and _runtime_shares_a_pool():
+        # An earlier run in this process shared it, and this module was imported again since
+        # (pytester's in-process runs do that): its size is no longer known, take it as asked.
+        _shared_threads = threads
     if _shared_threads is not None:
         if pool != "shared":
             raise ThreadPoolConflict(
@@ -52,6 +60,25 @@ def new_options() -> ort.SessionOptions:
     if _shared_threads is not None:
         options.use_per_session_threads = False
     return options
+
+
+def _runtime_shares_a_pool() -> bool:
+    """Whether onnxruntime already refuses sessions a thread pool of their own, in this process."""
+    helper = onnx.helper
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "probe",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # onnxruntime prints its retry there
+            ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime's exception types are not part of its API
+        return "global thread pool" in str(error)
+    return False
 
 
 def _describe(threads: int) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -45,12 +45,13 @@ class BrickRounds:
     """Times each distinct brick of a model once per round; used as pytest-benchmark's round setup.
 
     Each call is timed as brick items are, its inputs written again just before. Each round ends
-    with one untimed call of the whole model (``warm_up``), so that the model is timed as warm as
-    its bricks are: caches filled and executor threads awake.
+    with one untimed call of the whole ``model`` and the writing of its inputs, so that the model's
+    timed call, which follows, finds things as each brick's did: caches filled, threads awake,
+    inputs just written.
     """
 
     runners: Mapping[str, TimedBrick]
-    warm_up: Callable[[], object]
+    model: TimedBrick
     #: One entry per round: seconds by brick signature (median of the round's calls).
     rounds: list[dict[str, float]] = field(default_factory=list)
 
@@ -66,7 +67,8 @@ class BrickRounds:
                 calls.append(time.perf_counter() - start)
             times[signature] = statistics.median(calls)
         self.rounds.append(times)
-        self.warm_up()
+        self.model()
+        self.model.rewrite_inputs()
 
 
 def rounds_for(round_seconds: float) -> int:

@@ -137,7 +137,8 @@ def test_a_float16_operator_the_provider_runs_is_placed(tmp_path: Path) -> None:
     assert runner.placement is not None
     assert runner.placement.providers == {"CPUExecutionProvider": 1}
     assert runner.provider == "CPUExecutionProvider"
-    assert runner()[0].dtype == np.float16
+    runner()
+    assert runner.outputs()[0].dtype == np.float16
 
 
 def test_an_operator_without_a_kernel_is_unsupported(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ def pool_sizes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """A process that has not chosen yet; the sizes it gives onnxruntime are recorded, not applied."""
     calls: list[tuple[int, int]] = []
     monkeypatch.setattr(threadpool, "_shared_threads", None)
+    monkeypatch.setattr(threadpool, "_runtime_shares_a_pool", lambda: False)
     monkeypatch.setattr(threadpool._pybind_state, "set_global_thread_pool_sizes", lambda *sizes: calls.append(sizes))
     return calls
 
@@ -40,6 +41,22 @@ def test_a_shared_pool_cannot_be_resized_or_given_up(pool_sizes: list[tuple[int,
     with pytest.raises(ThreadPoolConflict, match="cannot give sessions their own pools again"):
         use("per-session", 0)
     assert pool_sizes == [(0, 0)]
+
+
+def test_a_pool_shared_before_this_module_was_imported_again_is_kept(
+    pool_sizes: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(threadpool, "_runtime_shares_a_pool", lambda: True)
+    use("shared", 2)
+    assert pool_sizes == [], "onnxruntime's pool is already there"
+    assert not new_options().use_per_session_threads
+    with pytest.raises(ThreadPoolConflict, match="cannot give sessions their own pools again"):
+        use("per-session", 2)
+
+
+def test_the_runtime_is_asked_whether_it_shares_a_pool() -> None:
+    """Whatever this test process did before, the answer and the module's record agree."""
+    assert threadpool._runtime_shares_a_pool() == (threadpool._shared_threads is not None)
 
 
 def test_a_second_run_asking_for_other_threads_is_a_usage_error(

@@ -42,11 +42,11 @@ class Recorded:
 
 def test_each_round_times_every_brick_then_warms_the_model() -> None:
     calls: list[str] = []
-    rounds = BrickRounds({"a": Recorded("a", calls), "b": Recorded("b", calls)}, lambda: calls.append("model"))
+    rounds = BrickRounds({"a": Recorded("a", calls), "b": Recorded("b", calls)}, Recorded("model", calls))
     rounds()
     rounds()
     timed = ["a"] + ["a inputs", "a"] * 3 + ["b"] + ["b inputs", "b"] * 3
-    assert calls == [*timed, "model"] * 2, "one warm-up call, three timed calls on rewritten inputs per brick"
+    assert calls == [*timed, "model", "model inputs"] * 2, "three timed calls on rewritten inputs per brick"
     assert len(rounds.rounds) == 2 and set(rounds.rounds[0]) == {"a", "b"}
     assert all(seconds >= 0 for times in rounds.rounds for seconds in times.values())
 
