@@ -44,6 +44,7 @@ class Settings:
     html_path: Path | None = None
     #: Threads onnxruntime uses inside an operator; 0 leaves onnxruntime's default.
     intra_op_threads: int = 0
+    #: One onnxruntime thread pool for all sessions, or one per session (see :data:`THREAD_POOLS`).
     thread_pool: str = "shared"
     optimization: str = "all"
     statistic: str = "median"
