@@ -11,8 +11,12 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from _pytest._code.code import TracebackEntry
 
 
 class TerminateAsInterrupt:
@@ -34,10 +38,24 @@ class TerminateAsInterrupt:
     def _interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """Drop the frames a signal caught between two lines: Python reports no line number for them
+        (``tb_lineno`` is None), and pytest's summary of the interrupt would fail on them and exit 1.
+        """
+        excinfo.traceback = excinfo.traceback.filter(_has_line_number)
+
     def pytest_unconfigure(self) -> None:
         if self.installed:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             self.installed = False
+
+
+def _has_line_number(entry: TracebackEntry) -> bool:
+    try:
+        return entry.lineno >= 0
+    except TypeError:  # pytest computes the frame's tb_lineno - 1, and tb_lineno is None
+        return False
 
 
 def stopped_early(session: pytest.Session, exitstatus: int) -> bool:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterable
+from types import FrameType, TracebackType
 
 import pytest
 
@@ -127,3 +128,41 @@ def test_the_handler_interrupts() -> None:
     finally:
         guard.pytest_unconfigure()
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def _looping() -> FrameType:
+    """A frame whose code has instructions outside any line (loop and ``finally`` bookkeeping)."""
+    for _ in range(1):
+        try:
+            pass
+        finally:
+            pass
+    frame = sys._getframe()
+    assert frame is not None
+    return frame
+
+
+def test_frames_caught_between_lines_do_not_break_the_interrupt_summary() -> None:
+    frame = _looping()
+    between_lines = [start for start, _, line in frame.f_code.co_lines() if line is None]
+    if not between_lines:
+        pytest.skip("this Python gives every instruction a line")
+    inner = TracebackType(None, frame, between_lines[0], -1)
+    assert inner.tb_lineno is None
+    interrupt = KeyboardInterrupt("SIGTERM received")
+    try:
+        raise interrupt
+    except KeyboardInterrupt:
+        outer = sys.exc_info()[2]
+    assert outer is not None
+    excinfo = pytest.ExceptionInfo.from_exception(
+        interrupt.with_traceback(TracebackType(inner, outer.tb_frame, outer.tb_lasti, outer.tb_lineno))
+    )
+    guard = TerminateAsInterrupt()
+    try:
+        guard.pytest_keyboard_interrupt(excinfo)
+    finally:
+        guard.pytest_unconfigure()
+
+    assert "SIGTERM received" in str(excinfo.getrepr(funcargs=True))
+    assert len(excinfo.traceback) == 1
