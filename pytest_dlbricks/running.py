@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +15,7 @@ from . import threadpool
 from .bricks import BrickSpec
 from .composition import CallOverhead
 from .errors import ModelError, runtime_cause
+from .flops import VIEW_OPS
 from .loading import MIN_IR_VERSION, TensorSpec
 from .placement import Placement, read_profile
 from .settings import DEFAULT_PROVIDERS, Settings
@@ -134,9 +135,14 @@ class BrickRunner:
     When the providers are not the default or the brick holds float16 tensors, :meth:`check` also
     runs the brick once in a profiled session of its own, to learn which provider ran each node
     (:attr:`placement`) and whether onnxruntime ran float16 operators in float32.
+
+    ``whole_model`` marks the runner of a whole model, whose outputs are its own: they are never
+    bound onto its inputs (see :func:`view_outputs`).
     """
 
-    def __init__(self, brick: BrickSpec, settings: Settings, *, parallel: bool = False) -> None:
+    def __init__(
+        self, brick: BrickSpec, settings: Settings, *, parallel: bool = False, whole_model: bool = False
+    ) -> None:
         self.brick = brick
         self.settings = settings
         self.parallel = parallel
@@ -152,7 +158,7 @@ class BrickRunner:
                 raise UnsupportedByProvider(f"{'+'.join(settings.providers)} cannot run it: {_short(error)}") from error
             raise BrickError(f"onnxruntime cannot load the brick: {_short(error)}") from error
         self.provider = self.session.get_providers()[0]
-        self._binding = bind(self.session, self.feeds)
+        self._binding = bind(self.session, self.feeds, {} if whole_model else view_outputs(brick, self.feeds))
         self._outputs: list[np.ndarray] = []
 
     def __call__(self) -> None:
@@ -208,9 +214,12 @@ class BrickRunner:
             return read_profile(Path(session.end_profiling()))
 
 
-def bind(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> ort.SIOBinding | None:
-    """Inputs bound in place and outputs left to onnxruntime's allocator, for calls that copy nothing;
-    None for inputs onnxruntime cannot bind (strings), which ``run()`` then takes.
+def bind(
+    session: ort.InferenceSession, feeds: dict[str, np.ndarray], placed: Mapping[str, np.ndarray] | None = None
+) -> ort.SIOBinding | None:
+    """Inputs bound in place and outputs left to onnxruntime's allocator (or written into the arrays
+    ``placed`` gives by output name), for calls that copy nothing; None for inputs onnxruntime cannot
+    bind (strings), which ``run()`` then takes.
 
     ``run()`` would copy every output into a new numpy array: for a brick, a cost the layers do not
     pay inside the model, where a layer's output stays in onnxruntime's memory for the next layer.
@@ -218,12 +227,35 @@ def bind(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> ort.SIO
     """
     if any(array.dtype.kind in "OSU" for array in feeds.values()):
         return None
+    placed = placed or {}
     binding = session.io_binding()
     for name, array in feeds.items():
         binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array))
     for output in session.get_outputs():
-        binding.bind_output(output.name, "cpu")
+        if output.name in placed:
+            binding.bind_ortvalue_output(output.name, ort.OrtValue.ortvalue_from_numpy(placed[output.name]))
+        else:
+            binding.bind_output(output.name, "cpu")
     return binding
+
+
+def view_outputs(brick: BrickSpec, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The brick's outputs that only reshape one of its inputs, each as a view of that input's array.
+
+    Inside a model, onnxruntime gives the output of Reshape, Squeeze, Flatten and the like the memory
+    of their input: they copy nothing. Left to onnxruntime's allocator, a brick's such output would
+    be a copy, several times the layer's cost (5.9 us instead of 2.2 us for a 180 KB Reshape).
+    Bound onto the input's memory, onnxruntime sees the same buffer and copies nothing, as inside
+    the model. A view whose input is computed inside the brick cannot be bound so, and stays a copy.
+    """
+    shapes = dict(brick.outputs)
+    views = {}
+    for node in brick.nodes:
+        source = feeds.get(node.input[0]) if node.op_type in VIEW_OPS and node.input else None
+        target = shapes.get(node.output[0])
+        if source is not None and target is not None and source.flags.c_contiguous:
+            views[node.output[0]] = source.reshape(target.shape)
+    return views
 
 
 #: Types onnxruntime's CPU Add kernel takes, the operator that rewrites inputs.

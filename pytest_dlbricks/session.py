@@ -284,7 +284,7 @@ class DLBricksSession:
                     f"{plan.path}: the model's outputs are not all tensors; it cannot be timed whole", pytrace=False
                 )
             try:
-                model = BrickRunner(plan.whole, self.settings, parallel=executor == "parallel")
+                model = BrickRunner(plan.whole, self.settings, parallel=executor == "parallel", whole_model=True)
                 model.check()
                 runners = {
                     signature: BrickRunner(self.bricks[signature], self.settings) for signature in plan.signatures

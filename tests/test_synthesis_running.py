@@ -22,6 +22,7 @@ from pytest_dlbricks.running import (
     measure_parallel_fixed_cost,
     run_reference,
     session_options,
+    view_outputs,
 )
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.synthesis import (
@@ -201,6 +202,37 @@ def test_rewriting_inputs_writes_them_in_place_unchanged(tmp_path: Path, setting
     assert all(np.array_equal(runner.feeds[name], array) for name, array in inputs.items())
     runner()
     np.testing.assert_array_equal(runner.outputs()[0], before)
+
+
+def test_a_reshape_of_a_brick_input_is_that_inputs_memory(tmp_path: Path, settings: Settings) -> None:
+    """Inside the model onnxruntime aliases a Reshape's output to its input; the brick does the same."""
+    runner = BrickRunner(brick_with_ops(tiny_models.computed_reshape(tmp_path), ("Reshape",)), settings)
+    runner.check()
+    runner()
+    np.testing.assert_array_equal(runner.outputs()[0], runner.feeds["input_0"].reshape(2, 12))
+    runner.feeds["input_0"][...] = 7.0  # not run again: only a shared buffer shows the change
+    assert (runner.outputs()[0] == 7.0).all()
+
+
+def test_a_view_of_a_value_computed_in_the_brick_keeps_its_own_output(tmp_path: Path, settings: Settings) -> None:
+    nodes = [onnx.helper.make_node("Relu", ["x"], ["r"]), onnx.helper.make_node("Reshape", ["r", "shape"], ["y"])]
+    shape = tiny_models.array("shape", np.array([2, 12], np.int64))
+    model = tiny_models.finish(nodes, [tiny_models.tensor("x", [2, 3, 4])], [tiny_models.tensor("y", [2, 12])], [shape])
+    brick = brick_with_ops(tiny_models.save(model, tmp_path, "relu_reshape.onnx"), ("Relu", "Reshape"))
+    assert view_outputs(brick, brick_feeds(brick)) == {}
+    runner = BrickRunner(brick, settings)
+    runner()
+    np.testing.assert_array_equal(runner.outputs()[0], np.maximum(runner.feeds["input_0"], 0).reshape(2, 12))
+
+
+def test_a_whole_model_never_returns_its_input_as_its_output(tmp_path: Path, settings: Settings) -> None:
+    """A model's own outputs are onnxruntime's: a model that only reshapes its input copies it."""
+    (brick,) = bricks_of(tiny_models.single_layer(tmp_path, "Identity", [2, 8]), 1)
+    assert set(view_outputs(brick, brick_feeds(brick))) == {name for name, _ in brick.outputs}
+    whole = BrickRunner(brick, settings, whole_model=True)
+    whole()
+    whole.feeds["input_0"][...] = 7.0
+    assert not (whole.outputs()[0] == 7.0).any()
 
 
 def test_inputs_are_rewritten_through_onnxruntime(tmp_path: Path, settings: Settings) -> None:
