@@ -251,11 +251,16 @@ def view_outputs(brick: BrickSpec, feeds: Mapping[str, np.ndarray]) -> dict[str,
     shapes = dict(brick.outputs)
     views = {}
     for node in brick.nodes:
-        source = feeds.get(node.input[0]) if node.op_type in VIEW_OPS and node.input else None
+        source = feeds.get(node.input[0]) if _only_reshapes(node) else None
         target = shapes.get(node.output[0])
         if source is not None and target is not None and source.flags.c_contiguous:
             views[node.output[0]] = source.reshape(target.shape)
     return views
+
+
+def _only_reshapes(node: onnx.NodeProto) -> bool:
+    """A Dropout given ``training_mode`` may drop values: a computation, not a view."""
+    return node.op_type in VIEW_OPS and bool(node.input) and not (node.op_type == "Dropout" and len(node.input) > 2)
 
 
 #: Types onnxruntime's CPU Add kernel takes, the operator that rewrites inputs.

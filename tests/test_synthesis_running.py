@@ -225,6 +225,17 @@ def test_a_view_of_a_value_computed_in_the_brick_keeps_its_own_output(tmp_path: 
     np.testing.assert_array_equal(runner.outputs()[0], np.maximum(runner.feeds["input_0"], 0).reshape(2, 12))
 
 
+def test_a_dropout_in_training_mode_is_not_a_view(tmp_path: Path, settings: Settings) -> None:
+    node = onnx.helper.make_node("Dropout", ["x", "ratio", "training"], ["y"])
+    constants = [
+        tiny_models.array("ratio", np.array(0.5, np.float32)),
+        tiny_models.array("training", np.array(True)),
+    ]
+    model = tiny_models.finish([node], [tiny_models.tensor("x", [2, 8])], [tiny_models.tensor("y", [2, 8])], constants)
+    (brick,) = bricks_of(tiny_models.save(model, tmp_path, "dropout.onnx"), 1)
+    assert view_outputs(brick, brick_feeds(brick)) == {}
+
+
 def test_a_whole_model_never_returns_its_input_as_its_output(tmp_path: Path, settings: Settings) -> None:
     """A model's own outputs are onnxruntime's: a model that only reshapes its input copies it."""
     (brick,) = bricks_of(tiny_models.single_layer(tmp_path, "Identity", [2, 8]), 1)
