@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union
 
 import pytest
 
@@ -68,6 +68,8 @@ class _Option:
     #: A flag whose value may be left out, standing for ``const``.
     optional_value: bool = False
     const: str | None = None
+    #: What a native TOML value may be besides text: ``int`` or ``float`` (see :func:`_ini_type`).
+    ini_number: type | None = None
 
     @property
     def dest(self) -> str:
@@ -82,6 +84,7 @@ _OPTIONS = (
         "off",
         parse_granularity,
         ini="dlbricks_granularity",
+        ini_number=int,
     ),
     _Option(
         "--dlbricks-dim",
@@ -105,6 +108,7 @@ _OPTIONS = (
         "0",
         parse_threads,
         ini="dlbricks_threads",
+        ini_number=int,
     ),
     _Option(
         "--dlbricks-thread-pool",
@@ -158,6 +162,7 @@ _OPTIONS = (
         f"{DEFAULT_PRECISION:.0%}",
         _check_precision,
         ini="dlbricks_precision",
+        ini_number=float,
     ),
     _Option(
         "--dlbricks-validate",
@@ -250,6 +255,7 @@ _OPTIONS = (
         "never fail",
         parse_percentage,
         ini="dlbricks_compare_fail",
+        ini_number=float,
     ),
     _Option(
         "--dlbricks-compare-incompatible",
@@ -282,7 +288,21 @@ def add_options(parser: pytest.Parser) -> None:
         if option.ini and option.repeatable:
             parser.addini(option.ini, f"dlbricks: {option.help}", type="linelist", default=[])
         elif option.ini:
-            parser.addini(option.ini, f"dlbricks: {option.help}", type="string", default="")
+            parser.addini(option.ini, f"dlbricks: {option.help}", type=_ini_type(option), default="")
+
+
+def _ini_type(option: _Option) -> Any:
+    """How pytest reads an ini value, so that pytest 9's native ``[tool.pytest]`` table takes TOML's types.
+
+    A truth value is a boolean in every pytest. A number may be written unquoted from pytest 9.2 on,
+    which reads unions of types; before that it is text (native TOML tables only exist from pytest 9.0,
+    where the README says to quote it). Either way the value reaches the same parser as a flag's text.
+    """
+    if option.switch:
+        return "bool"
+    if option.ini_number is None or pytest.version_tuple < (9, 2):
+        return "string"
+    return Union[option.ini_number, str]
 
 
 def read_settings(config: pytest.Config) -> Settings | None:
@@ -413,7 +433,7 @@ def _flag_or_ini(config: pytest.Config, name: str, parse: Callable[[str], T]) ->
     flag = config.getoption(name)
     if flag is not None:
         return flag  # type: ignore[no-any-return]
-    text = str(config.getini(name)).strip()
+    text = str(config.getini(name)).strip()  # a native TOML number or boolean is parsed as its text
     return _from_ini(name, text, parse) if text else None
 
 

@@ -11,6 +11,16 @@ import pytest
 
 SAMPLE_MODELS = Path(__file__).resolve().parent.parent / "sample_models"
 LIGHT_MODELS = Path(onnx.__file__).resolve().parent / "backend" / "test" / "data" / "light"
+
+
+def light_models() -> list[Path]:
+    """The onnx wheel's 9 real CNNs; the test is skipped if the installed onnx no longer ships them."""
+    paths = sorted(LIGHT_MODELS.glob("light_*.onnx"))
+    if len(paths) != 9:
+        pytest.skip(f"the installed onnx {onnx.__version__} does not ship its 9 light models in {LIGHT_MODELS}")
+    return paths
+
+
 #: pytest-benchmark flags for runs where timing itself is not under test.
 QUICK_TIMING = ("--benchmark-min-rounds=2", "--benchmark-max-time=0.000001")
 #: Seconds any one test may take: a hung onnxruntime session must not hold CI until its own limit.

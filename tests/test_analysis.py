@@ -10,7 +10,7 @@ import pytest
 import tiny_models
 from test_reporting import distinct_bricks, result
 
-from conftest import LIGHT_MODELS
+from conftest import light_models
 from pytest_dlbricks.analysis import (
     TOP_BRICKS,
     BrickWork,
@@ -215,7 +215,7 @@ def test_light_models_flops_match_their_published_multiply_adds() -> None:
     """Every layer of the onnx wheel's 9 CNNs is counted; Conv and Gemm give the published counts
     (ResNet-50 4.09 G multiply-adds, VGG-19 19.6 G) at 2 FLOPs per multiply-add."""
     published_macs = {"light_resnet50": 4.09e9, "light_vgg19": 19.63e9}
-    for path in sorted(LIGHT_MODELS.glob("*.onnx")):
+    for path in light_models():
         plan, work = planned(path, 1)
         assert all(brick.flops is not None for brick in work.values()), path.stem
         layers = [layer for signature in plan.signatures.elements() for layer in work[signature].layers]

@@ -109,7 +109,9 @@ def test_long_labels_summarise_the_remaining_operators(tmp_path: Path) -> None:
 
 def test_bricks_hold_no_name_of_the_source_model(tmp_path: Path) -> None:
     path = tiny_models.chain(tmp_path, prefix="secret_")
-    for brick in bricks_of(path, 2):
+    bricks = bricks_of(path, 2)
+    assert bricks
+    for brick in bricks:
         data = build_brick_model(brick).SerializeToString()
         assert b"secret_" not in data
         for node in brick.nodes:
@@ -195,8 +197,13 @@ def test_if_branches_read_the_renamed_outer_values(tmp_path: Path) -> None:
 @pytest.mark.parametrize("builder", [tiny_models.loop_outer_scope, tiny_models.if_outer_scope])
 @pytest.mark.parametrize("granularity", [1, 2, 3])
 def test_subgraph_bricks_run(tmp_path: Path, builder: Callable[[Path], Path], granularity: int) -> None:
-    for brick in bricks_of(builder(tmp_path), granularity):
-        BrickRunner(brick, ONE_THREAD).check()
+    bricks = bricks_of(builder(tmp_path), granularity)
+    assert any({"If", "Loop"} & set(brick.ops) for brick in bricks), "the subgraph node is in a brick"
+    for brick in bricks:
+        runner = BrickRunner(brick, ONE_THREAD)
+        runner.check()
+        runner()
+        assert len(runner.outputs()) == len(brick.outputs), f"{brick.ops} returns its outputs"
 
 
 def test_renaming_leaves_the_source_model_untouched(tmp_path: Path) -> None:

@@ -122,5 +122,10 @@ def test_a_missing_or_broken_model_file_is_a_miss(tmp_path: Path) -> None:
 
 def test_a_cache_that_cannot_be_written_is_no_error(tmp_path: Path) -> None:
     path = tiny_models.chain(tmp_path)
-    (tmp_path / "blocked").write_text("a file where the cache's folder should be")
-    PlanCache(tmp_path / "blocked" / "plans", SETTINGS).put(path, ONE_POINT, cut(path))
+    blocker = tmp_path / "blocked"
+    blocker.write_text("a file where the cache's folder should be")
+    cache = PlanCache(blocker / "plans", SETTINGS)
+    cache.put(path, ONE_POINT, cut(path))  # raises nothing: the next run only cuts again
+    assert cache.get(path, "chain.onnx") is None
+    assert blocker.read_text() == "a file where the cache's folder should be"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocked", "chain.onnx"]

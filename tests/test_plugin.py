@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LIGHT_MODELS, QUICK_TIMING, SAMPLE_MODELS
+from conftest import QUICK_TIMING, SAMPLE_MODELS, light_models
 
 DIMS = ("--dlbricks-dim", "batch=1", "--dlbricks-dim", "seq=16")
 
@@ -273,6 +273,34 @@ def test_ini_enables_and_flag_wins(pytester: pytest.Pytester, sample_models: lis
     assert read_report(pytester.path / "r.json")["granularity"] == 1
 
 
+@pytest.mark.skipif(pytest.version_tuple < (9, 2), reason="pytest reads TOML numbers into ini values from 9.2 on")
+def test_native_toml_table_takes_numbers_and_booleans_unquoted(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    pytester.makepyprojecttoml(
+        "[tool.pytest]\n"
+        "dlbricks_granularity = 3\n"
+        "dlbricks_validate = true\n"
+        "dlbricks_precision = 0.05\n"
+        'dlbricks_dims = ["batch=2", "seq=4"]\n'
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", *QUICK_TIMING, "--dlbricks-json=r.json", "models/mlp.onnx")
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    report = read_report(pytester.path / "r.json")
+    assert report["granularity"] == 3
+    assert report["settings"]["validate"] is True
+    assert report["settings"]["precision"] == 0.05
+    assert report["settings"]["dims"] == {"batch": 2, "seq": 4}
+
+
+def test_ini_truth_values_read_as_before(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    pytester.makeini("[pytest]\ndlbricks_granularity = 3\ndlbricks_validate = yes\ndlbricks_precision = 5%\n")
+    run(pytester, "--dlbricks-json=r.json", "models/mlp.onnx")
+    settings = read_report(pytester.path / "r.json")["settings"]
+    assert settings["validate"] is True
+    assert settings["precision"] == 0.05
+
+
 def test_runtime_settings_are_recorded(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     # A process of its own: onnxruntime cannot give sessions their own thread pools once a process shares one.
     pytester.runpytest_subprocess(
@@ -337,7 +365,7 @@ def test_light_models_of_the_onnx_wheel(
     pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], granularity: int
 ) -> None:
     """The 9 real architectures with old-IR quirks: all load, every brick runs, counts add up, ResNet-50 dedupes."""
-    copy_models(*sorted(LIGHT_MODELS.glob("*.onnx")), folder="light")
+    copy_models(*light_models(), folder="light")
     result = run(
         pytester, f"--dlbricks-granularity={granularity}", "--dlbricks-cut=original", "--dlbricks-json=r.json", "light"
     )

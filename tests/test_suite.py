@@ -83,6 +83,7 @@ def test_a_brick_read_back_is_the_brick_written(tmp_path: Path) -> None:
     bricks = distinct(tiny_models.computed_reshape(tmp_path), tiny_models.loop_outer_scope(tmp_path, body_seed=3))
     export_suite(tmp_path / "suite", bricks, SETTINGS.describe())
     entries = read_manifest(tmp_path / "suite") or {}
+    assert bricks and len(entries) == len(bricks)
     for brick in bricks:
         name = brick_file_name(brick)
         again = read_brick(tmp_path / "suite" / name, entries[name])
@@ -108,6 +109,7 @@ def test_nothing_of_the_model_leaks_into_the_suite(tmp_path: Path) -> None:
     path, weights = secret_model(tmp_path)
     bricks = distinct(path, granularity=1) + distinct(path, granularity=2)
     export_suite(tmp_path / "suite", bricks, SETTINGS.describe())
+    assert any(file.suffix == ".onnx" for file in (tmp_path / "suite").iterdir())
     for file in (tmp_path / "suite").iterdir():
         data = file.read_bytes()
         assert SECRET.encode() not in data, file.name

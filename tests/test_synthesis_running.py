@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.errors import ModelError
 from pytest_dlbricks.loading import TensorSpec, load_model
+from pytest_dlbricks import running
 from pytest_dlbricks.running import (
     BrickError,
     BrickRunner,
@@ -124,7 +127,9 @@ def test_a_computed_shape_is_fed_its_real_value(tmp_path: Path, settings: Settin
 @pytest.mark.parametrize("granularity", [1, 2, 3])
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_every_brick_model_is_valid_and_runs(tmp_path: Path, settings: Settings, name: str, granularity: int) -> None:
-    for brick in bricks_of(BUILDERS[name](tmp_path), granularity):
+    bricks = bricks_of(BUILDERS[name](tmp_path), granularity)
+    assert bricks
+    for brick in bricks:
         model = build_brick_model(brick)
         onnx.checker.check_model(model, full_check=True)
         runner = BrickRunner(brick, settings)
@@ -284,8 +289,23 @@ def test_the_call_overhead_is_a_few_microseconds_and_positive(settings: Settings
     assert overhead.parallel_fixed_s is None
 
 
-def test_the_parallel_fixed_cost_is_measured_apart(settings: Settings) -> None:
-    assert measure_parallel_fixed_cost(settings, rounds=1, calls=2) >= 0
+def test_the_parallel_fixed_cost_is_the_intercept_of_chains_of_growing_length(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chain of n layers takes fixed + n * per_layer; the fixed part is what is kept, never below zero."""
+
+    def chains(fixed_s: float) -> Callable[..., dict[str, list[float]]]:
+        return lambda families, rounds, calls: {"parallel": [fixed_s + n * 2e-6 for n in running._SIZES]}
+
+    monkeypatch.setattr(running, "_interleaved_medians", chains(30e-6))
+    assert measure_parallel_fixed_cost(settings, rounds=1, calls=1) == pytest.approx(30e-6)
+    monkeypatch.setattr(running, "_interleaved_medians", chains(-5e-6))
+    assert measure_parallel_fixed_cost(settings, rounds=1, calls=1) == 0.0
+
+
+def test_the_parallel_fixed_cost_is_measured_on_the_parallel_executor(settings: Settings) -> None:
+    fixed_s = measure_parallel_fixed_cost(settings, rounds=2, calls=5)
+    assert math.isfinite(fixed_s) and 0 <= fixed_s < 0.05
 
 
 def test_optimized_loading_cuts_what_onnxruntime_runs(tmp_path: Path, settings: Settings) -> None:

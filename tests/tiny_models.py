@@ -275,6 +275,45 @@ def single_layer(directory: Path, op: str, shape: Sequence[int], name: str = "si
     return save(finish([node], [tensor("x", shape)], [tensor("y", shape)]), directory, name)
 
 
+#: Elementwise operators of one input, candidates for one the installed runtime has no kernel for.
+UNARY_OPS = ("Relu", "Softplus", "Softsign", "Acos", "Asin", "Atan", "Cosh", "Sinh", "Tan", "Asinh", "Acosh", "Atanh")
+
+
+def op_without_kernel(dtype: int) -> str:
+    """An operator of :data:`UNARY_OPS` that onnxruntime's CPU provider runs in float32 but not in ``dtype``.
+
+    Probed on the installed onnxruntime, not written down, so a release that adds kernels does not
+    break the tests that need a missing one. Lacking a kernel shows either as a refusal to load or, for
+    float16, as the ``Cast`` nodes onnxruntime inserts to run the operator in float32. Skips the test
+    when every candidate has a kernel.
+    """
+    import tempfile
+
+    import onnxruntime
+    import pytest
+
+    from pytest_dlbricks.threadpool import new_options
+
+    def runs_natively(op: str, elem_type: int) -> bool:
+        node = helper.make_node(op, ["x"], ["y"])
+        model = finish([node], [tensor("x", [2, 8], elem_type)], [tensor("y", [2, 8], elem_type)])
+        with tempfile.TemporaryDirectory() as folder:
+            options = new_options()  # as the plugin's sessions, once the process shares a thread pool
+            options.optimized_model_filepath = str(Path(folder, "optimized.onnx"))
+            options.log_severity_level = 3  # its warning about hardware-specific optimizations is expected
+            try:
+                onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            except Exception:  # onnxruntime's exception types are not part of its API
+                return False
+            optimized = onnx.load(options.optimized_model_filepath)
+        return all(node.op_type != "Cast" for node in optimized.graph.node)
+
+    for op in UNARY_OPS:
+        if runs_natively(op, FLOAT) and not runs_natively(op, dtype):
+            return op
+    pytest.skip(f"onnxruntime's CPU provider runs every one of {UNARY_OPS} in {TensorProto.DataType.Name(dtype)}")
+
+
 #: Every builder of a model that loads and cuts, by a short name for test ids.
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "chain": chain,
