@@ -17,10 +17,14 @@ from typing import Any, TextIO
 from .settings import DEFAULT_STORE, STATISTICS, parse_choice
 
 PROG = "python -m pytest_dlbricks"
+DESCRIPTION = (
+    "Work with what pytest-dlbricks runs leave behind: compose estimates from private maps, merge the"
+    " reports of shards, and report a brick store's models on every machine in it."
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     compose = commands.add_parser(
         "compose",

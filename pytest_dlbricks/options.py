@@ -310,7 +310,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
     granularity = _flag_or_ini(config, "dlbricks_granularity", parse_granularity)
     if granularity is None:
         return None
-    dims = dict(_flag_or_ini_list(config, "dlbricks_dim", "dlbricks_dims", parse_dim_values))
+    dims = _dims(config)
     globs = _flag_or_ini_list(config, "dlbricks_glob", "dlbricks_globs", str) or list(DEFAULT_GLOBS)
     export_dir = _resolved(config, config.getoption("dlbricks_export"))
     settings = Settings(
@@ -346,6 +346,13 @@ def read_settings(config: pytest.Config) -> Settings | None:
             " its bricks, on one machine"
         )
     return settings
+
+
+def _dims(config: pytest.Config) -> dict[str, tuple[int, ...]]:
+    """Symbolic dimensions: the ini's, each overridden by a flag of the same name."""
+    dims = dict(_from_ini("dlbricks_dims", line, parse_dim_values) for line in config.getini("dlbricks_dims"))
+    dims.update(config.getoption("dlbricks_dim") or ())
+    return dims
 
 
 def _providers(config: pytest.Config) -> tuple[str, ...]:

@@ -92,3 +92,14 @@ def test_python_dash_m_runs_the_report(store: BrickStore) -> None:
         check=True,
     )
     assert "models/diamond.onnx" in result.stdout
+
+
+def test_help_is_plain_sentences(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "``" not in text and ":func:" not in text, "no reStructuredText markup"
+    assert "merge the reports of shards, and report a brick store's models on every machine in it." in text
+    for command in ("compose", "merge", "report"):
+        assert f" {command} " in text

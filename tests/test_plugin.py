@@ -301,6 +301,17 @@ def test_ini_truth_values_read_as_before(pytester: pytest.Pytester, sample_model
     assert settings["precision"] == 0.05
 
 
+def test_flag_dimensions_override_ini_dimensions_by_name(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    pytester.makeini("[pytest]\ndlbricks_granularity = 3\ndlbricks_dims =\n    batch=2\n    seq=4\n")
+    result = pytester.runpytest(
+        "--benchmark-disable", "--dlbricks-dim=seq=8", "--dlbricks-json=r.json", "models/transformer_block.onnx"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    assert read_report(pytester.path / "r.json")["settings"]["dims"] == {"batch": 2, "seq": 8}
+
+
 def test_runtime_settings_are_recorded(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     # A process of its own: onnxruntime cannot give sessions their own thread pools once a process shares one.
     pytester.runpytest_subprocess(
