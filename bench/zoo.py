@@ -1,0 +1,259 @@
+"""Run pytest-dlbricks on the zoo of real models and show, per model, whether it got an estimate.
+
+Builds nothing: the zoo comes from ``bench/zoo/build.py`` (its ``zoo.json`` manifest names every
+model and the values of its symbolic dimensions). For each granularity and validation setting the plugin
+runs as a user runs it, in a pytest subprocess with ``--dlbricks-json`` and ``--junitxml``, on a fresh
+brick store. Models are run together where their dimension values agree (``--dlbricks-dim`` is global),
+else in separate sessions. Prints per model: loaded, complete, estimate (``sequential_s``), measured
+(``measured_s``, with validation), their ratio, and the reason when a model gets no estimate; then the
+accuracy exp(-mean |ln ratio|), the share within 5% and 10%, and the plugin's own noise figure.
+
+``--check`` also runs every model that has no estimate in onnxruntime itself (the plugin's synthetic
+inputs at the manifest's dimensions, unnamed dimensions at 1) and exits 1 when onnxruntime runs a
+model that the plugin gave no estimate: onnxruntime is the authority on what is runnable.
+
+Run it from the repository root, in the environment where pytest-dlbricks is installed::
+
+    python bench/zoo.py [--cache DIR] [--subset ci|all] [--only NAMES] [--granularities 1,2,5]
+                        [--validate both|on|off] [--max-time 0.05] [--reports DIR] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+DEFAULT_CACHE = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="zoo folder (default: %(default)s)")
+    parser.add_argument("--subset", choices=("ci", "all"), default="all", help="(default: %(default)s)")
+    parser.add_argument("--only", help="comma-separated model names")
+    parser.add_argument("--granularities", default="1,2,5", help="comma-separated (default: %(default)s)")
+    parser.add_argument("--validate", choices=("both", "on", "off"), default="both", help="(default: %(default)s)")
+    parser.add_argument("--max-time", default="0.05", help="--benchmark-max-time per brick (default: %(default)s)")
+    parser.add_argument("--precision", default="off", help="--dlbricks-precision (default: %(default)s)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per pytest session (default: %(default)s)")
+    parser.add_argument("--reports", type=Path, help="keep each session's JSON, junit XML and output here")
+    parser.add_argument("--check", action="store_true", help="exit 1 if onnxruntime runs a model with no estimate")
+    parser.add_argument("pytest_args", nargs="*", help="more pytest arguments, after --")
+    args = parser.parse_args()
+    manifest_path = args.cache.expanduser() / "zoo.json"
+    if not manifest_path.exists():
+        sys.exit(f"{manifest_path} not found: build the zoo first with python bench/zoo/build.py")
+    manifest = json.loads(manifest_path.read_text())
+    models = [m for m in manifest["models"] if args.subset in m["subsets"]]
+    if args.only:
+        names = set(args.only.split(","))
+        models = [m for m in manifest["models"] if m["name"] in names]
+        if missing := names - {m["name"] for m in models}:
+            sys.exit(f"not in {manifest_path}: {', '.join(sorted(missing))}")
+    cache = manifest_path.parent
+    validations = {"both": (False, True), "on": (True,), "off": (False,)}[args.validate]
+    results: dict[tuple[int, bool], dict[str, dict]] = {}
+    noises: dict[tuple[int, bool], float | None] = {}
+    with tempfile.TemporaryDirectory(prefix="dlbricks-zoo-") as scratch:
+        kept = args.reports or Path(scratch)
+        kept.mkdir(parents=True, exist_ok=True)
+        ini = Path(scratch) / "pytest.ini"
+        ini.write_text("[pytest]\n")
+        for granularity in [int(g) for g in args.granularities.split(",")]:
+            for validate in validations:
+                key = (granularity, validate)
+                results[key], noises[key] = {}, None
+                for index, group in enumerate(_groups(models)):
+                    label = f"g{granularity}-{'validate' if validate else 'plain'}-{index}"
+                    rows, noise = _session(cache, group, granularity, validate, args, ini, kept, label)
+                    results[key].update(rows)
+                    noises[key] = noise if noises[key] is None else noises[key]
+    print(_render(models, results, noises))
+    if args.check:
+        sys.exit(_check(cache, models, results))
+
+
+def _groups(models: list[dict]) -> list[list[dict]]:
+    """Models split into as few sessions as their dimension values allow."""
+    groups: list[tuple[dict[str, int], list[dict]]] = []
+    for model in models:
+        for dims, members in groups:
+            if all(dims.get(name, value) == value for name, value in model["dims"].items()):
+                dims.update(model["dims"])
+                members.append(model)
+                break
+        else:
+            groups.append((dict(model["dims"]), [model]))
+    return [members for _, members in groups]
+
+
+def _session(
+    cache: Path, models: list[dict], granularity: int, validate: bool, args: argparse.Namespace, ini: Path,
+    kept: Path, label: str,
+) -> tuple[dict[str, dict], float | None]:
+    """One pytest session of the plugin on some models; per model name its row, and the noise figure."""
+    report, junit, store = kept / f"{label}.json", kept / f"{label}.xml", Path(tempfile.mkdtemp(dir=kept))
+    dims = {name: value for model in models for name, value in model["dims"].items()}
+    command = [
+        sys.executable, "-m", "pytest", *[str(cache / model["path"]) for model in models],
+        "-c", str(ini), f"--rootdir={cache}", "-p", "no:cacheprovider", "-q", "-rN",
+        f"--dlbricks-granularity={granularity}", f"--dlbricks-json={report}", f"--dlbricks-store={store}",
+        f"--dlbricks-precision={args.precision}", f"--benchmark-max-time={args.max_time}", f"--junitxml={junit}",
+        *[f"--dlbricks-dim={name}={value}" for name, value in dims.items()],
+        *(["--dlbricks-validate"] if validate else []), *args.pytest_args,
+    ]
+    start = time.perf_counter()
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, check=False)
+        output, code = completed.stdout + completed.stderr, completed.returncode
+    except subprocess.TimeoutExpired as expired:
+        output, code = f"{expired.stdout or ''}{expired.stderr or ''}", "timeout"
+    (kept / f"{label}.txt").write_text(output)
+    print(f"{label}: {len(models)} models, pytest exit {code} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    if not report.exists():
+        cause = f"no report (pytest exit {code}): {output.strip().splitlines()[-1] if output.strip() else ''}"
+        return {model["name"]: {"error": cause} for model in models}, None
+    data = json.loads(report.read_text())
+    failures = _failures(junit)
+    by_path = {(cache / model["path"]).resolve(): model for model in data["models"]}
+    rows = {}
+    for model in models:
+        found = by_path.get((cache / model["path"]).resolve(), {"error": "not in the plugin's report"})
+        rows[model["name"]] = _row(found, model["name"], data, failures)
+    return rows, (data.get("accuracy") or {}).get("noise")
+
+
+def _failures(junit: Path) -> dict[str, str]:
+    """Failed or erroring items of a junit XML report: nodeid-like name -> first line of the message."""
+    if not junit.exists():
+        return {}
+    failed = {}
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        for problem in [*case.findall("failure"), *case.findall("error")]:
+            text = (problem.get("message") or problem.text or "").strip()
+            text = text.split('failed on setup with "', 1)[-1].removeprefix("Failed: ").rstrip('"')
+            failed[f"{case.get('classname')}::{case.get('name')}"] = " ".join(text.split())[:400]
+    return failed
+
+
+def _row(found: dict, name: str, data: dict, failures: dict[str, str]) -> dict:
+    """What the table shows of one model: its figures and, when it has no full estimate, why."""
+    row = {key: found.get(key) for key in ("sequential_s", "measured_s", "ratio", "complete", "guessed_dims")}
+    row["loaded"] = "error" not in found
+    own = [message for case, message in failures.items() if f"{name}.onnx" in case.split("::")[0]]
+    causes = []
+    if "error" in found:
+        causes.append(str(found["error"]))
+    causes += [f"layer {b['layer']} {b['op']}: {b['cause']}" for b in found.get("unbuildable_layers") or []]
+    causes += [message for message in own if not any(cause in message for cause in causes)]
+    if row["loaded"] and not row["complete"] and not causes:
+        shared = [b for b in data.get("bricks", []) if b["time_s"] is None and found.get("path") in b["models"]]
+        causes.append(f"{len(shared)} brick(s) without a time, failed under another model" if shared else "incomplete")
+    row["cause"] = "; ".join(dict.fromkeys(causes))
+    return row
+
+
+def _render(models: list[dict], results: dict[tuple[int, bool], dict[str, dict]], noises: dict) -> str:
+    width = max(len(model["name"]) for model in models)
+    lines = []
+    for (granularity, validate), rows in results.items():
+        lines += ["", f"G={granularity}, validation {'on' if validate else 'off'}", ""]
+        lines.append(f"{'model':{width}s} loaded complete  estimate_ms  measured_ms  ratio  cause")
+        ratios = []
+        for model in models:
+            row = rows.get(model["name"], {"loaded": False, "cause": "not run"})
+            estimate, measured = row.get("sequential_s"), row.get("measured_s")
+            ratio = estimate / measured if estimate and measured else None
+            if ratio and row.get("complete"):
+                ratios.append(ratio)
+            guessed = f" [dims left at 1: {', '.join(row['guessed_dims'])}]" if row.get("guessed_dims") else ""
+            lines.append(
+                f"{model['name']:{width}s} {'yes' if row.get('loaded') else 'NO':6s} "
+                f"{'yes' if row.get('complete') else 'NO':8s} {_ms(estimate):>11s}  {_ms(measured):>11s}  "
+                f"{f'{ratio:.3f}' if ratio else '-':>5s}  {row.get('cause') or ''}{guessed}"
+            )
+        estimated = sum(1 for row in rows.values() if row.get("complete") and row.get("sequential_s"))
+        lines.append(f"{estimated}/{len(models)} models complete with an estimate")
+        if ratios:
+            logs = [abs(math.log(r)) for r in ratios]
+            lines.append(
+                f"accuracy exp(-mean|ln ratio|) {math.exp(-sum(logs) / len(logs)):.3f} over {len(ratios)} models;"
+                f" within 5%: {sum(x <= math.log(1.05) for x in logs)}/{len(ratios)},"
+                f" within 10%: {sum(x <= math.log(1.10) for x in logs)}/{len(ratios)};"
+                f" plugin's noise {_noise(noises.get((granularity, validate)))}"
+            )
+    return "\n".join(lines)
+
+
+def _ms(seconds: float | None) -> str:
+    return f"{seconds * 1e3:.3f}" if isinstance(seconds, float) else "-"
+
+
+def _noise(noise: float | None) -> str:
+    return f"+-{noise / 2:.1%}" if isinstance(noise, float) else "not reported"
+
+
+def _check(cache: Path, models: list[dict], results: dict[tuple[int, bool], dict[str, dict]]) -> int:
+    """1 when onnxruntime runs a model on the plugin's inputs but some run gave it no estimate."""
+    refused = 0
+    for model in models:
+        missing = [key for key, rows in results.items() if not rows.get(model["name"], {}).get("complete")]
+        if not missing:
+            continue
+        problem = onnxruntime_runs(cache / model["path"], model["dims"])
+        where = ", ".join(f"G={g}{' validate' if v else ''}" for g, v in missing)
+        if problem is None:
+            refused += 1
+            print(f"CHECK: onnxruntime runs {model['name']} but the plugin gave no estimate at {where}")
+            continue
+        print(f"check: onnxruntime itself refuses {model['name']} on the plugin's inputs: {problem}")
+        if model.get("samples"):
+            sampled = onnxruntime_runs(cache / model["path"], model["dims"], cache / model["samples"])
+            print(f"       on its sample inputs: {'runs' if sampled is None else sampled}")
+    return 1 if refused else 0
+
+
+def onnxruntime_runs(path: Path, dims: dict[str, int], samples: Path | None = None) -> str | None:
+    """None when onnxruntime loads the model and runs it on synthetic inputs as the plugin makes them
+    (floats in [0.5, 1.5), integers and booleans zero, unnamed dimensions 1), or on the sample inputs
+    (ONNX's test_data_set layout) when given; else onnxruntime's message."""
+    import numpy as np
+    import onnx
+    import onnxruntime
+    from onnx import numpy_helper
+
+    onnxruntime.set_default_logger_severity(3)
+    try:
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        if samples is not None:
+            tensors = [onnx.load_tensor(str(file)) for file in sorted(samples.glob("input_*.pb"))]
+            session.run(None, {tensor.name: numpy_helper.to_array(tensor) for tensor in tensors})
+            return None
+        feed = {}
+        rng = np.random.default_rng(0)
+        for value in session.get_inputs():
+            shape = [d if isinstance(d, int) and d > 0 else dims.get(d, 1) if isinstance(d, str) else 1
+                     for d in value.shape]
+            dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}.get(
+                value.type)
+            if dtype is not None:
+                feed[value.name] = (rng.random(shape) + 0.5).astype(dtype)
+            else:
+                numpy_type = {"tensor(bool)": np.bool_, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
+                              "tensor(uint8)": np.uint8}.get(value.type, np.int64)
+                feed[value.name] = np.zeros(shape, numpy_type)
+        session.run(None, feed)
+    except Exception as error:  # onnxruntime's own refusal is the answer
+        return " ".join(str(error).split())[:300]
+    return None
+
+
+if __name__ == "__main__":
+    main()
