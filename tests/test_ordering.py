@@ -16,7 +16,9 @@ from pytest_dlbricks.settings import Settings
 
 def test_a_chain_is_followed_before_a_smaller_key_elsewhere() -> None:
     # 0 -> 1 -> 2 and 0 -> 3: after 1, its successor 2 goes first although 3 has the smaller key.
-    graph = nx.DiGraph([(0, 1), (1, 2), (0, 3)])
+    graph = nx.DiGraph()
+    # Edges added, not given to the constructor: networkx 3.0 then warns when pandas is not installed.
+    graph.add_edges_from([(0, 1), (1, 2), (0, 3)])
     keys = {0: "a", 1: "b", 2: "z", 3: "c"}
     assert canonical_order(graph, keys) == [0, 1, 2, 3]
 
@@ -28,7 +30,8 @@ def test_ready_nodes_go_by_key_not_by_index() -> None:
 
 
 def test_a_node_waits_for_all_its_inputs() -> None:
-    graph = nx.DiGraph([(0, 2), (1, 2)])
+    graph = nx.DiGraph()
+    graph.add_edges_from([(0, 2), (1, 2)])
     order = canonical_order(graph, {0: "b", 1: "c", 2: "a"})
     assert order.index(2) == 2
 
