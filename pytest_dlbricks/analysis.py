@@ -24,10 +24,10 @@ from typing import Any
 import onnx
 
 from .bricks import BrickSpec
-from .composition import CallOverhead
 from .cutting import BrokenBrick, ModelPlan
 from .flops import node_cost
-from .loading import ModelGraph
+from .graph import ModelGraph
+from .overhead import CallOverhead
 
 #: Bricks listed per model, heaviest first.
 TOP_BRICKS = 5

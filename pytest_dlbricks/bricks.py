@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .loading import ModelGraph, TensorSpec
+from .graph import ModelGraph, TensorSpec
 
 #: Operator names shown in a brick's label before the rest is summarised.
 LABEL_OPS = 4

@@ -10,31 +10,9 @@ import networkx as nx
 
 from .bricks import BrickSpec
 from .cutting import ModelPlan
+from .overhead import NO_OVERHEAD, CallOverhead
 
 _SOURCE = "source"
-
-
-@dataclass(frozen=True)
-class CallOverhead:
-    """What one inference call costs beyond its layers' work, in seconds, on this machine.
-
-    Every brick was timed as a model of its own and paid it once; the whole model pays it once.
-    A call with more inputs or outputs costs more, so the cost is fixed plus a part per extra one.
-    """
-
-    fixed_s: float = 0.0
-    per_input_s: float = 0.0
-    per_output_s: float = 0.0
-    #: The fixed cost under onnxruntime's parallel executor, when measured; the critical path
-    #: counts it (or, unmeasured, the sequential one: an ideal parallel executor).
-    parallel_fixed_s: float | None = None
-
-    def of(self, inputs: int, outputs: int, *, parallel: bool = False) -> float:
-        fixed = self.parallel_fixed_s if parallel and self.parallel_fixed_s is not None else self.fixed_s
-        return fixed + self.per_input_s * max(inputs - 1, 0) + self.per_output_s * max(outputs - 1, 0)
-
-
-NO_OVERHEAD = CallOverhead()
 
 
 @dataclass(frozen=True)

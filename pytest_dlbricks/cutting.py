@@ -16,7 +16,7 @@ from typing import TypeVar, Union
 import networkx as nx
 
 from .bricks import BrickSpec, UnbuildableBrick, describe_brick
-from .loading import ModelGraph
+from .graph import ModelGraph
 
 T = TypeVar("T")
 

@@ -1,10 +1,12 @@
-"""The error raised for anything wrong with a user's model, so that callers can report it cleanly."""
+"""The error raised for anything wrong with a user's model, and the one way library errors are quoted in ours."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+#: Longest error message of onnx or onnxruntime quoted in our own.
+MAX_CAUSE_CHARS = 400
 #: What onnxruntime puts in its messages for its developers: error codes and status names
 #: (``[ONNXRuntimeError] : 1 : FAIL :``), C++ source lines and function signatures
 #: (``/src/graph/model.cc:256 onnxruntime::Model::Model(onnx::ModelProto&&, ...)``).
@@ -22,7 +24,8 @@ class ModelError(Exception):
         self.cause = cause
 
 
-def runtime_cause(error: BaseException) -> str:
-    """onnxruntime's error message on one line, without error codes, C++ source locations and signatures."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    return _RUNTIME_NOISE.sub("", text)
+def describe_error(error: BaseException) -> str:
+    """A library's error message on one line, without onnxruntime's error codes, C++ source locations and
+    signatures, cut to :data:`MAX_CAUSE_CHARS`."""
+    text = _RUNTIME_NOISE.sub("", " ".join(str(error).split())) or type(error).__name__
+    return text if len(text) <= MAX_CAUSE_CHARS else text[: MAX_CAUSE_CHARS - 3] + "..."

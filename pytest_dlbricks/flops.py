@@ -25,7 +25,7 @@ from typing import Any
 
 import onnx
 
-from .loading import TensorSpec
+from .graph import VIEW_OPS, TensorSpec
 
 
 @dataclass(frozen=True)
@@ -125,8 +125,6 @@ DATA_MOVEMENT_OPS = frozenset(
         "Split", "Squeeze", "Tile", "Transpose", "Trilu", "Unsqueeze",
     }
 )  # fmt: skip
-#: Operators that only give a tensor another shape: onnxruntime aliases their output, they move no bytes.
-VIEW_OPS = frozenset({"Dropout", "Flatten", "Identity", "Reshape", "Squeeze", "Unsqueeze"})
 #: One FLOP per output element: activations, arithmetic, comparisons, logic, selection.
 ELEMENTWISE_OPS = frozenset(
     {

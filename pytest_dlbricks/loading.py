@@ -8,11 +8,9 @@ every brick does the same work as inside the model.
 
 from __future__ import annotations
 
-import math
 import tempfile
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import networkx as nx
@@ -20,133 +18,20 @@ import numpy as np
 import onnx
 from onnx import external_data_helper, numpy_helper, shape_inference
 
-from .errors import ModelError
+from .errors import ModelError, describe_error
+from .graph import MIN_IR_VERSION, ModelGraph, TensorSpec, is_tensor_type, node_inputs
 from .ordering import canonical_order, content_keys
-from .screening import check_runtime_accepts, check_text, check_values, check_weights, is_tensor_type
+from .runtime import optimize_model, run_reference
+from .screening import check_runtime_accepts, check_text, check_values, check_weights
 from .settings import DEFAULT_DIM, Settings
 
 #: Operators whose output changes from run to run: never folded into weights.
 NONDETERMINISTIC_OPS = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 )
-#: Integer and boolean tensors up to this many elements keep their real value (shapes, indices, masks).
-MAX_KEPT_INTEGER_ELEMENTS = 1 << 20
-#: Lowest IR version that lets initializers stand apart from graph inputs (and be pre-packed).
-MIN_IR_VERSION = 4
 #: Float weights up to this many elements keep their values for shape inference (Resize scales, Range
 #: bounds); larger ones are declared by type and shape only.
 MAX_INFERENCE_FLOAT_ELEMENTS = 1024
-#: Longest error message of onnx or onnxruntime quoted in our own.
-MAX_CAUSE_CHARS = 400
-
-_FLOAT_TYPES = frozenset(
-    {
-        onnx.TensorProto.FLOAT,
-        onnx.TensorProto.DOUBLE,
-        onnx.TensorProto.FLOAT16,
-        onnx.TensorProto.BFLOAT16,
-    }
-)
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """Element type (an ``onnx.TensorProto`` data type) and concrete shape of a tensor."""
-
-    dtype: int
-    shape: tuple[int, ...]
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * onnx.helper.tensor_dtype_to_np_dtype(self.dtype).itemsize
-
-    @property
-    def is_float(self) -> bool:
-        return self.dtype in _FLOAT_TYPES
-
-    def steers(self, *, constant: bool) -> bool:
-        """Whether a tensor of this spec likely steers computation, so synthetic values would change the work.
-
-        Integer and boolean tensors do (shapes, indices, masks, conditions); so do constant float scalars
-        (epsilons, exponents). Other float tensors are weights or activations: only their shape matters.
-        """
-        if self.is_float:
-            return constant and self.numel <= 1
-        return self.numel <= MAX_KEPT_INTEGER_ELEMENTS
-
-    def describe(self) -> str:
-        try:
-            dtype = onnx.TensorProto.DataType.Name(self.dtype).lower()
-        except ValueError:
-            dtype = f"type{self.dtype}"
-        return f"{dtype}[{','.join(map(str, self.shape))}]"
-
-
-@dataclass
-class ModelGraph:
-    """What the cutter and the brick builder need of one model, without its weight values."""
-
-    path: Path
-    opset_imports: dict[str, int]
-    ir_version: int
-    functions: list[onnx.FunctionProto]
-    #: Compute nodes (layers) in topological order.
-    layers: list[onnx.NodeProto]
-    #: Every value a layer reads or writes, by name.
-    specs: dict[str, TensorSpec]
-    #: Names of values that are weights: computable without the model's inputs.
-    weights: frozenset[str]
-    #: Real values of tensors that steer computation (see :meth:`TensorSpec.steers`).
-    kept_values: dict[str, np.ndarray]
-    inputs: list[str]
-    outputs: list[str]
-    #: Symbolic dimensions that were not given and took :data:`DEFAULT_DIM`.
-    guessed_dims: dict[str, int] = field(default_factory=dict)
-    #: Per layer, the values it reads, including the outer-scope names its subgraphs read.
-    layer_reads: list[list[str]] = field(init=False, repr=False)
-    #: Per value, the indices of the layers that read it.
-    readers: dict[str, list[int]] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.layer_reads = [node_inputs(layer) for layer in self.layers]
-        self.readers = {}
-        for index, reads in enumerate(self.layer_reads):
-            for name in reads:
-                self.readers.setdefault(name, []).append(index)
-
-
-def node_inputs(node: onnx.NodeProto) -> list[str]:
-    """Non-empty input names of a node, then the outer-scope names read inside its subgraphs."""
-    names = [name for name in node.input if name]
-    for name in subgraph_outer_names(node):
-        if name not in names:
-            names.append(name)
-    return names
-
-
-def subgraph_outer_names(node: onnx.NodeProto) -> list[str]:
-    """Names the node's subgraphs (If, Loop, Scan bodies) read from the enclosing scope."""
-    outer: list[str] = []
-    for body in _subgraphs(node):
-        defined = {v.name for v in body.input} | {t.name for t in body.initializer}
-        for inner in body.node:
-            for name in node_inputs(inner):
-                if name not in defined and name not in outer:
-                    outer.append(name)
-            defined.update(inner.output)
-    return outer
-
-
-def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    for attribute in node.attribute:
-        if attribute.type == onnx.AttributeProto.GRAPH:
-            yield attribute.g
-        elif attribute.type == onnx.AttributeProto.GRAPHS:
-            yield from attribute.graphs
 
 
 def load_model(
@@ -176,8 +61,6 @@ def load_model(
         loader.guessed = guessed
     if optimize is None:
         return loader.load()
-    from .running import optimize_model
-
     with tempfile.TemporaryDirectory(prefix="dlbricks-") as folder:
         optimized = optimize_model(path, loader.runnable_model(), path.parent, Path(folder), optimize)
         runtime_loader = _ModelLoader(path, optimized, {}, data_dir=Path(folder))
@@ -201,12 +84,6 @@ def _read(path: Path) -> onnx.ModelProto:
     if not model.HasField("graph") or not model.graph.node:
         raise ModelError(path, "not an ONNX model: it has no graph with nodes")
     return model
-
-
-def describe_error(error: BaseException) -> str:
-    """A library's error message on one line, cut to a readable length."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= MAX_CAUSE_CHARS else text[: MAX_CAUSE_CHARS - 3] + "..."
 
 
 class _ModelLoader:
@@ -495,8 +372,6 @@ class _ModelLoader:
         weights: set[str],
     ) -> tuple[dict[str, TensorSpec], dict[str, np.ndarray]]:
         """Run the model once on synthetic inputs to learn what shape inference could not tell."""
-        from .running import run_reference
-
         results = run_reference(self.path, self.runnable_model(), self.data_dir, names)
         specs = dict(specs)
         kept = dict(kept)

@@ -7,8 +7,9 @@ comparison of DLBricks, from the data day-to-day runs leave in the store.
 
 from __future__ import annotations
 
-from .composition import NO_OVERHEAD, compose_calls
+from .composition import compose_calls
 from .identity import describe_machine, describe_timing
+from .overhead import NO_OVERHEAD
 from .reporting import format_seconds, format_table
 from .store import BrickStore, times_of
 

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .composition import CallOverhead
+from .overhead import CallOverhead
 from .recomposition import Report, overhead_of, recomposed_report, static_fields
 from .reporting import REPORT_VERSION
 

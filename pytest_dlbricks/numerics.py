@@ -21,8 +21,8 @@ import onnx
 from onnx import external_data_helper, numpy_helper
 
 from .bricks import BrickSpec
-from .loading import TensorSpec
-from .synthesis import synthetic_array
+from .graph import TensorSpec
+from .synthetic import synthetic_array
 
 _SEED = 20200421
 

@@ -35,8 +35,8 @@ import onnx
 from .analysis import BrickWork, LayerWork
 from .bricks import BrickSpec
 from .cutting import Brick, BrokenBrick, ModelPlan
+from .graph import TensorSpec
 from .identity import digest
-from .loading import TensorSpec
 from .reporting import write_json
 from .settings import Settings
 from .sweeps import SweepPoint

@@ -26,12 +26,12 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from .distributed import is_worker, warn_no_estimates
     from .interruption import TerminateAsInterrupt
+    from .runtime import ThreadPoolConflict, use_thread_pool
     from .session import DLBricksSession
-    from .threadpool import ThreadPoolConflict, use
     from .tracking import Tracking
 
     try:
-        use(settings.thread_pool, settings.intra_op_threads)
+        use_thread_pool(settings.thread_pool, settings.intra_op_threads)
     except ThreadPoolConflict as error:
         raise pytest.UsageError(f"--dlbricks-thread-pool: {error}") from None
     session = DLBricksSession(config, settings)

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from .analysis import Peak, RunMeasurements
-from .loading import describe_error
-from .running import create_session, session_options
+from .errors import describe_error
+from .graph import MIN_IR_VERSION
+from .runtime import create_session
 from .settings import Settings
-from .synthesis import MIN_IR_VERSION
 
 #: Side of the square GEMM: large enough to reach the peak, small enough to run in milliseconds.
 GEMM_SIZE = 512
@@ -67,10 +66,8 @@ def measure_peak(settings: Settings | None = None, budget_s: float = BUDGET_S, g
 
 def time_session_creation(path: Path, settings: Settings | None = None) -> float:
     """Seconds onnxruntime takes to create a session from the model file, with the run's settings."""
-    providers = list(settings.providers) if settings is not None else ["CPUExecutionProvider"]
-    options = session_options(settings)
     start = time.perf_counter()
-    ort.InferenceSession(str(path), options, providers=providers)
+    create_session(path, settings)
     return time.perf_counter() - start
 
 

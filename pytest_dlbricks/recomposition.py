@@ -17,8 +17,9 @@ from typing import Any
 import networkx as nx
 
 from .bricks import BrickSpec
-from .composition import BrickCall, CallOverhead, brick_calls, compose_calls
+from .composition import BrickCall, brick_calls, compose_calls
 from .cutting import ModelPlan
+from .overhead import CallOverhead
 from .reporting import REPORT_VERSION
 
 #: Fields of a model entry that hold whatever the brick times: a recomposition copies them and

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .bricks import BrickSpec
-from .composition import NO_OVERHEAD, CallOverhead, compose
+from .composition import compose
 from .cutting import ModelPlan
+from .overhead import NO_OVERHEAD, CallOverhead
 from .settings import Settings
 from .validation import Validation, accuracy
 

@@ -9,49 +9,22 @@ declares or shape inference derives needs more than :func:`memory_limit` bytes.
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import onnx
 from onnx import external_data_helper
 
-from .errors import ModelError, runtime_cause
+from .errors import ModelError
+from .graph import TensorSpec, format_bytes, is_tensor_type, memory_limit
+from .runtime import runtime_refusal, runtime_version
+from .synthetic import can_synthesise
 
-if TYPE_CHECKING:
-    from .loading import TensorSpec
-
-#: Share of the machine's physical memory a single tensor may need.
-MEMORY_SHARE = 0.5
-#: Limit used where the physical memory cannot be read.
-FALLBACK_MEMORY_LIMIT = 4 << 30
 #: Most values one stored unit (a raw byte, or an entry of a typed field) may hold: 4-bit types pack
 #: two per byte, 2-bit ones four; anything sparser is a shape the data does not back.
 _MAX_VALUES_PER_UNIT = 8
 _VALUE_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
-#: onnxruntime log level that keeps fatal errors only: a refused probe is reported by us.
-_LOG_FATAL_ONLY = 4
-
-
-def memory_limit() -> int:
-    """Bytes one tensor may need: half of the physical memory, so a model cannot push the machine into swap."""
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return FALLBACK_MEMORY_LIMIT
-    return int(physical * MEMORY_SHARE) if physical > 0 else FALLBACK_MEMORY_LIMIT
-
-
-def format_bytes(count: int) -> str:
-    """A byte count in binary units, such as ``4.0 EiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if count < 1024:
-            return f"{count} B" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024  # type: ignore[assignment]
-    return f"{count:.1f} EiB"
 
 
 def check_text(path: Path, model: onnx.ModelProto) -> None:
@@ -99,15 +72,6 @@ def _node_texts(nodes: Iterable[onnx.NodeProto]) -> Iterator[tuple[str, str | by
                 yield from _graph_texts(body)
 
 
-def is_tensor_type(dtype: int) -> bool:
-    """Whether ``dtype`` is an ONNX tensor element type (a file may hold any number there)."""
-    try:
-        onnx.helper.tensor_dtype_to_np_dtype(dtype)
-    except KeyError:
-        return False
-    return True
-
-
 def check_weights(path: Path, weights: Iterable[onnx.TensorProto]) -> None:
     """Each weight has an ONNX element type, no negative dimension, and stores about as many values
     as its shape says (shape inference would otherwise work, for minutes, on values that do not exist)."""
@@ -141,43 +105,18 @@ def _stored_units(tensor: onnx.TensorProto) -> int | None:
 
 def check_runtime_accepts(path: Path, ir_version: int, opsets: Mapping[str, int]) -> None:
     """The installed onnxruntime loads models of this IR version and these opsets (learned from a probe)."""
-    cause = _runtime_refusal(ir_version, tuple(sorted(opsets.items())))
+    cause = runtime_refusal(ir_version, tuple(sorted(opsets.items())))
     if cause is not None:
-        import onnxruntime
-
         versions = ", ".join(f"{domain or 'ai.onnx'} {version}" for domain, version in sorted(opsets.items()))
         raise ModelError(
             path,
-            f"onnxruntime {onnxruntime.__version__} does not support this model's IR version {ir_version}"
+            f"onnxruntime {runtime_version()} does not support this model's IR version {ir_version}"
             f" or opsets ({versions}): {cause}",
         )
 
 
-@functools.cache
-def _runtime_refusal(ir_version: int, opsets: tuple[tuple[str, int], ...]) -> str | None:
-    """onnxruntime's reason to refuse an empty model stamped with these versions, or None."""
-    import onnxruntime
-
-    from .threadpool import new_options
-
-    probe = onnx.ModelProto(ir_version=ir_version)
-    probe.opset_import.extend(onnx.helper.make_opsetid(domain, version) for domain, version in opsets)
-    probe.graph.name = "probe"
-    probe.graph.input.append(onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1]))
-    probe.graph.output.append(onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1]))
-    options = new_options()
-    options.log_severity_level = _LOG_FATAL_ONLY
-    try:
-        onnxruntime.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception as error:  # onnxruntime's exception types are not part of its API
-        return runtime_cause(error)
-    return None
-
-
 def check_values(path: Path, specs: Mapping[str, TensorSpec], inputs: Iterable[str], weights: Iterable[str]) -> None:
     """Inputs can be given synthetic values, and no tensor needs more than :func:`memory_limit` bytes."""
-    from .synthesis import can_synthesise  # synthesis builds on loading, which imports this module
-
     inputs = set(inputs)
     weights = set(weights)
     for name in inputs:

@@ -15,13 +15,13 @@ from .analysis import BrickWork, RunMeasurements, annotate, plan_work
 from .bricks import BrickSpec, UnbuildableBrick, describe_brick
 from .clock import PausableClock
 from .collector import BrickFile, FailingItem, ModelFile
-from .composition import CallOverhead
 from .cutting import ModelPlan, plan_model
 from .distributed import is_distributed
 from .errors import ModelError
 from .html import render_html
 from .interruption import stopped_early
 from .loading import load_model
+from .overhead import CallOverhead
 from .plans import CutModel, PlanCache
 from .reporting import BrickResult, FailedModel, build_report, render_table, write_json, write_text
 from .settings import Settings
@@ -312,7 +312,7 @@ class DLBricksSession:
         return test_model
 
     def _measure_overhead(self, *, parallel: bool = False) -> None:
-        from .running import measure_call_overhead, measure_parallel_fixed_cost
+        from .overhead import measure_call_overhead, measure_parallel_fixed_cost
 
         if self.overhead is None:
             self.overhead = measure_call_overhead(self.settings)

@@ -32,8 +32,9 @@ from typing import Any
 
 import networkx as nx
 
-from .composition import BrickCall, CallOverhead
+from .composition import BrickCall
 from .identity import Identity, digest
+from .overhead import CallOverhead
 from .reporting import write_json
 
 STORE_VERSION = 1

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from .comparing import BLOCK_VERSION, Comparison, compare, make_block, render_comparison, render_regressions
-from .composition import CallOverhead, brick_calls
+from .composition import brick_calls
 from .cutting import ModelPlan
 from .estimates import model_estimates
 from .identity import Identity, differences, identify
+from .overhead import CallOverhead
 from .plans import PlanCache
 from .reporting import BrickResult
 from .session import DLBricksSession

@@ -17,8 +17,9 @@ from typing import Protocol
 
 import networkx as nx
 
-from .composition import CallOverhead, compose
+from .composition import compose
 from .cutting import ModelPlan
+from .overhead import CallOverhead
 
 #: Executors a model is validated against, and the estimate each one is compared with.
 ESTIMATE_OF_EXECUTOR = {"sequential": "sequential_s", "parallel": "critical_path_s"}

@@ -7,7 +7,7 @@ unusual but valid, benchmarked like any model. The outcome may depend on the cut
 refuses, while optimizing the whole model, what only one brick shows when the model is cut as
 written (``--dlbricks-cut=original``). ``cause`` is an ``fnmatch`` pattern of the sentence the
 error item shows after ``<file>: `` (or after the brick's name and users). Two Loops never end:
-they fail once onnxruntime stops them (after ``watchdog.RUN_TIME_LIMIT_S``, which the tests shorten).
+they fail once onnxruntime stops them (after ``runtime.RUN_TIME_LIMIT_S``, which the tests shorten).
 
 Run as a script to write the corpus into a folder and try it by hand::
 
@@ -98,7 +98,7 @@ def _first_refused(make: Callable[[int], onnx.ModelProto], start: int) -> int:
     """
     import onnxruntime
 
-    from pytest_dlbricks.threadpool import new_options
+    from pytest_dlbricks.runtime import new_options
 
     for version in range(start, start + 64):
         try:

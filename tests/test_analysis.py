@@ -21,9 +21,9 @@ from pytest_dlbricks.analysis import (
     plan_work,
     split_time,
 )
-from pytest_dlbricks.composition import CallOverhead
 from pytest_dlbricks.cutting import ModelPlan, plan_model
 from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.overhead import CallOverhead
 from pytest_dlbricks.reporting import FailedModel, build_report
 from pytest_dlbricks.settings import Settings
 

@@ -14,7 +14,8 @@ from onnx import helper
 
 from pytest_dlbricks.bricks import BrickSpec, UnbuildableBrick, describe_brick
 from pytest_dlbricks.cutting import plan_model
-from pytest_dlbricks.loading import ModelGraph, TensorSpec, load_model
+from pytest_dlbricks.graph import ModelGraph, TensorSpec
+from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.running import BrickRunner
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.synthesis import build_brick_model

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from pytest_dlbricks.cli import main
-from pytest_dlbricks.composition import CallOverhead
 from pytest_dlbricks.identity import Identity
 from pytest_dlbricks.machines import store_report
+from pytest_dlbricks.overhead import CallOverhead
 from pytest_dlbricks.store import BrickStore, ModelManifest, StoredBrick
 
 WHEN = datetime(2025, 3, 1, tzinfo=timezone.utc)

@@ -9,9 +9,10 @@ import pytest
 import tiny_models
 
 from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.composition import CallOverhead, Estimate, compose, critical_path
+from pytest_dlbricks.composition import Estimate, compose, critical_path
 from pytest_dlbricks.cutting import BrokenBrick, ModelPlan, plan_model
 from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.overhead import CallOverhead
 
 
 def plan_of(path: Path, granularity: int) -> ModelPlan:

@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 from pytest_dlbricks.flops import Cost, is_counted, node_cost, operator_cost
-from pytest_dlbricks.loading import TensorSpec
+from pytest_dlbricks.graph import TensorSpec
 
 F = onnx.TensorProto.FLOAT
 Shape = Sequence[int]

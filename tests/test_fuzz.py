@@ -23,7 +23,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from conftest import SAMPLE_MODELS
-from pytest_dlbricks import watchdog
+from pytest_dlbricks import runtime
 from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.errors import ModelError
 from pytest_dlbricks.loading import load_model
@@ -172,7 +172,7 @@ def mutant(seed: Path, rng: random.Random) -> bytes:
 
 
 def test_loading_and_cutting_mutants_raise_only_model_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(watchdog, "RUN_TIME_LIMIT_S", RUN_SECONDS)
+    monkeypatch.setattr(runtime, "RUN_TIME_LIMIT_S", RUN_SECONDS)
     seeds = seed_models(tmp_path / "seeds")
     rng = random.Random(20200420)
     outcomes = {"loaded": 0, "refused": 0}

@@ -16,7 +16,7 @@ from hostile_models import write_corpus
 from test_plugin import read_report, run
 
 from conftest import SAMPLE_MODELS
-from pytest_dlbricks import watchdog
+from pytest_dlbricks import runtime
 
 
 def junit_items(path: Path) -> dict[str, tuple[str, str]]:
@@ -38,7 +38,7 @@ def junit_items(path: Path) -> dict[str, tuple[str, str]]:
 def test_each_bad_model_fails_alone_with_its_cause(
     pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch, cut: str
 ) -> None:
-    monkeypatch.setattr(watchdog, "RUN_TIME_LIMIT_S", 0.5)  # for the Loops that never end
+    monkeypatch.setattr(runtime, "RUN_TIME_LIMIT_S", 0.5)  # for the Loops that never end
     cases = write_corpus(pytester.path / "models")
     copy_models(SAMPLE_MODELS / "mlp.onnx")
     # Warnings as errors: a failing brick must not add pytest-benchmark's "fixture not used" warning.

@@ -9,13 +9,14 @@ import numpy as np
 import onnx
 import pytest
 import tiny_models
-from conftest import light_models
 from onnx import helper
 
+from conftest import light_models
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.errors import ModelError
-from pytest_dlbricks.loading import ModelGraph, TensorSpec, load_model, node_inputs, subgraph_outer_names
+from pytest_dlbricks.graph import ModelGraph, TensorSpec, node_inputs, subgraph_outer_names
+from pytest_dlbricks.loading import load_model
 
 FLOAT, INT64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
 

@@ -301,9 +301,7 @@ def test_ini_truth_values_read_as_before(pytester: pytest.Pytester, sample_model
     assert settings["precision"] == 0.05
 
 
-def test_flag_dimensions_override_ini_dimensions_by_name(
-    pytester: pytest.Pytester, sample_models: list[Path]
-) -> None:
+def test_flag_dimensions_override_ini_dimensions_by_name(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     pytester.makeini("[pytest]\ndlbricks_granularity = 3\ndlbricks_dims =\n    batch=2\n    seq=4\n")
     result = pytester.runpytest(
         "--benchmark-disable", "--dlbricks-dim=seq=8", "--dlbricks-json=r.json", "models/transformer_block.onnx"

@@ -13,7 +13,6 @@ import tiny_models
 from test_reporting import distinct_bricks
 
 from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.composition import CallOverhead
 from pytest_dlbricks.cutting import ModelPlan, plan_model
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.maps import (
@@ -25,6 +24,7 @@ from pytest_dlbricks.maps import (
     write_maps,
 )
 from pytest_dlbricks.merging import IncompatibleReports, merge_reports
+from pytest_dlbricks.overhead import CallOverhead
 from pytest_dlbricks.probes import describe_machine
 from pytest_dlbricks.recomposition import annotate, plan_composition
 from pytest_dlbricks.reporting import BrickResult, build_report

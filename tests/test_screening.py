@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import hostile_models
 import numpy as np
-import onnx
 import onnxruntime
 import pytest
-import hostile_models
 import tiny_models
 from onnx import TensorProto, helper
 
-from pytest_dlbricks import screening
-from pytest_dlbricks.errors import ModelError, runtime_cause
+from pytest_dlbricks import graph, runtime, screening
+from pytest_dlbricks.errors import ModelError, describe_error
 from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.synthesis import can_synthesise
-from pytest_dlbricks.threadpool import new_options
+from pytest_dlbricks.synthetic import can_synthesise
 
 
 @pytest.mark.parametrize(
@@ -24,12 +22,12 @@ from pytest_dlbricks.threadpool import new_options
     [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (3 << 29, "1.5 GiB"), (1 << 62, "4.0 EiB")],
 )
 def test_byte_counts_read_in_binary_units(count: int, text: str) -> None:
-    assert screening.format_bytes(count) == text
+    assert graph.format_bytes(count) == text
 
 
 def test_the_memory_limit_is_half_the_physical_memory() -> None:
-    physical = screening.os.sysconf("SC_PAGE_SIZE") * screening.os.sysconf("SC_PHYS_PAGES")
-    assert screening.memory_limit() == int(physical * screening.MEMORY_SHARE)
+    physical = graph.os.sysconf("SC_PAGE_SIZE") * graph.os.sysconf("SC_PHYS_PAGES")
+    assert graph.memory_limit() == int(physical * graph.MEMORY_SHARE)
 
 
 @pytest.mark.parametrize(("elements", "refused"), [(256, False), (257, True)])
@@ -76,10 +74,10 @@ def test_non_utf8_text_inside_a_subgraph_is_found(tmp_path: Path) -> None:
 
 
 def test_the_runtime_probe_runs_once_per_set_of_versions(tmp_path: Path) -> None:
-    screening._runtime_refusal.cache_clear()
+    runtime.runtime_refusal.cache_clear()
     for seed in range(3):
         load_model(tiny_models.chain(tmp_path, f"chain{seed}.onnx", seed=seed))
-    assert screening._runtime_refusal.cache_info().misses == 1
+    assert runtime.runtime_refusal.cache_info().misses == 1
 
 
 def test_the_runtime_says_why_it_refuses_a_version() -> None:
@@ -89,9 +87,11 @@ def test_the_runtime_says_why_it_refuses_a_version() -> None:
     model = tiny_models.chain_model()
     model.ir_version = refused
     with pytest.raises(Exception) as direct:  # what onnxruntime itself says, in this release's words
-        onnxruntime.InferenceSession(model.SerializeToString(), new_options(), providers=["CPUExecutionProvider"])
+        onnxruntime.InferenceSession(
+            model.SerializeToString(), runtime.new_options(), providers=["CPUExecutionProvider"]
+        )
     assert f"IR version {refused} " in str(raised.value)
-    assert str(raised.value).endswith(f": {runtime_cause(direct.value)}")
+    assert str(raised.value).endswith(f": {describe_error(direct.value)}")
 
 
 def test_runtime_messages_lose_error_codes_and_source_locations() -> None:
@@ -100,9 +100,9 @@ def test_runtime_messages_lose_error_codes_and_source_locations() -> None:
         " onnxruntime::Model::Model(onnx::ModelProto&&, const onnxruntime::PathString&) Unsupported model IR"
         " version: 14,\n max supported IR version: 13"
     )
-    assert runtime_cause(RuntimeError(raw)) == "Unsupported model IR version: 14, max supported IR version: 13"
+    assert describe_error(RuntimeError(raw)) == "Unsupported model IR version: 14, max supported IR version: 13"
     plain = "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for Secret(1)"
-    assert runtime_cause(RuntimeError(plain)) == "Could not find an implementation for Secret(1)"
+    assert describe_error(RuntimeError(plain)) == "Could not find an implementation for Secret(1)"
 
 
 def test_a_weight_of_no_onnx_type_is_refused_before_its_size_is_computed(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlbricks.composition import CallOverhead
 from pytest_dlbricks.identity import Identity
+from pytest_dlbricks.overhead import CallOverhead
 from pytest_dlbricks.store import STORE_VERSION, BrickStore, ModelManifest, StoredBrick, times_of
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)

@@ -16,6 +16,7 @@ from pytest_dlbricks.bricks import BrickSpec, brick_signature
 from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.running import BrickRunner
+from pytest_dlbricks.runtime import new_options
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.suite import (
     MANIFEST,
@@ -27,7 +28,6 @@ from pytest_dlbricks.suite import (
     read_manifest,
 )
 from pytest_dlbricks.synthesis import build_brick_model
-from pytest_dlbricks.threadpool import new_options
 
 SECRET = "acme_secret"
 SETTINGS = Settings(granularity=2, intra_op_threads=1, cut="original")

@@ -13,29 +13,18 @@ import onnxruntime as ort
 import pytest
 import tiny_models
 
+from pytest_dlbricks import overhead as call_overhead
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.errors import ModelError
-from pytest_dlbricks.loading import TensorSpec, load_model
-from pytest_dlbricks import running
-from pytest_dlbricks.running import (
-    BrickError,
-    BrickRunner,
-    measure_call_overhead,
-    measure_parallel_fixed_cost,
-    run_reference,
-    session_options,
-    view_outputs,
-)
+from pytest_dlbricks.graph import MIN_IR_VERSION, TensorSpec
+from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.overhead import measure_call_overhead, measure_parallel_fixed_cost
+from pytest_dlbricks.running import BrickError, BrickRunner, _rewritable, view_outputs
+from pytest_dlbricks.runtime import input_rewriter, run_reference, session_options
 from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.synthesis import (
-    MIN_IR_VERSION,
-    SynthesisError,
-    brick_feeds,
-    build_brick_model,
-    model_feeds,
-    synthetic_array,
-)
+from pytest_dlbricks.synthesis import brick_feeds, build_brick_model
+from pytest_dlbricks.synthetic import SynthesisError, model_feeds, synthetic_array
 
 P = onnx.TensorProto
 BUILDERS = tiny_models.BUILDERS
@@ -253,10 +242,8 @@ def test_a_whole_model_never_returns_its_input_as_its_output(tmp_path: Path, set
 
 def test_inputs_are_rewritten_through_onnxruntime(tmp_path: Path, settings: Settings) -> None:
     """The rewrite really runs: a rewriter of a float input adds to it (zero, but it does the work)."""
-    from pytest_dlbricks.running import _input_rewriter, _rewritable
-
     array = np.full((4, 1000), 1.5, np.float32)
-    rewrite = _input_rewriter(array)
+    rewrite = input_rewriter(array)
     array[0, 0] = np.float32(-0.0)
     rewrite()
     assert np.signbit(array[0, 0]) == np.False_, "-0 + 0 is +0: onnxruntime wrote the value again"
@@ -295,11 +282,11 @@ def test_the_parallel_fixed_cost_is_the_intercept_of_chains_of_growing_length(
     """A chain of n layers takes fixed + n * per_layer; the fixed part is what is kept, never below zero."""
 
     def chains(fixed_s: float) -> Callable[..., dict[str, list[float]]]:
-        return lambda families, rounds, calls: {"parallel": [fixed_s + n * 2e-6 for n in running._SIZES]}
+        return lambda families, rounds, calls: {"parallel": [fixed_s + n * 2e-6 for n in call_overhead._SIZES]}
 
-    monkeypatch.setattr(running, "_interleaved_medians", chains(30e-6))
+    monkeypatch.setattr(call_overhead, "_interleaved_medians", chains(30e-6))
     assert measure_parallel_fixed_cost(settings, rounds=1, calls=1) == pytest.approx(30e-6)
-    monkeypatch.setattr(running, "_interleaved_medians", chains(-5e-6))
+    monkeypatch.setattr(call_overhead, "_interleaved_medians", chains(-5e-6))
     assert measure_parallel_fixed_cost(settings, rounds=1, calls=1) == 0.0
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import tiny_models
 
-from pytest_dlbricks.composition import NO_OVERHEAD, CallOverhead
 from pytest_dlbricks.cutting import ModelPlan, plan_model
 from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.overhead import NO_OVERHEAD, CallOverhead
 from pytest_dlbricks.validation import (
     MAX_ROUNDS,
     MIN_ROUNDS,

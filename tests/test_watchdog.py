@@ -12,9 +12,8 @@ import tiny_models
 from hostile_models import never_ending_loop
 from onnx import helper
 
-from pytest_dlbricks import watchdog
-from pytest_dlbricks.running import create_session
-from pytest_dlbricks.watchdog import RunStopped, run_watched
+from pytest_dlbricks import runtime
+from pytest_dlbricks.runtime import RunStopped, create_session, run_watched
 
 FEEDS = {"x": np.ones((2, 4), np.float32)}
 
@@ -25,16 +24,16 @@ def session(*, stacking: bool) -> ort.InferenceSession:
 
 
 def test_a_run_over_the_time_limit_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(watchdog, "RUN_TIME_LIMIT_S", 0.3)
+    monkeypatch.setattr(runtime, "RUN_TIME_LIMIT_S", 0.3)
     start = time.perf_counter()
     with pytest.raises(RunStopped, match=r"^one run did not finish within 0.3 s, so onnxruntime stopped it$"):
         run_watched(session(stacking=False), None, FEEDS)
     assert time.perf_counter() - start < 10
 
 
-@pytest.mark.skipif(watchdog._resident_bytes() is None, reason="the resident size cannot be read here")
+@pytest.mark.skipif(runtime._resident_bytes() is None, reason="the resident size cannot be read here")
 def test_a_run_over_the_memory_limit_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(watchdog, "memory_limit", lambda: 64 << 20)
+    monkeypatch.setattr(runtime, "memory_limit", lambda: 64 << 20)
     with pytest.raises(RunStopped, match=r"^one run needed more than 64.0 MiB of memory \(the memory limit\)"):
         run_watched(session(stacking=True), None, FEEDS)
 

@@ -6,63 +6,63 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlbricks import threadpool
-from pytest_dlbricks.threadpool import ThreadPoolConflict, new_options, use
+from pytest_dlbricks import runtime
+from pytest_dlbricks.runtime import ThreadPoolConflict, new_options, use_thread_pool
 
 
 @pytest.fixture
 def pool_sizes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """A process that has not chosen yet; the sizes it gives onnxruntime are recorded, not applied."""
     calls: list[tuple[int, int]] = []
-    monkeypatch.setattr(threadpool, "_shared_threads", None)
-    monkeypatch.setattr(threadpool, "_runtime_shares_a_pool", lambda: False)
-    monkeypatch.setattr(threadpool._pybind_state, "set_global_thread_pool_sizes", lambda *sizes: calls.append(sizes))
+    monkeypatch.setattr(runtime, "_shared_threads", None)
+    monkeypatch.setattr(runtime, "_runtime_shares_a_pool", lambda: False)
+    monkeypatch.setattr(runtime._pybind_state, "set_global_thread_pool_sizes", lambda *sizes: calls.append(sizes))
     return calls
 
 
 def test_sharing_sizes_the_pool_once_and_sessions_then_use_it(pool_sizes: list[tuple[int, int]]) -> None:
     assert new_options().use_per_session_threads
-    use("shared", 2)
-    use("shared", 2)
+    use_thread_pool("shared", 2)
+    use_thread_pool("shared", 2)
     assert pool_sizes == [(2, 0)]
     assert not new_options().use_per_session_threads
 
 
 def test_per_session_pools_leave_onnxruntime_alone(pool_sizes: list[tuple[int, int]]) -> None:
-    use("per-session", 3)
+    use_thread_pool("per-session", 3)
     assert pool_sizes == []
     assert new_options().use_per_session_threads
 
 
 def test_a_shared_pool_cannot_be_resized_or_given_up(pool_sizes: list[tuple[int, int]]) -> None:
-    use("shared", 0)
+    use_thread_pool("shared", 0)
     with pytest.raises(ThreadPoolConflict, match=r"pool of onnxruntime.s default size.*to 4 threads"):
-        use("shared", 4)
+        use_thread_pool("shared", 4)
     with pytest.raises(ThreadPoolConflict, match="cannot give sessions their own pools again"):
-        use("per-session", 0)
+        use_thread_pool("per-session", 0)
     assert pool_sizes == [(0, 0)]
 
 
 def test_a_pool_shared_before_this_module_was_imported_again_is_kept(
     pool_sizes: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(threadpool, "_runtime_shares_a_pool", lambda: True)
-    use("shared", 2)
+    monkeypatch.setattr(runtime, "_runtime_shares_a_pool", lambda: True)
+    use_thread_pool("shared", 2)
     assert pool_sizes == [], "onnxruntime's pool is already there"
     assert not new_options().use_per_session_threads
     with pytest.raises(ThreadPoolConflict, match="cannot give sessions their own pools again"):
-        use("per-session", 2)
+        use_thread_pool("per-session", 2)
 
 
 def test_the_runtime_is_asked_whether_it_shares_a_pool() -> None:
     """Whatever this test process did before, the answer and the module's record agree."""
-    assert threadpool._runtime_shares_a_pool() == (threadpool._shared_threads is not None)
+    assert runtime._runtime_shares_a_pool() == (runtime._shared_threads is not None)
 
 
 def test_a_second_run_asking_for_other_threads_is_a_usage_error(
     pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(threadpool, "_shared_threads", 0)
+    monkeypatch.setattr(runtime, "_shared_threads", 0)
     result = pytester.runpytest("--dlbricks-granularity=1", "--dlbricks-threads=3", "models/mlp.onnx")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--dlbricks-thread-pool: this process already shares one onnxruntime thread pool*"])

@@ -1,0 +1,163 @@
+"""The vocabulary every stage shares: tensor specs, the model graph the cutter reads, size limits.
+
+It imports nothing of the plugin's own, so that loading, cutting, synthesis, running and
+composition can all build on it without importing each other.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+#: Integer and boolean tensors up to this many elements keep their real value (shapes, indices, masks).
+MAX_KEPT_INTEGER_ELEMENTS = 1 << 20
+#: Lowest IR version that lets initializers stand apart from graph inputs (and be pre-packed).
+MIN_IR_VERSION = 4
+#: Operators that only give a tensor another shape: onnxruntime aliases their output, they move no bytes.
+VIEW_OPS = frozenset({"Dropout", "Flatten", "Identity", "Reshape", "Squeeze", "Unsqueeze"})
+#: Share of the machine's physical memory a single tensor may need.
+MEMORY_SHARE = 0.5
+#: Limit used where the physical memory cannot be read.
+FALLBACK_MEMORY_LIMIT = 4 << 30
+
+_FLOAT_TYPES = frozenset(
+    {
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.DOUBLE,
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.BFLOAT16,
+    }
+)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Element type (an ``onnx.TensorProto`` data type) and concrete shape of a tensor."""
+
+    dtype: int
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * onnx.helper.tensor_dtype_to_np_dtype(self.dtype).itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in _FLOAT_TYPES
+
+    def steers(self, *, constant: bool) -> bool:
+        """Whether a tensor of this spec likely steers computation, so synthetic values would change the work.
+
+        Integer and boolean tensors do (shapes, indices, masks, conditions); so do constant float scalars
+        (epsilons, exponents). Other float tensors are weights or activations: only their shape matters.
+        """
+        if self.is_float:
+            return constant and self.numel <= 1
+        return self.numel <= MAX_KEPT_INTEGER_ELEMENTS
+
+    def describe(self) -> str:
+        try:
+            dtype = onnx.TensorProto.DataType.Name(self.dtype).lower()
+        except ValueError:
+            dtype = f"type{self.dtype}"
+        return f"{dtype}[{','.join(map(str, self.shape))}]"
+
+
+@dataclass
+class ModelGraph:
+    """What the cutter and the brick builder need of one model, without its weight values."""
+
+    path: Path
+    opset_imports: dict[str, int]
+    ir_version: int
+    functions: list[onnx.FunctionProto]
+    #: Compute nodes (layers) in topological order.
+    layers: list[onnx.NodeProto]
+    #: Every value a layer reads or writes, by name.
+    specs: dict[str, TensorSpec]
+    #: Names of values that are weights: computable without the model's inputs.
+    weights: frozenset[str]
+    #: Real values of tensors that steer computation (see :meth:`TensorSpec.steers`).
+    kept_values: dict[str, np.ndarray]
+    inputs: list[str]
+    outputs: list[str]
+    #: Symbolic dimensions that were not given and took :data:`DEFAULT_DIM`.
+    guessed_dims: dict[str, int] = field(default_factory=dict)
+    #: Per layer, the values it reads, including the outer-scope names its subgraphs read.
+    layer_reads: list[list[str]] = field(init=False, repr=False)
+    #: Per value, the indices of the layers that read it.
+    readers: dict[str, list[int]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.layer_reads = [node_inputs(layer) for layer in self.layers]
+        self.readers = {}
+        for index, reads in enumerate(self.layer_reads):
+            for name in reads:
+                self.readers.setdefault(name, []).append(index)
+
+
+def node_inputs(node: onnx.NodeProto) -> list[str]:
+    """Non-empty input names of a node, then the outer-scope names read inside its subgraphs."""
+    names = [name for name in node.input if name]
+    for name in subgraph_outer_names(node):
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def subgraph_outer_names(node: onnx.NodeProto) -> list[str]:
+    """Names the node's subgraphs (If, Loop, Scan bodies) read from the enclosing scope."""
+    outer: list[str] = []
+    for body in _subgraphs(node):
+        defined = {v.name for v in body.input} | {t.name for t in body.initializer}
+        for inner in body.node:
+            for name in node_inputs(inner):
+                if name not in defined and name not in outer:
+                    outer.append(name)
+            defined.update(inner.output)
+    return outer
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            yield attribute.g
+        elif attribute.type == onnx.AttributeProto.GRAPHS:
+            yield from attribute.graphs
+
+
+def is_tensor_type(dtype: int) -> bool:
+    """Whether ``dtype`` is an ONNX tensor element type (a file may hold any number there)."""
+    try:
+        onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    except KeyError:
+        return False
+    return True
+
+
+def memory_limit() -> int:
+    """Bytes one tensor may need: half of the physical memory, so a model cannot push the machine into swap."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return FALLBACK_MEMORY_LIMIT
+    return int(physical * MEMORY_SHARE) if physical > 0 else FALLBACK_MEMORY_LIMIT
+
+
+def format_bytes(count: int) -> str:
+    """A byte count in binary units, such as ``4.0 EiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if count < 1024:
+            return f"{count} B" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024  # type: ignore[assignment]
+    return f"{count:.1f} EiB"

@@ -1,0 +1,364 @@
+"""The one module that talks to onnxruntime: sessions, the shared thread pool, optimization, watched and
+reference runs, io binding, profiling, and which IR versions and opsets the runtime accepts.
+
+Loading, running, overhead measurement and probes go through it, so the runtime's quirks (log
+levels, exception types, the process-wide thread pool) are handled once.
+
+**One thread pool.** Each onnxruntime session otherwise owns a pool whose idle threads keep spinning
+for tens of milliseconds after each run. The plugin keeps one session per distinct brick, so the
+threads of the bricks just timed steal the cores of the next: on 2 cores, bricks timed one after
+another took up to 5x their time, and a model run after its bricks 40% more. With one shared pool,
+a brick runs on threads exactly as its layers do inside the model. onnxruntime cannot go back: once
+a process shares its pool, every session created afterwards must use it (:func:`new_options`).
+
+**Watched runs.** A ``Loop`` told to iterate 2**62 times runs for ever; one that also stacks a value
+per iteration eats all the memory of the machine within a minute. Runs made before timing starts (a
+whole model's, to learn its shapes; each brick's first, to check it) go through :func:`run_watched`:
+a thread sets ``RunOptions.terminate`` once the run has taken :data:`RUN_TIME_LIMIT_S`, or has grown
+the process by more than :func:`~pytest_dlbricks.graph.memory_limit` (where the resident size can be
+read: Linux).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+# onnxruntime's only way to size the process-wide thread pool; it has no public Python API.
+from onnxruntime.capi import _pybind_state
+
+from .errors import ModelError, describe_error
+from .graph import MIN_IR_VERSION, TensorSpec, format_bytes, memory_limit
+from .placement import Placement, read_profile
+from .settings import DEFAULT_PROVIDERS, Settings
+from .synthetic import SynthesisError, model_feeds
+
+_OPTIMIZATION_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "layout": getattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT", ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+#: onnxruntime logs warnings (unused initializers and the like) and errors to stderr; its errors reach
+#: the user in our own messages, so keep only fatal ones.
+_LOG_FATAL_ONLY = 4
+#: Weights at least this large go to the external data file of an optimized model, so that loading
+#: the optimized graph never reads them.
+_EXTERNAL_WEIGHT_BYTES = 1024
+#: Seconds one watched run may take.
+RUN_TIME_LIMIT_S = 120.0
+#: Seconds between two looks at a watched run.
+POLL_S = 0.05
+
+#: The session type, for annotations in modules that take sessions from this one.
+InferenceSession = ort.InferenceSession
+#: Size of the pool this process's sessions share, once it shares one (0: onnxruntime's default).
+_shared_threads: int | None = None
+
+
+class ThreadPoolConflict(ValueError):
+    """This process's onnxruntime thread pool cannot be what the run asks for."""
+
+
+class RunStopped(Exception):
+    """A run went over the time or memory limit and onnxruntime stopped it; the message says which."""
+
+
+def use_thread_pool(pool: str, threads: int) -> None:
+    """Make the sessions created from now on share one pool of ``threads`` (0: onnxruntime's default),
+    or keep a pool each; raises :class:`ThreadPoolConflict` when an earlier run in this process
+    already shared a pool of another size, or when it shared one and ``pool`` is per-session.
+    """
+    global _shared_threads
+    if _shared_threads is None and _runtime_shares_a_pool():
+        # An earlier run in this process shared it, and this module was imported again since
+        # (pytester's in-process runs do that): its size is no longer known, take it as asked.
+        _shared_threads = threads
+    if _shared_threads is not None:
+        if pool != "shared":
+            raise ThreadPoolConflict(
+                "this process already runs onnxruntime on one shared thread pool, and onnxruntime"
+                " cannot give sessions their own pools again; run --dlbricks-thread-pool=per-session"
+                " in a process of its own"
+            )
+        if threads != _shared_threads:
+            raise ThreadPoolConflict(
+                f"this process already shares one onnxruntime thread pool of {_describe_pool(_shared_threads)}, and"
+                f" onnxruntime cannot resize it to {_describe_pool(threads)}; run in a process of its own"
+            )
+        return
+    if pool == "shared":
+        _pybind_state.set_global_thread_pool_sizes(threads, 0)
+        _shared_threads = threads
+
+
+def new_options() -> ort.SessionOptions:
+    """Session options that run on the shared pool when this process has one, logging fatal errors only."""
+    options = ort.SessionOptions()
+    options.log_severity_level = _LOG_FATAL_ONLY
+    if _shared_threads is not None:
+        options.use_per_session_threads = False
+    return options
+
+
+def _runtime_shares_a_pool() -> bool:
+    """Whether onnxruntime already refuses sessions a thread pool of their own, in this process."""
+    helper = onnx.helper
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "probe",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # onnxruntime prints its retry there
+            ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime's exception types are not part of its API
+        return "global thread pool" in str(error)
+    return False
+
+
+def _describe_pool(threads: int) -> str:
+    return "onnxruntime's default size" if threads == 0 else f"{threads} threads"
+
+
+def runtime_version() -> str:
+    return ort.__version__
+
+
+def available_providers() -> list[str]:
+    return list(ort.get_available_providers())
+
+
+@functools.cache
+def runtime_refusal(ir_version: int, opsets: tuple[tuple[str, int], ...]) -> str | None:
+    """onnxruntime's reason to refuse an empty model stamped with these versions, or None."""
+    probe = onnx.ModelProto(ir_version=ir_version)
+    probe.opset_import.extend(onnx.helper.make_opsetid(domain, version) for domain, version in opsets)
+    probe.graph.name = "probe"
+    probe.graph.input.append(onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1]))
+    probe.graph.output.append(onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1]))
+    try:
+        ort.InferenceSession(probe.SerializeToString(), new_options(), providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime's exception types are not part of its API
+        return describe_error(error)
+    return None
+
+
+def session_options(
+    settings: Settings | None = None,
+    data_dir: Path | None = None,
+    *,
+    parallel: bool = False,
+    profile_to: Path | None = None,
+) -> ort.SessionOptions:
+    """Options for the user's thread count and optimization level (onnxruntime's defaults otherwise).
+
+    ``data_dir`` is where external weights of a model given as bytes live; ``parallel`` selects the
+    parallel executor (sequential is onnxruntime's default); ``profile_to`` (a file name prefix)
+    profiles runs until ``end_profiling()``.
+    """
+    options = new_options()
+    if settings is not None:
+        options.intra_op_num_threads = settings.intra_op_threads
+        options.graph_optimization_level = _OPTIMIZATION_LEVELS[settings.optimization]
+    if data_dir is not None:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_dir))
+    if parallel:
+        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    if profile_to is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(profile_to)
+    return options
+
+
+def create_session(
+    model: onnx.ModelProto | Path,
+    settings: Settings | None = None,
+    data_dir: Path | None = None,
+    *,
+    parallel: bool = False,
+    profile_to: Path | None = None,
+) -> ort.InferenceSession:
+    """A session for ``model`` (in memory, or a file onnxruntime reads itself) with the user's settings."""
+    providers = list(settings.providers) if settings is not None else list(DEFAULT_PROVIDERS)
+    options = session_options(settings, data_dir, parallel=parallel, profile_to=profile_to)
+    source = str(model) if isinstance(model, Path) else model.SerializeToString()
+    return ort.InferenceSession(source, options, providers=providers)
+
+
+def optimize_model(
+    path: Path, model: onnx.ModelProto, data_dir: Path, folder: Path, settings: Settings
+) -> onnx.ModelProto:
+    """The graph onnxruntime runs for ``model`` under ``settings``, saved in ``folder``, weights apart.
+
+    Fusions, eliminated nodes and layout changes (such as NCHWc convolutions) are the runtime's own,
+    for this provider, optimization level and machine: bricks cut from this graph cost what they
+    cost inside the model.
+    """
+    options = session_options(settings, data_dir)
+    options.optimized_model_filepath = str(folder / "optimized.onnx")
+    options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", str(_EXTERNAL_WEIGHT_BYTES)
+    )
+    try:
+        ort.InferenceSession(model.SerializeToString(), options, providers=list(settings.providers))
+        return onnx.load(str(folder / "optimized.onnx"), load_external_data=False)
+    except Exception as error:  # onnxruntime's exception types are not part of its API
+        raise ModelError(path, f"onnxruntime cannot load the model: {describe_error(error)}") from error
+
+
+def run_reference(path: Path, model: onnx.ModelProto, data_dir: Path, names: list[str]) -> dict[str, np.ndarray]:
+    """Run ``model`` once on synthetic inputs and return the values ``names`` took (tensors only)."""
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    present = {output.name for output in reference.graph.output}
+    reference.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names if name not in present)
+    initializers = {t.name for t in reference.graph.initializer}
+    inputs = [
+        (value.name, _declared_spec(path, value)) for value in reference.graph.input if value.name not in initializers
+    ]
+    cause = "onnxruntime cannot run the model to learn its shapes"
+    try:
+        session = create_session(reference, data_dir=data_dir)
+        results = run_watched(session, names, model_feeds(inputs))
+    except SynthesisError as error:
+        raise ModelError(path, f"cannot make inputs for a reference run: {error}") from error
+    except RunStopped as error:
+        raise ModelError(path, f"{cause}: {error}") from error
+    except Exception as error:  # onnxruntime raises several unrelated exception types
+        raise ModelError(path, f"{cause}: {describe_error(error)}") from error
+    return {name: value for name, value in zip(names, results) if isinstance(value, np.ndarray)}
+
+
+def _declared_spec(path: Path, value: onnx.ValueInfoProto) -> TensorSpec:
+    tensor_type = value.type.tensor_type
+    if not value.type.HasField("tensor_type"):
+        raise ModelError(path, f"model input {value.name!r} is not a tensor; only tensor inputs are supported")
+    return TensorSpec(tensor_type.elem_type, tuple(d.dim_value for d in tensor_type.shape.dim))
+
+
+def run_watched(session: ort.InferenceSession, names: list[str] | None, feeds: dict[str, np.ndarray]) -> list[Any]:
+    """``session.run(names, feeds)``, stopped (raising :class:`RunStopped`) when it goes over a limit."""
+    options = ort.RunOptions()
+    options.log_severity_level = _LOG_FATAL_ONLY
+    watch = _Watch(options)
+    watch.start()
+    try:
+        return session.run(names, feeds, options)
+    except Exception as error:  # onnxruntime's exception types are not part of its API
+        if watch.reason is not None:
+            raise RunStopped(f"{watch.reason}, so onnxruntime stopped it") from error
+        raise
+    finally:
+        watch.finish()
+
+
+class _Watch(threading.Thread):
+    """Created and started by :func:`run_watched` for one run, finished when the run returns."""
+
+    def __init__(self, options: ort.RunOptions) -> None:
+        super().__init__(name="dlbricks-watchdog", daemon=True)
+        self.options = options
+        self.done = threading.Event()
+        self.reason: str | None = None
+
+    def run(self) -> None:
+        start, base, limit = time.monotonic(), _resident_bytes(), memory_limit()
+        while not self.done.wait(POLL_S):
+            resident = _resident_bytes()
+            if time.monotonic() - start > RUN_TIME_LIMIT_S:
+                self.reason = f"one run did not finish within {RUN_TIME_LIMIT_S:g} s"
+            elif base is not None and resident is not None and resident - base > limit:
+                self.reason = f"one run needed more than {format_bytes(limit)} of memory (the memory limit)"
+            else:
+                continue
+            self.options.terminate = True
+            return
+
+    def finish(self) -> None:
+        self.done.set()
+        self.join()
+
+
+def _resident_bytes() -> int | None:
+    """The process's resident memory, where the system tells it cheaply (Linux), else None."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def bind(
+    session: ort.InferenceSession, feeds: dict[str, np.ndarray], placed: Mapping[str, np.ndarray] | None = None
+) -> ort.SIOBinding | None:
+    """Inputs bound in place and outputs left to onnxruntime's allocator (or written into the arrays
+    ``placed`` gives by output name), for calls that copy nothing; None for inputs onnxruntime cannot
+    bind (strings), which ``run()`` then takes.
+
+    ``run()`` would copy every output into a new numpy array: for a brick, a cost the layers do not
+    pay inside the model, where a layer's output stays in onnxruntime's memory for the next layer.
+    The inputs are the arrays of ``feeds`` themselves, so rewriting them in place is what runs.
+    """
+    if any(array.dtype.kind in "OSU" for array in feeds.values()):
+        return None
+    placed = placed or {}
+    binding = session.io_binding()
+    for name, array in feeds.items():
+        binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array))
+    for output in session.get_outputs():
+        if output.name in placed:
+            binding.bind_ortvalue_output(output.name, ort.OrtValue.ortvalue_from_numpy(placed[output.name]))
+        else:
+            binding.bind_output(output.name, "cpu")
+    return binding
+
+
+def input_rewriter(array: np.ndarray) -> Callable[[], object]:
+    """A call that writes ``array`` again in place, unchanged (it adds zero), on onnxruntime's threads."""
+    helper = onnx.helper
+    element_type = helper.np_dtype_to_tensor_dtype(array.dtype)
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "zero"], ["y"])],
+        "rewrite",
+        [helper.make_tensor_value_info("x", element_type, array.shape)],
+        [helper.make_tensor_value_info("y", element_type, array.shape)],
+        [onnx.numpy_helper.from_array(np.zeros((), array.dtype), "zero")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = MIN_IR_VERSION
+    options = session_options()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    value = ort.OrtValue.ortvalue_from_numpy(array)
+    binding = session.io_binding()
+    binding.bind_ortvalue_input("x", value)
+    binding.bind_ortvalue_output("y", value)
+    return lambda: session.run_with_iobinding(binding)
+
+
+def profiled_placement(
+    model: onnx.ModelProto, settings: Settings, feeds: dict[str, np.ndarray], *, parallel: bool = False
+) -> Placement:
+    """Where onnxruntime runs each node of ``model``, from the profile of one run."""
+    with tempfile.TemporaryDirectory(prefix="dlbricks-profile-") as folder:
+        session = create_session(model, settings, parallel=parallel, profile_to=Path(folder) / "brick")
+        session.run(None, feeds)
+        return read_profile(Path(session.end_profiling()))

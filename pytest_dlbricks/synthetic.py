@@ -1,0 +1,46 @@
+"""Synthetic tensor values: deterministic, and chosen so that no operator meets NaN, infinity or denormals.
+
+Float weights are small positive numbers, float activations lie in [0.5, 1.5), integers are zero.
+Loading feeds them to a model's reference run, synthesis to a brick, numerics to a converted model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from .graph import TensorSpec
+
+#: Seed of every synthetic value: the same values in every run.
+SEED = 20200420
+#: numpy dtype kinds of the tensors synthetic values exist for: floats, integers, booleans.
+_SYNTHESISABLE_KINDS = "fiub"
+
+
+class SynthesisError(Exception):
+    """A tensor cannot be given synthetic values (for example a string or complex tensor)."""
+
+
+def can_synthesise(dtype: int) -> bool:
+    """Whether tensors of this ONNX element type can be given synthetic values: numbers and booleans."""
+    try:
+        return helper.tensor_dtype_to_np_dtype(dtype).kind in _SYNTHESISABLE_KINDS
+    except KeyError:
+        return False
+
+
+def synthetic_array(spec: TensorSpec, rng: np.random.Generator, *, weight: bool) -> np.ndarray:
+    """Deterministic values of ``spec``'s type and shape that keep operators on their normal fast path."""
+    if not can_synthesise(spec.dtype):
+        raise SynthesisError(f"tensors of type {spec.describe()} cannot be given synthetic values")
+    dtype = helper.tensor_dtype_to_np_dtype(spec.dtype)
+    if dtype.kind == "f":
+        low, high = (0.01, 0.1) if weight else (0.5, 1.5)
+        return rng.uniform(low, high, size=spec.shape).astype(dtype)
+    return np.zeros(spec.shape, dtype=dtype)
+
+
+def model_feeds(inputs: list[tuple[str, TensorSpec]]) -> dict[str, np.ndarray]:
+    """Synthetic inputs for a whole model."""
+    rng = np.random.default_rng(SEED + 2)
+    return {name: synthetic_array(spec, rng, weight=False) for name, spec in inputs}
