@@ -14,7 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from .machines import store_report
+from .maps import MapError, check_results, compose_from_maps, read_json, read_maps
+from .merging import IncompatibleReports, merge_reports
 from .settings import DEFAULT_STORE, STATISTICS, parse_choice
+from .store import BrickStore, write_json
+from .terminal import render_table
 
 PROG = "python -m pytest_dlbricks"
 DESCRIPTION = (
@@ -88,9 +93,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     arguments = build_parser().parse_args(argv)
     if arguments.command == "report":
         return _report(arguments, out, err)
-    from .maps import MapError
-    from .merging import IncompatibleReports
-
     try:
         report, warnings = _compose(arguments) if arguments.command == "compose" else _merge(arguments)
     except (MapError, IncompatibleReports) as error:
@@ -102,8 +104,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
 
 
 def _compose(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
-    from .maps import check_results, compose_from_maps, read_json, read_maps
-
     maps = read_maps(arguments.maps)
     results = read_json(arguments.results)
     check_results(results, arguments.results)
@@ -111,9 +111,6 @@ def _compose(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
 
 
 def _merge(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
-    from .maps import check_results, read_json
-    from .merging import merge_reports
-
     reports = []
     for path in arguments.reports:
         report = read_json(path)
@@ -128,9 +125,6 @@ def _merge(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
 
 
 def _report(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .machines import store_report
-    from .store import BrickStore
-
     if not arguments.store.is_dir():
         print(f"{PROG} report: error: no brick store at {arguments.store}: run pytest first", file=err)
         return 1
@@ -139,8 +133,6 @@ def _report(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _emit(report: dict[str, Any], json_path: Path | None, out: TextIO, err: TextIO) -> int:
-    from .reporting import render_table, write_json
-
     print(render_table(report), file=out)
     if json_path is not None:
         try:

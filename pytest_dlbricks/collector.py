@@ -9,15 +9,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .errors import ModelError
+from .suite import SuiteError, read_brick
 from .sweeps import SweepPoint
+from .warning_types import DLBricksWarning
 
 if TYPE_CHECKING:
     from .bricks import BrickSpec
     from .session import DLBricksSession
-
-
-class DLBricksWarning(pytest.PytestWarning):
-    """Something about a model the user should know, such as a guessed input dimension."""
 
 
 class ModelFile(pytest.File):
@@ -72,8 +70,6 @@ class BrickFile(pytest.File):
         self.entry = entry
 
     def collect(self) -> Iterator[pytest.Item]:
-        from .suite import SuiteError, read_brick
-
         try:
             if "error" in self.entry:
                 raise SuiteError(self.entry["error"])

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .reporting import format_seconds, format_table
+from .terminal import format_seconds, format_table
 
 BLOCK_VERSION = 1
 #: Bricks named in a failure message.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from .collector import DLBricksWarning
+from .warning_types import DLBricksWarning
 
 NO_ESTIMATES_WARNING = (
     "pytest-xdist distributes this run, so pytest-benchmark does not time the bricks: each brick is"

@@ -12,8 +12,7 @@ from html import escape
 from typing import Any
 
 from . import __version__
-from .reporting import format_seconds
-from .terminal import format_flops, format_rate, format_share
+from .terminal import format_flops, format_rate, format_seconds, format_share
 
 #: Colours of the operator types, heaviest first; the rest share OTHER_COLOUR.
 PALETTE = (

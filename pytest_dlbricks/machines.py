@@ -10,8 +10,8 @@ from __future__ import annotations
 from .composition import compose_calls
 from .identity import describe_machine, describe_timing
 from .overhead import NO_OVERHEAD
-from .reporting import format_seconds, format_table
 from .store import BrickStore, times_of
+from .terminal import format_seconds, format_table
 
 
 def store_report(store: BrickStore, statistic: str = "median", critical_path: bool = False) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from .cutting import ModelPlan
 from .recomposition import Report, overhead_of, recomposed_report, static_fields
-from .reporting import write_json
+from .store import write_json
 
 MAP_SUFFIX = ".map.json"
 KIND = "pytest-dlbricks model map"

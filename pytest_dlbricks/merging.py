@@ -15,7 +15,7 @@ from typing import Any
 
 from .overhead import CallOverhead
 from .recomposition import Report, overhead_of, recomposed_report, static_fields
-from .reporting import REPORT_VERSION
+from .report import REPORT_VERSION
 
 #: Settings that may differ between reports that merge.
 PER_RUN_SETTINGS = frozenset({"shard"})

@@ -335,7 +335,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
         **_tracking(config),
     )
     if export_dir is not None:
-        from .suite import check_export_folder
+        from .suite import check_export_folder  # here, not at the top: keeps importing the plugin cheap
 
         problem = check_export_folder(export_dir)
         if problem is not None:
@@ -359,10 +359,10 @@ def _providers(config: pytest.Config) -> tuple[str, ...]:
     requested = _flag_or_ini(config, "dlbricks_providers", parse_providers)
     if requested is None:
         return DEFAULT_PROVIDERS
-    import onnxruntime
+    from .runtime import available_providers  # here, not at the top: keeps importing the plugin cheap
 
     try:
-        return resolve_providers(requested, onnxruntime.get_available_providers())
+        return resolve_providers(requested, available_providers())
     except ValueError as error:
         raise pytest.UsageError(f"--dlbricks-providers: {error}") from None
 

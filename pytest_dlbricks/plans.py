@@ -37,8 +37,8 @@ from .bricks import BrickSpec
 from .cutting import Brick, BrokenBrick, ModelPlan
 from .graph import TensorSpec
 from .identity import digest
-from .reporting import write_json
 from .settings import Settings
+from .store import write_json
 from .sweeps import SweepPoint
 
 #: The point of a run that sweeps nothing.

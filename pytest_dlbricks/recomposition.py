@@ -20,7 +20,7 @@ from .bricks import BrickSpec
 from .composition import BrickCall, brick_calls, compose_calls
 from .cutting import ModelPlan
 from .overhead import CallOverhead
-from .reporting import REPORT_VERSION
+from .report import REPORT_VERSION
 
 #: Fields of a model entry that hold whatever the brick times: a recomposition copies them and
 #: computes the estimate again; fields of other kinds (validation, the analysis of a run's times)

@@ -23,10 +23,11 @@ from .interruption import stopped_early
 from .loading import load_model
 from .overhead import CallOverhead
 from .plans import CutModel, PlanCache
-from .reporting import BrickResult, FailedModel, build_report, render_table, write_json, write_text
+from .report import BrickResult, FailedModel, build_report
 from .settings import Settings
+from .store import write_json, write_text
 from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
-from .terminal import render_analysis
+from .terminal import render_analysis, render_table
 from .validation import BrickRounds, Validation, has_parallel_branches, rounds_for
 
 #: pytest-benchmark statistics kept per brick.

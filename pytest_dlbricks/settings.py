@@ -80,7 +80,7 @@ class Settings:
 
     def describe(self) -> dict[str, object]:
         """The settings as they appear in the JSON report."""
-        import onnxruntime
+        import onnxruntime  # for its version only; here, not at the top: keeps importing the plugin cheap
 
         return {
             "granularity": self.granularity,

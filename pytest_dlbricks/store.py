@@ -23,7 +23,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -35,7 +37,6 @@ import networkx as nx
 from .composition import BrickCall
 from .identity import Identity, digest
 from .overhead import CallOverhead
-from .reporting import write_json
 
 STORE_VERSION = 1
 _BRICKS = "bricks"
@@ -263,3 +264,28 @@ def _read(path: Path) -> Any:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "cpu"
+
+
+def write_json(path: Path, data: object) -> None:
+    """Write ``data`` as JSON so that readers never see a half-written file (temporary file, then rename)."""
+    write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` so that readers never see a half-written file (temporary file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; a report is not
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -27,7 +27,7 @@ from onnx import numpy_helper
 from . import __version__
 from .bricks import BrickSpec, brick_signature
 from .graph import TensorSpec
-from .reporting import write_json
+from .store import write_json
 from .synthesis import build_brick_model
 
 MANIFEST = "manifest.json"

@@ -21,7 +21,7 @@ from .estimates import model_estimates
 from .identity import Identity, differences, identify
 from .overhead import CallOverhead
 from .plans import PlanCache
-from .reporting import BrickResult
+from .report import BrickResult
 from .session import DLBricksSession
 from .settings import Settings
 from .store import BrickStore, ModelManifest, Shelf, StoredBrick

@@ -24,7 +24,7 @@ from pytest_dlbricks.analysis import (
 from pytest_dlbricks.cutting import ModelPlan, plan_model
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.overhead import CallOverhead
-from pytest_dlbricks.reporting import FailedModel, build_report
+from pytest_dlbricks.report import FailedModel, build_report
 from pytest_dlbricks.settings import Settings
 
 # The chain's Conv+Relu block: 8 x 6 x 6 = 288 outputs of 8 channels x 3 x 3 multiply-adds, then Relu.

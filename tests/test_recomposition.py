@@ -27,7 +27,7 @@ from pytest_dlbricks.merging import IncompatibleReports, merge_reports
 from pytest_dlbricks.overhead import CallOverhead
 from pytest_dlbricks.probes import describe_machine
 from pytest_dlbricks.recomposition import annotate, plan_composition
-from pytest_dlbricks.reporting import BrickResult, build_report
+from pytest_dlbricks.report import BrickResult, build_report
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.sharding import assign, brick_cost, parse_shard
 

@@ -15,16 +15,10 @@ import tiny_models
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import ModelPlan, plan_model
 from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.reporting import (
-    REPORT_VERSION,
-    BrickResult,
-    FailedModel,
-    build_report,
-    format_seconds,
-    render_table,
-    write_json,
-)
+from pytest_dlbricks.report import REPORT_VERSION, BrickResult, FailedModel, build_report
 from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.store import write_json
+from pytest_dlbricks.terminal import format_seconds, render_table
 from pytest_dlbricks.validation import Validation
 
 PROVIDER = "CPUExecutionProvider"

@@ -1,16 +1,12 @@
-"""The report: built as plain data from plans and brick times, rendered as text or written as JSON."""
+"""The report of a run: built from plans and brick times, JSON-ready."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import statistics
-import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from .bricks import BrickSpec
 from .composition import compose
@@ -183,130 +179,3 @@ def _accuracy(
 def _ratios(details: Sequence[Mapping[str, Mapping[str, float | None]]], executor: str) -> list[float]:
     """The models' ratios under ``executor``, leaving out models without an estimate."""
     return [ratio for detail in details if executor in detail and (ratio := detail[executor]["ratio"]) is not None]
-
-
-def write_json(path: Path, data: object) -> None:
-    """Write ``data`` as JSON so that readers never see a half-written file (temporary file, then rename)."""
-    write_text(path, json.dumps(data, indent=2) + "\n")
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` so that readers never see a half-written file (temporary file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; a report is not
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def format_seconds(seconds: float | None) -> str:
-    """A duration in the unit that reads best, chosen after rounding (so never "1000.0 us")."""
-    if seconds is None:
-        return "-"
-    if round(seconds * 1e6, 1) < 1000:
-        return f"{seconds * 1e6:.1f} us"
-    if round(seconds * 1e3, 2) < 1000:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.3f} s"
-
-
-_COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path", "Complete")
-_VALIDATION_COLUMNS = ("Measured", "Ratio")
-_LEFT_ALIGNED = ("Model", "Complete")
-
-
-def render_table(report: Mapping[str, object]) -> str:
-    """One row per model and closing lines on uniqueness and accuracy, printed after pytest-benchmark's table."""
-    models: Sequence[Mapping[str, object]] = report["models"]  # type: ignore[assignment]
-    validated = any("measured_s" in model for model in models)
-    columns = _COLUMNS + (_VALIDATION_COLUMNS if validated else ())
-    rows = [columns] + [_row(model, validated) for model in models]
-    left = [index for index, name in enumerate(columns) if name in _LEFT_ALIGNED]
-    lines = format_table(rows, left=left).splitlines()
-    summary: Mapping[str, object] = report["summary"]  # type: ignore[assignment]
-    ratio = summary["distinct_ratio"]
-    lines.append(
-        f"{summary['models']} models, {summary['layers']} layers, {summary['bricks']} bricks,"
-        f" {summary['distinct_bricks']} distinct"
-        + (f" ({ratio:.0%})" if isinstance(ratio, float) else "")
-        + f", {summary['measured_bricks']} measured"
-    )
-    lines.extend(_accuracy_lines(report.get("accuracy"), summary))  # type: ignore[arg-type]
-    return "\n".join(lines)
-
-
-def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
-    if "error" in model:
-        return (str(model["path"]), "-", "-", "-", "-", "-", "error") + (("-", "-") if validated else ())
-    unsupported = len(model.get("unsupported") or ())  # type: ignore[arg-type]
-    missing = f"{model['measured_bricks']}/{model['bricks']}" + (f", {unsupported} unsupported" if unsupported else "")
-    complete = "yes" if model["complete"] else f"no ({missing})"
-    row = (
-        str(model["path"]),
-        str(model["layers"]),
-        str(model["bricks"]),
-        str(model["unique_bricks"]),
-        format_seconds(model["sequential_s"]),  # type: ignore[arg-type]
-        format_seconds(model["critical_path_s"]),  # type: ignore[arg-type]
-        complete,
-    )
-    if not validated:
-        return row
-    ratio = model.get("ratio")
-    measured = model.get("measured_s")
-    return (
-        *row,
-        format_seconds(measured if isinstance(measured, float) else None),
-        f"{ratio:.3f}" if isinstance(ratio, float) else "-",
-    )
-
-
-def _accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, object]) -> list[str]:
-    """The validation summary: accuracy per executor, the machine's noise, the time the method saved."""
-    if not accuracy:
-        return []
-    lines = []
-    for executor, label in (("sequential", "sequential"), ("critical_path", "critical path (parallel executor)")):
-        result: Mapping[str, float] | None = accuracy[executor]  # type: ignore[assignment]
-        if result:
-            lines.append(
-                f"accuracy of {label} estimates: {result['accuracy']:.1%}"
-                f" (geometric mean ratio {result['geometric_mean_ratio']:.3f},"
-                f" {result['within_10_percent']}/{result['models']} models within +-10%)"
-            )
-    noise, speedup, wall = accuracy.get("noise"), accuracy.get("speedup"), summary.get("wall_time_s")
-    details = []
-    if isinstance(noise, float):
-        details.append(f"machine noise +-{noise / 2:.1%} (half the interquartile range of per-round ratios)")
-    if isinstance(speedup, float):
-        details.append(f"benchmarking speedup {speedup:.1f}x (end-to-end latencies / distinct brick latencies)")
-    if isinstance(wall, float):
-        details.append(f"wall time {wall:.1f} s")
-    if details:
-        lines.append("; ".join(details))
-    return lines
-
-
-def format_table(rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> str:
-    """Rows as aligned text columns, a rule under the header; columns ``left`` are left-aligned, others right."""
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    lines = [
-        "  ".join(
-            cell.ljust(width) if column in left else cell.rjust(width)
-            for column, (cell, width) in enumerate(zip(row, widths))
-        ).rstrip()
-        for row in rows
-    ]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
