@@ -4,36 +4,35 @@ brick file, one item for its brick."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
+from .bricks import BrickSpec
+from .engine import DLBricksRun
 from .errors import ModelError
+from .items import brick_mark, brick_test, e2e_test
 from .suite import SuiteError, read_brick
 from .sweeps import SweepPoint
 from .warning_types import DLBricksWarning
-
-if TYPE_CHECKING:
-    from .bricks import BrickSpec
-    from .session import DLBricksSession
 
 
 class ModelFile(pytest.File):
     """An ONNX model: cut into bricks on collection, at every sweep point; its new distinct bricks become
     benchmark items, their names ending with the point (``brick[Conv+Relu-3f2a91c0][batch=4]``)."""
 
-    def __init__(self, *, dlbricks: DLBricksSession, **kwargs: Any) -> None:
+    def __init__(self, *, run: DLBricksRun, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.dlbricks = dlbricks
+        self.run = run
 
     def collect(self) -> Iterator[pytest.Item]:
-        for number, point in enumerate(self.dlbricks.points):
+        for number, point in enumerate(self.run.points):
             yield from self._collect_point(point, warn=number == 0)
 
     def _collect_point(self, point: SweepPoint, *, warn: bool) -> Iterator[pytest.Item]:
         suffix = point.suffix
         try:
-            plan, new_bricks = self.dlbricks.add_model(self.path, self.nodeid, point)
+            plan, new_bricks = self.run.add_model(self.path, self.nodeid, point)
         except ModelError as error:
             yield FailingItem.from_parent(self, name=f"load{suffix}", message=f"{self.nodeid}{suffix}: {error.cause}")
             return
@@ -45,11 +44,11 @@ class ModelFile(pytest.File):
                 )
             )
         for brick in new_bricks:
-            yield brick_item(self, brick, point)
-        if self.dlbricks.settings.validate:
-            for executor in self.dlbricks.executors_to_validate(plan):
+            yield brick_item(self, self.run, brick, point)
+        if self.run.settings.validate:
+            for executor in self.run.executors_to_validate(plan):
                 name = ("e2e" if executor == "sequential" else f"e2e-{executor}") + suffix
-                item = pytest.Function.from_parent(self, name=name, callobj=self.dlbricks.e2e_test(plan, executor))
+                item = pytest.Function.from_parent(self, name=name, callobj=e2e_test(self.run, plan, executor))
                 item.extra_keyword_matches.update(point.keywords)
                 yield item
         for broken in plan.broken:
@@ -64,9 +63,9 @@ class ModelFile(pytest.File):
 class BrickFile(pytest.File):
     """A brick file of an exported suite (listed in the folder's manifest): one item, never cut again."""
 
-    def __init__(self, *, dlbricks: DLBricksSession, entry: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(self, *, run: DLBricksRun, entry: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.dlbricks = dlbricks
+        self.run = run
         self.entry = entry
 
     def collect(self) -> Iterator[pytest.Item]:
@@ -77,21 +76,21 @@ class BrickFile(pytest.File):
         except SuiteError as error:
             yield FailingItem.from_parent(self, name="load", message=f"{self.nodeid}: {error}")
             return
-        if self.dlbricks.add_exported_brick(brick):
-            yield brick_item(self, brick)
+        if self.run.add_exported_brick(brick):
+            yield brick_item(self, self.run, brick)
 
 
-def brick_item(parent: pytest.File, brick: BrickSpec, point: SweepPoint | None = None) -> pytest.Function:
+def brick_item(
+    parent: pytest.File, run: DLBricksRun, brick: BrickSpec, point: SweepPoint | None = None
+) -> pytest.Function:
     """The benchmark item of a distinct brick, selectable with ``-k`` by its operators and sweep point."""
-    session: DLBricksSession = parent.dlbricks  # type: ignore[attr-defined]
     point = point or SweepPoint()
     item = pytest.Function.from_parent(
-        parent, name=f"brick[{brick.label}]{point.suffix}", callobj=session.brick_test(brick.signature)
+        parent, name=f"brick[{brick.label}]{point.suffix}", callobj=brick_test(run, brick.signature)
     )
     item.extra_keyword_matches.update(brick.ops)
     item.extra_keyword_matches.update(point.keywords)
-    for mark in session.timing_marks():
-        item.add_marker(mark)
+    item.add_marker(brick_mark(run, parent.config))
     return item
 
 

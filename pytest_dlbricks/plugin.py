@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .options import add_options, read_settings
 
 if TYPE_CHECKING:
+    from .interruption import TerminateAsInterrupt
     from .session import DLBricksSession
     from .tracking import Tracking
 
 SESSION_KEY: pytest.StashKey[DLBricksSession] = pytest.StashKey()
 TRACKING_KEY: pytest.StashKey[Tracking] = pytest.StashKey()
+SIGTERM_KEY: pytest.StashKey[TerminateAsInterrupt] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -24,6 +26,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = read_settings(config)
     if settings is None:
         return
+    # Here, not at the top: every pytest run imports this module, only runs with dlbricks on need these.
     from .distributed import is_worker, warn_no_estimates
     from .interruption import TerminateAsInterrupt
     from .runtime import ThreadPoolConflict, use_thread_pool
@@ -35,11 +38,25 @@ def pytest_configure(config: pytest.Config) -> None:
     except ThreadPoolConflict as error:
         raise pytest.UsageError(f"--dlbricks-thread-pool: {error}") from None
     session = DLBricksSession(config, settings)
-    tracking = Tracking(config, settings, session)
     config.stash[SESSION_KEY] = session
-    config.stash[TRACKING_KEY] = tracking
     config.pluginmanager.register(session, "dlbricks-session")
+    config.stash[TRACKING_KEY] = tracking = Tracking(config, settings, session)
     config.pluginmanager.register(tracking, "dlbricks-tracking")
     warn_no_estimates(config)
     if not is_worker(config):
-        config.pluginmanager.register(TerminateAsInterrupt(), "dlbricks-sigterm")
+        config.stash[SIGTERM_KEY] = sigterm = TerminateAsInterrupt()
+        config.pluginmanager.register(sigterm, "dlbricks-sigterm")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Unregister what ``pytest_configure`` registered, so that a config reused in-process starts clean."""
+    _unregister(config, SIGTERM_KEY)
+    _unregister(config, TRACKING_KEY)
+    _unregister(config, SESSION_KEY)
+
+
+def _unregister(config: pytest.Config, key: pytest.StashKey[Any]) -> None:
+    plugin = config.stash.get(key, None)
+    if plugin is not None:
+        del config.stash[key]
+        config.pluginmanager.unregister(plugin)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Generator, Iterator, Mapping
-from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -19,6 +18,7 @@ from .composition import brick_calls
 from .cutting import ModelPlan
 from .estimates import model_estimates
 from .identity import Identity, differences, identify
+from .items import signature_of
 from .overhead import CallOverhead
 from .plans import PlanCache
 from .report import BrickResult
@@ -43,6 +43,7 @@ class Tracking:
         self.config = config
         self.settings = settings
         self.dlbricks = dlbricks
+        self.run = dlbricks.run
         #: The store and its shelf for this machine and settings, when brick times are saved and reused.
         self.store: BrickStore | None = None
         self.shelf: Shelf | None = None
@@ -84,10 +85,11 @@ class Tracking:
         if self.settings.store is not None and not (benchmarks.disabled or benchmarks.skip):
             self.store = BrickStore(self.settings.store)
             self.shelf = self.store.shelf(self.identity)
-            self.dlbricks.plan_cache = PlanCache(self.shelf.path / "plans", self.settings)
-            if not self.settings.remeasure and self.dlbricks.overhead is None:
+            self.run.use_plan_cache(PlanCache(self.shelf.path / "plans", self.settings))
+            if not self.settings.remeasure and self.run.overhead is None:
                 # Reused brick times compose with the call overhead measured beside them.
-                self.dlbricks.overhead = self._saved_overhead = self.shelf.get_overhead()
+                self._saved_overhead = self.shelf.get_overhead()
+                self.run.assume_overhead(self._saved_overhead)
         if self.settings.compare is not None and not self.config.option.collectonly:
             self.baseline = self._load_baseline(benchmarks.storage)
 
@@ -133,17 +135,20 @@ class Tracking:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        signature = _signature_of(item)
+        signature = signature_of(item)
         if signature is None or self.shelf is None or self.settings.remeasure:
             return
         stored = self.shelf.get(signature, max_age_s=self.settings.max_age_s)
         if stored is None or not stored.precise_enough(self._precision()):
             return
-        self.dlbricks.results[signature] = BrickResult(
-            stats=stored.stats,
-            provider=stored.provider,
-            measured_at=stored.measured_at.isoformat(timespec="seconds"),
-            reused=True,
+        self.run.record_result(
+            signature,
+            BrickResult(
+                stats=stored.stats,
+                provider=stored.provider,
+                measured_at=stored.measured_at.isoformat(timespec="seconds"),
+                reused=True,
+            ),
         )
         self.reused_at.append(stored.measured_at)
         pytest.skip(f"reused from store {self._store_name()}")
@@ -151,15 +156,15 @@ class Tracking:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
         """Save a brick's time as soon as it is measured, so an interrupted run keeps it."""
-        signature = _signature_of(item)
+        signature = signature_of(item)
         if call.when != "call" or signature is None or self.shelf is None or self.store_error is not None:
             return
-        result = self.dlbricks.results.get(signature)
+        result = self.run.results.get(signature)
         if result is None or result.reused:
             return
         now = datetime.now(timezone.utc).replace(microsecond=0)
-        self.dlbricks.results[signature] = replace(result, measured_at=now.isoformat())
-        label = self.dlbricks.bricks[signature].label
+        self.run.mark_measured_at(signature, now.isoformat())
+        label = self.run.bricks[signature].label
         try:
             self.shelf.put(StoredBrick(signature, label, result.stats, result.provider, now, self._precision()))
             self._save_overhead(self.shelf)
@@ -170,7 +175,7 @@ class Tracking:
 
     def _save_overhead(self, shelf: Shelf) -> None:
         """Keep the call overhead the session measured (once, or again for the parallel executor)."""
-        overhead = self.dlbricks.overhead
+        overhead = self.run.overhead
         if overhead is not None and overhead != self._saved_overhead:
             shelf.put_overhead(overhead)
             self._saved_overhead = overhead
@@ -178,7 +183,7 @@ class Tracking:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
         """Before pytest-benchmark saves and displays its runs: add the estimates, compare, decide the outcome."""
-        report = self.dlbricks.compose(session, session.exitstatus)
+        report = self.dlbricks.compose(session)
         if report is not None:
             benchmarks = self.config.pluginmanager.get_plugin("pytest-benchmark")
             if benchmarks is not None:
@@ -206,15 +211,15 @@ class Tracking:
             return
         try:
             self._save_overhead(shelf)
-            for plan in self.dlbricks.plans:
+            for plan in self.run.plans:
                 store.save_model(manifest_of(plan, self.settings))
         except OSError as error:
             self.store_error = f"cannot save models in {self._store_name()}: {error.strerror or error}"
 
     def pytest_benchmark_update_json(self, output_json: dict[str, Any]) -> None:
         """Put the ``dlbricks`` block (conditions and report) into every run pytest-benchmark saves."""
-        if self.dlbricks.report is not None:
-            output_json["dlbricks"] = make_block(self.dlbricks.report, self.identity.conditions(self.settings))
+        if self.run.report is not None:
+            output_json["dlbricks"] = make_block(self.run.report, self.identity.conditions(self.settings))
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> Generator[None, None, None]:
@@ -286,9 +291,3 @@ def _newest_first(storage: Any) -> Iterator[tuple[Any, dict[str, Any]]]:
         return
     for path in reversed(query("[0-9][0-9][0-9][0-9]_")):
         yield from storage.load(str(path))
-
-
-def _signature_of(item: pytest.Item) -> str | None:
-    obj = getattr(item, "obj", None) if isinstance(item, pytest.Function) else None
-    signature = getattr(obj, "dlbricks_signature", None)
-    return signature if isinstance(signature, str) else None

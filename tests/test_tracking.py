@@ -102,7 +102,7 @@ def test_models_cut_before_are_not_loaded_again(
     def never(*_: object) -> None:
         raise AssertionError("the model was loaded again")
 
-    monkeypatch.setattr("pytest_dlbricks.session.load_model", never)
+    monkeypatch.setattr("pytest_dlbricks.engine.load_model", never)
     again = run(pytester, "--collect-only", "-q", *args)
     assert again.stdout.lines[:-2] == first.stdout.lines[:-2], "the same items, in the same order"
     run(pytester, *args).assert_outcomes(skipped=measured["summary"]["distinct_bricks"])

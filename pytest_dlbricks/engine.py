@@ -1,0 +1,274 @@
+"""The engine of a run, free of pytest: models cut, distinct bricks, their times; composes, writes and exports.
+
+The pytest layer drives it with plain arguments: :mod:`.session` (hooks) cuts models as pytest
+collects them and composes at the end, :mod:`.items` records what the timed items measure, and
+:mod:`.tracking` hands it brick times and cut models kept in the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .analysis import BrickWork, RunMeasurements, annotate, plan_work
+from .bricks import BrickSpec, UnbuildableBrick, describe_brick
+from .clock import PausableClock
+from .cutting import ModelPlan, plan_model
+from .errors import ModelError
+from .html import render_html
+from .loading import load_model
+from .maps import write_maps
+from .numerics import convert, float32_work
+from .overhead import CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
+from .plans import CutModel, PlanCache
+from .probes import measure_run
+from .recomposition import annotate as annotate_composition
+from .report import BrickResult, FailedModel, build_report
+from .settings import Settings
+from .sharding import assign, brick_cost
+from .store import write_json, write_text
+from .suite import SuiteError, export_suite, read_manifest
+from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
+from .validation import Validation, has_parallel_branches
+
+
+class DLBricksRun:
+    """Created by :class:`~pytest_dlbricks.session.DLBricksSession` for one pytest session.
+
+    ``timer`` is the timer pytest-benchmark times bricks with; :attr:`clock` wraps it so that the
+    rewriting of a brick's inputs is left out of the brick's time.
+    """
+
+    def __init__(self, settings: Settings, timer: Callable[[], float]) -> None:
+        self.settings = settings
+        self.clock = PausableClock(timer)
+        self.plans: list[ModelPlan] = []
+        self.failed: list[FailedModel] = []
+        #: Distinct bricks by signature, in the order they were first met.
+        self.bricks: dict[str, BrickSpec] = {}
+        self.results: dict[str, BrickResult] = {}
+        #: Validations by model path and executor.
+        self.validations: dict[tuple[str, str], Validation] = {}
+        #: Cost of one inference call on this machine, measured before the first timing.
+        self.overhead: CallOverhead | None = None
+        self.started = time.perf_counter()
+        #: FLOPs and bytes of each distinct brick's layers, by signature.
+        self.work: dict[str, BrickWork] = {}
+        #: Model files by report path, for measuring their load time.
+        self.model_files: dict[str, Path] = {}
+        self.report: dict[str, Any] | None = None
+        #: Models cut in earlier runs, when the brick store is on (see :meth:`use_plan_cache`).
+        self.plan_cache: PlanCache | None = None
+        #: The points every model is benchmarked at (one, unless dimensions or numeric types are swept).
+        self.points: list[SweepPoint] = sweep_points(settings.dims, settings.sweep, settings.dtypes)
+        #: Bricks the providers cannot run at their types, with the reason, found when run.
+        self.unsupported: dict[str, str] = {}
+        #: Nodes run by each provider, for the bricks whose run was profiled.
+        self.placements: dict[str, dict[str, int]] = {}
+        #: Manifests of exported suites by folder (None: the folder holds no suite; an error: unreadable).
+        self.manifests: dict[Path, dict[str, dict[str, Any]] | Exception | None] = {}
+        #: Lines for the terminal summary after the table: (text, is an error).
+        self.messages: list[tuple[str, bool]] = []
+        self.write_errors: list[str] = []
+        self.written: list[Path] = []
+
+    # Cutting
+
+    def exported_brick(self, path: Path) -> dict[str, Any] | None:
+        """The manifest entry of a brick file of an exported suite; an unreadable manifest gives an error entry."""
+        folder = path.parent
+        if folder not in self.manifests:
+            try:
+                self.manifests[folder] = read_manifest(folder)
+            except SuiteError as error:
+                self.manifests[folder] = error
+        manifest = self.manifests[folder]
+        if isinstance(manifest, Exception):
+            return {"error": str(manifest)}
+        return None if manifest is None else manifest.get(path.name)
+
+    def add_exported_brick(self, brick: BrickSpec) -> bool:
+        """Register a brick read from a suite file; False when the same brick was met before."""
+        if brick.signature in self.bricks:
+            return False
+        self.bricks[brick.signature] = brick
+        return True
+
+    def use_plan_cache(self, cache: PlanCache) -> None:
+        """Take models cut in earlier runs from ``cache``, and keep the models cut now in it."""
+        self.plan_cache = cache
+
+    def add_model(
+        self, path: Path, display_path: str, point: SweepPoint | None = None
+    ) -> tuple[ModelPlan, list[BrickSpec]]:
+        """Cut the model at ``path`` at ``point``, or take it from the plan cache; returns its plan and the
+        bricks no earlier model had."""
+        point = point or self.points[0]
+        name = display_path + point.suffix
+        cut = self.plan_cache.get(path, display_path, point) if self.plan_cache is not None else None
+        if cut is None:
+            cut = self._cut(path, display_path, point)
+            if self.plan_cache is not None:
+                self.plan_cache.put(path, point, cut)
+        plan = cut.plan
+        self.plans.append(plan)
+        self.model_files[name] = path
+        new_bricks = []
+        for brick in plan.bricks:
+            if isinstance(brick, BrickSpec) and brick.signature not in self.bricks:
+                self.bricks[brick.signature] = brick
+                new_bricks.append(brick)
+        self.work.update({brick.signature: cut.work[brick.signature] for brick in new_bricks})
+        return plan, new_bricks
+
+    def _cut(self, path: Path, display_path: str, point: SweepPoint) -> CutModel:
+        name = display_path + point.suffix
+        optimize = self.settings if self.settings.cut == "optimized" else None
+        dtype = point.dtype
+        to_dtype = None if dtype == AS_WRITTEN else lambda model, data_dir: convert(model, dtype, data_dir)
+        try:
+            graph = load_model(path, point.dims, optimize, to_dtype)
+        except ModelError as error:
+            self.failed.append(FailedModel(name, error.cause))
+            raise
+        plan = plan_model(graph, self.settings.granularity, name)
+        plan.file, plan.point = display_path, point.describe()
+        if dtype == "fp16":
+            reasons = {i: float32_work(b) for i, b in enumerate(plan.bricks) if isinstance(b, BrickSpec)}
+            plan.unsupported = {index: reason for index, reason in reasons.items() if reason is not None}
+        if self.settings.validate:
+            try:
+                plan.whole = describe_brick(graph, 0, len(graph.layers))
+            except UnbuildableBrick:
+                plan.whole = None  # its e2e item says why it cannot run
+        return CutModel(plan, plan_work(graph, plan))
+
+    def models_using(self, signature: str) -> dict[str, int]:
+        return {plan.path: plan.signatures[signature] for plan in self.plans if signature in plan.signatures}
+
+    def unsupported_wherever_used(self, signature: str) -> str | None:
+        """Why no model can use a brick's time: every window it fills is one the provider cannot run."""
+        if not any(plan.unsupported for plan in self.plans):
+            return None
+        reasons = [
+            plan.unsupported.get(index)
+            for plan in self.plans
+            for index, brick in enumerate(plan.bricks)
+            if isinstance(brick, BrickSpec) and brick.signature == signature
+        ]
+        return reasons[0] if reasons and all(reasons) else None
+
+    def executors_to_validate(self, plan: ModelPlan) -> list[str]:
+        """The sequential executor always; the parallel one where the model has branches to overlap."""
+        return ["sequential", "parallel"] if has_parallel_branches(plan) else ["sequential"]
+
+    def shard_assignment(self, shards: int) -> dict[str, int]:
+        """The shard (from 1) of every distinct brick, balanced by their expected cost."""
+        return assign({signature: brick_cost(brick) for signature, brick in self.bricks.items()}, shards)
+
+    # Measuring
+
+    def measure_overhead(self, *, parallel: bool = False) -> None:
+        """Measure the cost of a call once, before the first timing (and the parallel executor's, when needed)."""
+        if self.overhead is None:
+            self.overhead = measure_call_overhead(self.settings)
+        if parallel and self.overhead.parallel_fixed_s is None:
+            self.overhead = dataclasses.replace(
+                self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings)
+            )
+
+    def assume_overhead(self, overhead: CallOverhead | None) -> None:
+        """Compose with a call cost measured in an earlier run (the one reused brick times were measured beside)."""
+        if self.overhead is None:
+            self.overhead = overhead
+
+    def record_result(self, signature: str, result: BrickResult) -> None:
+        """A brick's time, measured in this run or reused from the store."""
+        self.results[signature] = result
+
+    def mark_measured_at(self, signature: str, when: str) -> BrickResult:
+        """Stamp a brick's time with the moment it was measured; returns the stamped result."""
+        self.results[signature] = dataclasses.replace(self.results[signature], measured_at=when)
+        return self.results[signature]
+
+    def mark_unsupported(self, signature: str, reason: str) -> None:
+        self.unsupported[signature] = reason
+
+    def record_placement(self, signature: str, providers: Mapping[str, int]) -> None:
+        self.placements[signature] = dict(providers)
+
+    def record_validation(self, path: str, executor: str, validation: Validation) -> None:
+        self.validations[(path, executor)] = validation
+
+    # Composing and writing
+
+    def has_work(self) -> bool:
+        """Whether anything was collected: a model, cut or failed, or an exported brick."""
+        return bool(self.plans or self.failed or self.bricks)
+
+    def compose(self, *, partial: bool, measure: bool) -> dict[str, Any]:
+        """The report of the bricks timed so far, built once; ``partial`` marks a run stopped early,
+        ``measure`` asks for the machine's peak and the models' load times (not after an interrupt)."""
+        if self.report is not None:
+            return self.report
+        report = build_report(
+            self.settings,
+            self.plans,
+            self.failed,
+            self.bricks,
+            self.results,
+            overhead=self.overhead,
+            validations=self.validations,
+            wall_time_s=time.perf_counter() - self.started,
+            partial=partial,
+        )
+        self.report = annotate(report, self.work, self._measure_run() if measure else None)
+        annotate_composition(self.report, self.plans, unsupported=self.unsupported, placements=self.placements)
+        return self.report
+
+    def _measure_run(self) -> RunMeasurements | None:
+        """The machine's peak and the load time of every model with a brick timed in this run (not taken
+        from the brick store); None if none was."""
+        timed = {signature for signature, result in self.results.items() if not result.reused}
+        if not timed:
+            return None
+        measured = [plan.path for plan in self.plans if timed.intersection(plan.signatures)]
+        return measure_run(self.settings, {path: self.model_files[path] for path in measured})
+
+    def write_outputs(self, report: Mapping[str, Any]) -> None:
+        """The suite and maps when exporting, the JSON and HTML reports when asked for; failures become messages."""
+        if self.settings.export_dir is not None:
+            self._export(report)
+        if self.settings.json_path is not None:
+            self._write(self.settings.json_path, write_json, report)
+        if self.settings.html_path is not None:
+            self._write(self.settings.html_path, write_text, render_html(report))
+
+    def _write(self, path: Path, write: Callable[[Path, Any], None], content: object) -> None:
+        try:
+            write(path, content)
+        except OSError as error:
+            self.write_errors.append(f"cannot write {path}: {error.strerror or error}")
+        else:
+            self.written.append(path)
+
+    def _export(self, report: Mapping[str, Any]) -> None:
+        """Write the brick suite and, apart, the models' private maps."""
+        suite, maps = self.settings.export_dir, self.settings.maps_dir
+        assert suite is not None and maps is not None
+        try:
+            bricks = export_suite(suite, self.bricks.values(), self.settings.describe())
+            models = write_maps(maps, report, self.plans)
+        except OSError as error:
+            self.messages.append((f"dlbricks: cannot export to {error.filename}: {error.strerror or error}", True))
+            return
+        self.messages.append(
+            (
+                f"dlbricks: exported {bricks} bricks to {suite} (the suite to share) and the maps of {models}"
+                f" models to {maps} (private: keep them)",
+                False,
+            )
+        )

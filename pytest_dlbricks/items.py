@@ -1,0 +1,123 @@
+"""The bodies of the timed items: a distinct brick timed with pytest-benchmark, a whole model timed beside its bricks.
+
+Each item builds its runner, checks it, and records what it measured in the run's engine
+(:class:`~pytest_dlbricks.engine.DLBricksRun`); a brick or model that cannot run is skipped or
+fails alone, with a message that names it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from .cutting import ModelPlan
+from .engine import DLBricksRun
+from .report import BrickResult
+from .running import BrickError, BrickRunner, UnsupportedByProvider
+from .validation import BrickRounds, Validation, rounds_for
+
+#: pytest-benchmark statistics kept per brick.
+KEPT_STATS = ("min", "max", "mean", "median", "stddev", "iqr", "q1", "q3", "rounds")
+#: Confidence level of ``--dlbricks-precision``'s margin of error.
+PRECISION_CONFIDENCE = 0.95
+
+
+def brick_mark(run: DLBricksRun, config: pytest.Config) -> pytest.MarkDecorator:
+    """pytest-benchmark's settings for brick items: the run's clock, which leaves out the rewriting of
+    inputs, and rounds until precise unless the user set a precision of their own.
+
+    The clock goes through the mark's public ``timer`` option: ``benchmark.pedantic(setup=...)``
+    would also leave the rewriting out, but only at one call per round and a fixed number of rounds,
+    without pytest-benchmark's calibration and ``precision``.
+    """
+    if run.settings.precision is None or config.getoption("benchmark_precision", None) is not None:
+        return pytest.mark.benchmark(timer=run.clock)
+    return pytest.mark.benchmark(timer=run.clock, precision=run.settings.precision, confidence=PRECISION_CONFIDENCE)
+
+
+def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
+    """The test function of one distinct brick: builds it, checks it, times it with pytest-benchmark."""
+
+    def test_brick(request: pytest.FixtureRequest) -> None:
+        brick = run.bricks[signature]
+        unsupported = run.unsupported_wherever_used(signature)
+        if unsupported is not None:
+            pytest.skip(f"brick {brick.label} is not supported here: {unsupported}")
+        try:
+            runner = BrickRunner(brick, run.settings)
+            runner.check()
+        except UnsupportedByProvider as error:
+            run.mark_unsupported(signature, str(error))
+            pytest.skip(f"brick {brick.label} is not supported here: {error}")
+        except BrickError as error:
+            users = ", ".join(run.models_using(signature))
+            # from None: the message says it all, pytest would otherwise show the exception chain.
+            raise pytest.fail.Exception(f"brick {brick.label} (used by {users}): {error}", pytrace=False) from None
+        if runner.placement is not None:
+            run.record_placement(signature, runner.placement.providers)
+        # Requested only now, so that a brick that cannot run leaves pytest-benchmark no unused fixture to warn of.
+        benchmark = request.getfixturevalue("benchmark")
+        run.measure_overhead()
+        benchmark.extra_info.update(
+            {"signature": signature, "ops": list(brick.ops), "models": run.models_using(signature)}
+        )
+        clock = run.clock
+
+        def call() -> None:
+            clock.untimed(runner.rewrite_inputs)
+            runner()
+
+        benchmark(call)
+        if benchmark.stats:
+            stats = benchmark.stats.stats
+            run.record_result(
+                signature,
+                BrickResult(stats={name: float(getattr(stats, name)) for name in KEPT_STATS}, provider=runner.provider),
+            )
+
+    test_brick.dlbricks_signature = signature  # type: ignore[attr-defined]
+    return test_brick
+
+
+def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., None]:
+    """The test function timing a whole model, each round right after timing its bricks again."""
+
+    def test_model(request: pytest.FixtureRequest) -> None:
+        if plan.unsupported:
+            pytest.skip(f"{plan.path}: {len(plan.unsupported)} of its bricks are not supported here; no estimate")
+        if plan.whole is None:
+            pytest.fail(
+                f"{plan.path}: the model's outputs are not all tensors; it cannot be timed whole", pytrace=False
+            )
+        try:
+            model = BrickRunner(plan.whole, run.settings, parallel=executor == "parallel", whole_model=True)
+            model.check()
+            runners = {signature: BrickRunner(run.bricks[signature], run.settings) for signature in plan.signatures}
+        except UnsupportedByProvider as error:
+            pytest.skip(f"{plan.path}: the whole model is not supported here: {error}")
+        except BrickError as error:
+            raise pytest.fail.Exception(f"{plan.path}: cannot time the whole model: {error}", pytrace=False) from None
+        benchmark = request.getfixturevalue("benchmark")
+        bricks = BrickRounds(runners, model)
+        run.measure_overhead(parallel=executor == "parallel")
+        start = time.perf_counter()
+        model()
+        bricks()
+        rounds = rounds_for(time.perf_counter() - start)
+        benchmark.extra_info.update({"model": plan.path, "executor": executor})
+        benchmark.pedantic(model, setup=bricks, rounds=rounds, warmup_rounds=1)
+        if benchmark.stats:
+            run.record_validation(
+                plan.path, executor, Validation(executor, list(benchmark.stats.stats.data), bricks.rounds)
+            )
+
+    return test_model
+
+
+def signature_of(item: pytest.Item) -> str | None:
+    """The signature of a brick item's brick; None for any other item."""
+    obj = getattr(item, "obj", None) if isinstance(item, pytest.Function) else None
+    signature = getattr(obj, "dlbricks_signature", None)
+    return signature if isinstance(signature, str) else None
