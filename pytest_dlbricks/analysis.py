@@ -16,7 +16,8 @@ plus ``call_s`` is its sequential estimate.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+import dataclasses
+from collections import defaultdict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,115 +133,150 @@ def split_time(work: BrickWork, seconds: float, peak: Peak | None) -> dict[str, 
     return dict(shares)
 
 
-def annotate(
-    report: Mapping[str, Any], work: Mapping[str, BrickWork], measured: RunMeasurements | None = None
-) -> dict[str, Any]:
-    """A copy of ``report`` (from :func:`~pytest_dlbricks.reporting.build_report`) with the analysis fields."""
-    measured = measured if measured is not None else RunMeasurements()
-    peak = measured.peak
-    overhead = CallOverhead(**(report["summary"].get("call_overhead_s") or {}))
-    bricks = [_brick_fields(entry, work.get(entry["signature"]), peak, overhead) for entry in report["bricks"]]
-    models = [_model_fields(entry, bricks, measured) for entry in report["models"]]
-    complete = [model for model in models if model.get("op_time_s") is not None]
-    estimated = sum(model["sequential_s"] for model in complete)
-    unknown = sum(model["unknown_flops_time_s"] for model in complete)
-    summary = {
-        **report["summary"],
-        "unknown_flops_time_s": unknown if complete else None,
-        "unknown_flops_share": unknown / estimated if estimated > 0 else None,
-    }
-    return {
-        **report,
-        "summary": summary,
-        "machine": dict(measured.machine),
-        "peak": None
-        if peak is None
-        else {"flops_per_s": peak.flops_per_s, "bytes_per_s": peak.bytes_per_s, **peak.method},
-        "models": models,
-        "bricks": bricks,
-    }
-
-
-def _brick_fields(
-    entry: Mapping[str, Any], work: BrickWork | None, peak: Peak | None, overhead: CallOverhead
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class BrickAnalysis:
     """A brick's work, and its throughput as timed (one whole inference call, as benchmarked)."""
-    seconds = entry["time_s"]
+
+    label: str | None
+    flops: int | None
+    bytes: int | None
+    unknown_flops_ops: list[str]
+    flops_per_s: float | None
+    peak_fraction: float | None
+    #: The brick's time by operator type of its layers.
+    op_time_s: dict[str, float] | None
+    #: What the brick adds to a model's sequential estimate, as composition counts it.
+    work_s: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class BrickUse:
+    """One distinct brick as a model uses it: ``count`` times, at ``time_s`` each."""
+
+    signature: str
+    time_s: float | None
+    analysis: BrickAnalysis
+    count: int
+
+
+@dataclass(frozen=True)
+class TopBrick:
+    signature: str
+    label: str | None
+    count: int
+    time_s: float
+    share: float | None
+
+
+@dataclass(frozen=True)
+class ModelTimes:
+    """Figures of a model that need every brick's time: all None for an incomplete model."""
+
+    flops_per_s: float | None = None
+    peak_fraction: float | None = None
+    #: The model's own call, counted once: what its estimate holds beyond its bricks' work.
+    call_s: float | None = None
+    unknown_flops_time_s: float | None = None
+    unknown_flops_bricks: int | None = None
+    op_time_s: dict[str, float] | None = None
+    top_bricks: list[TopBrick] | None = None
+
+
+@dataclass(frozen=True)
+class ModelAnalysis:
+    """A model's work, load time and, when complete, where its time goes."""
+
+    load_s: float | None
+    flops: int
+    bytes: int
+    #: Why onnxruntime could not create a session for the model, when it could not.
+    load_error: str | None
+    times: ModelTimes
+
+    def as_json(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {"load_s": self.load_s, "flops": self.flops, "bytes": self.bytes}
+        if self.load_error is not None:
+            fields["load_error"] = self.load_error
+        fields.update(dataclasses.asdict(self.times))
+        return fields
+
+
+def brick_analysis(
+    time_s: float | None, work: BrickWork | None, peak: Peak | None, overhead: CallOverhead
+) -> BrickAnalysis:
     flops = work.flops if work is not None else None
-    rate = flops / seconds if flops is not None and seconds else None
+    rate = flops / time_s if flops is not None and time_s else None
     op_time = work_s = None
-    if work is not None and seconds is not None:
-        op_time = split_time(work, seconds, peak)
-        # What the brick adds to a model's sequential estimate, as composition counts it.
-        work_s = max(seconds - overhead.of(*work.io), 0.0)
-    return {
-        **entry,
-        "label": work.label if work is not None else None,
-        "flops": flops,
-        "bytes": work.bytes if work is not None else None,
-        "unknown_flops_ops": work.unknown_ops if work is not None else [],
-        "flops_per_s": rate,
-        "peak_fraction": _fraction(rate, peak),
-        "op_time_s": op_time,
-        "work_s": work_s,
-    }
+    if work is not None and time_s is not None:
+        op_time = split_time(work, time_s, peak)
+        work_s = max(time_s - overhead.of(*work.io), 0.0)
+    return BrickAnalysis(
+        label=work.label if work is not None else None,
+        flops=flops,
+        bytes=work.bytes if work is not None else None,
+        unknown_flops_ops=work.unknown_ops if work is not None else [],
+        flops_per_s=rate,
+        peak_fraction=_fraction(rate, peak),
+        op_time_s=op_time,
+        work_s=work_s,
+    )
 
 
-def _model_fields(entry: Mapping[str, Any], bricks: list[dict[str, Any]], measured: RunMeasurements) -> dict[str, Any]:
-    if "error" in entry:
-        return dict(entry)
-    path = entry["path"]
-    uses = [(brick, brick["models"][path]) for brick in bricks if path in brick["models"]]
-    flops = sum(brick["flops"] * count for brick, count in uses if brick["flops"] is not None)
-    fields = {
-        **entry,
-        "load_s": measured.load_s.get(path),
-        "flops": flops,
-        "bytes": sum((brick["bytes"] or 0) * count for brick, count in uses),
-    }
-    if path in measured.load_errors:
-        fields["load_error"] = measured.load_errors[path]
-    fields.update(_model_times(entry, uses, measured.peak, flops))
-    return fields
+def model_analysis(
+    path: str, sequential_s: float | None, complete: bool, uses: list[BrickUse], measured: RunMeasurements
+) -> ModelAnalysis:
+    flops = sum(use.analysis.flops * use.count for use in uses if use.analysis.flops is not None)
+    return ModelAnalysis(
+        load_s=measured.load_s.get(path),
+        flops=flops,
+        bytes=sum((use.analysis.bytes or 0) * use.count for use in uses),
+        load_error=measured.load_errors.get(path),
+        times=_model_times(sequential_s, complete, uses, measured.peak, flops),
+    )
 
 
 def _model_times(
-    entry: Mapping[str, Any], uses: list[tuple[dict[str, Any], int]], peak: Peak | None, flops: int
-) -> dict[str, Any]:
-    """Fields that need every brick's time: None for an incomplete model."""
-    names = ("flops_per_s", "peak_fraction", "call_s", "unknown_flops_time_s", "unknown_flops_bricks")
-    total_s = entry.get("sequential_s")
-    if not entry.get("complete") or total_s is None or any(brick["work_s"] is None for brick, _ in uses):
-        return dict.fromkeys((*names, "op_time_s", "top_bricks"))
-    unknown = [(brick, count) for brick, count in uses if brick["flops"] is None]
-    unknown_s = sum(brick["work_s"] * count for brick, count in unknown)
-    # The model's own call, counted once: what its estimate holds beyond its bricks' work.
-    call_s = max(total_s - sum(brick["work_s"] * count for brick, count in uses), 0.0)
+    total_s: float | None, complete: bool, uses: list[BrickUse], peak: Peak | None, flops: int
+) -> ModelTimes:
+    if not complete or total_s is None or any(use.analysis.work_s is None for use in uses):
+        return ModelTimes()
+    work = {use.signature: use.analysis.work_s or 0.0 for use in uses}
+    unknown = [use for use in uses if use.analysis.flops is None]
+    unknown_s = sum(work[use.signature] * use.count for use in unknown)
+    call_s = max(total_s - sum(work[use.signature] * use.count for use in uses), 0.0)
     rate = flops / (total_s - unknown_s) if total_s - unknown_s > 0 else None
-    op_time: Counter[str] = Counter()
-    for brick, count in uses:
-        scale = brick["work_s"] / brick["time_s"] if brick["time_s"] else 0.0
-        for op, seconds in brick["op_time_s"].items():
-            op_time[op] += seconds * scale * count
-    heaviest = sorted(uses, key=lambda use: -use[0]["work_s"] * use[1])[:TOP_BRICKS]
-    return {
-        "flops_per_s": rate,
-        "peak_fraction": _fraction(rate, peak),
-        "call_s": call_s,
-        "unknown_flops_time_s": unknown_s,
-        "unknown_flops_bricks": sum(count for _, count in unknown),
-        "op_time_s": dict(op_time.most_common()),
-        "top_bricks": [
-            {
-                "signature": brick["signature"],
-                "label": brick["label"],
-                "count": count,
-                "time_s": brick["work_s"] * count,
-                "share": brick["work_s"] * count / total_s if total_s > 0 else None,
-            }
-            for brick, count in heaviest
+    op_time: dict[str, float] = defaultdict(float)
+    for use in uses:
+        scale = work[use.signature] / use.time_s if use.time_s else 0.0
+        for op, seconds in (use.analysis.op_time_s or {}).items():
+            op_time[op] += seconds * scale * use.count
+    heaviest = sorted(uses, key=lambda use: -work[use.signature] * use.count)[:TOP_BRICKS]
+    return ModelTimes(
+        flops_per_s=rate,
+        peak_fraction=_fraction(rate, peak),
+        call_s=call_s,
+        unknown_flops_time_s=unknown_s,
+        unknown_flops_bricks=sum(use.count for use in unknown),
+        op_time_s=dict(sorted(op_time.items(), key=lambda item: item[1], reverse=True)),
+        top_bricks=[
+            TopBrick(
+                signature=use.signature,
+                label=use.analysis.label,
+                count=use.count,
+                time_s=work[use.signature] * use.count,
+                share=work[use.signature] * use.count / total_s if total_s > 0 else None,
+            )
+            for use in heaviest
         ],
-    }
+    )
+
+
+def peak_fields(peak: Peak | None) -> dict[str, Any] | None:
+    """The peak as the report records it."""
+    return None if peak is None else {"flops_per_s": peak.flops_per_s, "bytes_per_s": peak.bytes_per_s, **peak.method}
 
 
 def _fraction(rate: float | None, peak: Peak | None) -> float | None:

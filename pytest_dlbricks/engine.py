@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .analysis import BrickWork, RunMeasurements, annotate, plan_work
+from .analysis import BrickWork, RunMeasurements, plan_work
 from .bricks import BrickSpec, UnbuildableBrick, describe_brick
 from .clock import PausableClock
 from .cutting import ModelPlan, plan_model
@@ -25,8 +25,7 @@ from .numerics import convert, float32_work
 from .overhead import CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
 from .plans import CutModel, PlanCache
 from .probes import measure_run
-from .recomposition import annotate as annotate_composition
-from .report import BrickResult, FailedModel, build_report
+from .report import BrickResult, FailedModel, RunReport, build_report
 from .settings import Settings
 from .sharding import assign, brick_cost
 from .store import write_json, write_text
@@ -59,6 +58,8 @@ class DLBricksRun:
         self.work: dict[str, BrickWork] = {}
         #: Model files by report path, for measuring their load time.
         self.model_files: dict[str, Path] = {}
+        #: The report, once composed (see :meth:`compose`), and its JSON form, which everything else reads.
+        self.composed: RunReport | None = None
         self.report: dict[str, Any] | None = None
         #: Models cut in earlier runs, when the brick store is on (see :meth:`use_plan_cache`).
         self.plan_cache: PlanCache | None = None
@@ -214,7 +215,7 @@ class DLBricksRun:
         ``measure`` asks for the machine's peak and the models' load times (not after an interrupt)."""
         if self.report is not None:
             return self.report
-        report = build_report(
+        self.composed = build_report(
             self.settings,
             self.plans,
             self.failed,
@@ -224,10 +225,19 @@ class DLBricksRun:
             validations=self.validations,
             wall_time_s=time.perf_counter() - self.started,
             partial=partial,
+            work=self.work,
+            measured=self._measure_run() if measure else None,
+            unsupported=self.unsupported,
+            placements=self.placements,
         )
-        self.report = annotate(report, self.work, self._measure_run() if measure else None)
-        annotate_composition(self.report, self.plans, unsupported=self.unsupported, placements=self.placements)
+        self.report = self.composed.as_json()
         return self.report
+
+    def attach_comparison(self, comparison: dict[str, Any]) -> None:
+        """Add the comparison with a saved run to the composed report."""
+        assert self.composed is not None
+        self.composed = dataclasses.replace(self.composed, comparison=comparison)
+        self.report = self.composed.as_json()
 
     def _measure_run(self) -> RunMeasurements | None:
         """The machine's peak and the load time of every model with a brick timed in this run (not taken

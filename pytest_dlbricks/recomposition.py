@@ -16,11 +16,9 @@ from typing import Any
 
 import networkx as nx
 
-from .bricks import BrickSpec
-from .composition import BrickCall, brick_calls, compose_calls
-from .cutting import ModelPlan
+from .composition import BrickCall, compose_calls
 from .overhead import CallOverhead
-from .report import REPORT_VERSION
+from .report import REPORT_VERSION, unsupported_windows
 
 #: Fields of a model entry that hold whatever the brick times: a recomposition copies them and
 #: computes the estimate again; fields of other kinds (validation, the analysis of a run's times)
@@ -28,21 +26,6 @@ from .report import REPORT_VERSION
 STATIC_FIELDS = ("path", "point", "layers", "bricks", "unique_bricks", "guessed_dims", "unbuildable_layers")
 
 Report = dict[str, Any]
-
-
-def plan_composition(plan: ModelPlan) -> dict[str, Any]:
-    """What composition needs of ``plan``, JSON-ready.
-
-    A window is ``[signature, inputs, outputs]``; one the provider cannot run in the point's numeric
-    type adds the reason as a fourth element; a layer that cannot be built is null.
-    """
-    windows: list[list[object] | None] = []
-    for index, (brick, call) in enumerate(zip(plan.bricks, brick_calls(plan))):
-        if isinstance(brick, BrickSpec) and index in plan.unsupported:
-            windows.append([brick.signature, len(brick.inputs), len(brick.outputs), plan.unsupported[index]])
-        else:
-            windows.append(None if call is None else list(call))
-    return {"io": list(plan.io), "bricks": windows, "edges": [list(edge) for edge in plan.graph.edges]}
 
 
 def calls_of(composition: Mapping[str, Any]) -> list[BrickCall]:
@@ -63,19 +46,6 @@ def graph_of(composition: Mapping[str, Any]) -> nx.DiGraph:
 def signatures_of(composition: Mapping[str, Any]) -> Counter[str]:
     """How many times each brick occurs in the model, those the provider cannot run included."""
     return Counter(str(window[0]) for window in composition["bricks"] if window is not None)
-
-
-def unsupported_windows(composition: Mapping[str, Any], unsupported: Mapping[str, str]) -> list[dict[str, object]]:
-    """The windows without a time because the provider cannot run them: known when the model was cut
-    (the fourth element of a window) or when the brick was run (``unsupported``, reasons by signature)."""
-    found = []
-    for index, window in enumerate(composition["bricks"]):
-        if window is None:
-            continue
-        cause = window[3] if len(window) == 4 else unsupported.get(str(window[0]))
-        if cause is not None:
-            found.append({"window": index, "signature": window[0], "cause": cause})
-    return found
 
 
 def static_fields(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,27 +146,3 @@ def _brick_entry(
         "time_s": stats.get(statistic) if stats else None,
         "models": dict(users),
     }
-
-
-def annotate(
-    report: Report,
-    plans: Sequence[ModelPlan],
-    *,
-    unsupported: Mapping[str, str],
-    placements: Mapping[str, Mapping[str, int]],
-) -> None:
-    """Add to a run's report what recomposition and sweeps need: each model's sweep point, composition
-    and windows the provider cannot run; each brick's providers."""
-    plans_by_path = {plan.path: plan for plan in plans}
-    for entry in report["models"]:
-        plan = plans_by_path.get(entry["path"])
-        if plan is None or "error" in entry:
-            continue
-        composition = plan_composition(plan)
-        entry["point"] = plan.point
-        entry["unsupported"] = unsupported_windows(composition, unsupported)
-        entry["composition"] = composition
-    for brick in report["bricks"]:
-        brick["unsupported"] = unsupported.get(brick["signature"])
-        if brick["signature"] in placements:
-            brick["node_providers"] = dict(placements[brick["signature"]])

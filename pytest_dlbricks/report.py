@@ -1,4 +1,9 @@
-"""The report of a run: built from plans and brick times, JSON-ready."""
+"""The report of a run: typed entries built once from plans, brick times and measurements, turned into
+JSON (the format other tools read) only at the edge, by :meth:`RunReport.as_json`.
+
+Times are in seconds, in the statistic the settings name. Renderers (terminal, html) and
+recomposition read the JSON form, which is also what they read back from files.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,21 @@ import dataclasses
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from .analysis import (
+    BrickAnalysis,
+    BrickUse,
+    BrickWork,
+    ModelAnalysis,
+    RunMeasurements,
+    brick_analysis,
+    model_analysis,
+    peak_fields,
+)
 from .bricks import BrickSpec
-from .composition import compose
+from .composition import brick_calls, compose
 from .cutting import ModelPlan
 from .overhead import NO_OVERHEAD, CallOverhead
 from .settings import Settings
@@ -37,6 +53,149 @@ class FailedModel:
     path: str
     cause: str
 
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "complete": False,
+            "error": self.cause,
+            "sequential_s": None,
+            "critical_path_s": None,
+        }
+
+
+@dataclass(frozen=True)
+class BrickEntry:
+    """A distinct brick of the run: its time, who uses it, its analysis, where it ran."""
+
+    signature: str
+    ops: list[str]
+    time_s: float | None
+    stats: dict[str, float] | None
+    provider: str | None
+    measured_at: str | None
+    reused: bool
+    #: How many times each model uses it, by model path.
+    models: dict[str, int]
+    analysis: BrickAnalysis
+    #: Why the providers cannot run it, when they cannot.
+    unsupported: str | None
+    #: Nodes run by each provider, when its run was profiled.
+    node_providers: dict[str, int] | None
+
+    def as_json(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "signature": self.signature,
+            "ops": list(self.ops),
+            "time_s": self.time_s,
+            "stats": dict(self.stats) if self.stats is not None else None,
+            "provider": self.provider,
+            "measured_at": self.measured_at,
+            "reused": self.reused,
+            "models": dict(self.models),
+            **self.analysis.as_json(),
+            "unsupported": self.unsupported,
+        }
+        if self.node_providers is not None:
+            fields["node_providers"] = dict(self.node_providers)
+        return fields
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A model cut into bricks: its counts, its composed estimate, its validation and analysis, and what
+    recomposition needs (its sweep point and composition)."""
+
+    path: str
+    layers: int
+    bricks: int
+    unique_bricks: int
+    measured_bricks: int
+    reused_bricks: int
+    sequential_s: float | None
+    critical_path_s: float | None
+    complete: bool
+    guessed_dims: dict[str, int]
+    unbuildable_layers: list[dict[str, Any]]
+    #: End-to-end measurements (see :func:`_validation_fields`); empty when the model was not validated.
+    validation: dict[str, Any]
+    analysis: ModelAnalysis
+    point: dict[str, object]
+    #: Windows without a time because the provider cannot run them.
+    unsupported: list[dict[str, object]]
+    composition: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "layers": self.layers,
+            "bricks": self.bricks,
+            "unique_bricks": self.unique_bricks,
+            "measured_bricks": self.measured_bricks,
+            "reused_bricks": self.reused_bricks,
+            "sequential_s": self.sequential_s,
+            "critical_path_s": self.critical_path_s,
+            "complete": self.complete,
+            "guessed_dims": dict(self.guessed_dims),
+            "unbuildable_layers": list(self.unbuildable_layers),
+            **self.validation,
+            **self.analysis.as_json(),
+            "point": self.point,
+            "unsupported": self.unsupported,
+            "composition": self.composition,
+        }
+
+
+@dataclass(frozen=True)
+class Summary:
+    models: int
+    failed_models: int
+    layers: int
+    bricks: int
+    distinct_bricks: int
+    distinct_ratio: float | None
+    measured_bricks: int
+    call_overhead_s: dict[str, Any] | None
+    wall_time_s: float | None
+    reused_bricks: int
+    #: Time of the complete models in bricks whose FLOPs are unknown, and its share of their estimates.
+    unknown_flops_time_s: float | None
+    unknown_flops_share: float | None
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """The report of one run, as :func:`build_report` makes it."""
+
+    granularity: int
+    partial: bool
+    settings: dict[str, object]
+    summary: Summary
+    accuracy: dict[str, Any] | None
+    models: list[ModelEntry | FailedModel]
+    bricks: list[BrickEntry]
+    machine: dict[str, object] = field(default_factory=dict)
+    peak: dict[str, Any] | None = None
+    #: The comparison with a saved run, when one was made (see :mod:`.comparing`).
+    comparison: dict[str, Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The report in its JSON format, keys as other tools read them."""
+        report: dict[str, Any] = {
+            "version": REPORT_VERSION,
+            "granularity": self.granularity,
+            "partial": self.partial,
+            "settings": dict(self.settings),
+            "summary": dataclasses.asdict(self.summary),
+            "accuracy": self.accuracy,
+            "models": [model.as_json() for model in self.models],
+            "bricks": [brick.as_json() for brick in self.bricks],
+            "machine": dict(self.machine),
+            "peak": self.peak,
+        }
+        if self.comparison is not None:
+            report["comparison"] = self.comparison
+        return report
+
 
 def build_report(
     settings: Settings,
@@ -49,80 +208,135 @@ def build_report(
     validations: Mapping[tuple[str, str], Validation] | None = None,
     wall_time_s: float | None = None,
     partial: bool = False,
-) -> dict[str, object]:
-    """The report as JSON-ready data; times are in seconds, the statistic is ``settings.statistic``.
+    work: Mapping[str, BrickWork] | None = None,
+    measured: RunMeasurements | None = None,
+    unsupported: Mapping[str, str] | None = None,
+    placements: Mapping[str, Mapping[str, int]] | None = None,
+) -> RunReport:
+    """The report of a run.
 
     ``overhead`` is the cost of one inference call, which composition counts once per model;
     ``validations`` are the end-to-end measurements by model path and executor; ``partial`` marks a
-    run that stopped before every item ran (Ctrl-C, SIGTERM, ``-x``).
+    run that stopped before every item ran (Ctrl-C, SIGTERM, ``-x``); ``work`` and ``measured``
+    (the bricks' layers and the machine's peak and load times) feed the analysis; ``unsupported``
+    and ``placements`` say, by brick signature, why a provider cannot run a brick and where its
+    nodes ran.
     """
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
     validations = validations or {}
+    work = work or {}
+    measured = measured if measured is not None else RunMeasurements()
+    unsupported = unsupported or {}
+    placements = placements or {}
     call = overhead or NO_OVERHEAD
     reused = {signature for signature, result in results.items() if result.reused}
     users: dict[str, Counter[str]] = {signature: Counter() for signature in bricks}
     for plan in plans:
         for signature, count in plan.signatures.items():
             users[signature][plan.path] += count
-    models: list[dict[str, object]] = []
+    brick_entries = [
+        BrickEntry(
+            signature=signature,
+            ops=list(brick.ops),
+            time_s=times.get(signature),
+            stats=dict(results[signature].stats) if signature in results else None,
+            provider=results[signature].provider if signature in results else None,
+            measured_at=results[signature].measured_at if signature in results else None,
+            reused=signature in results and results[signature].reused,
+            models=dict(users[signature]),
+            analysis=brick_analysis(times.get(signature), work.get(signature), measured.peak, call),
+            unsupported=unsupported.get(signature),
+            node_providers=dict(placements[signature]) if signature in placements else None,
+        )
+        for signature, brick in bricks.items()
+    ]
+    models: list[ModelEntry | FailedModel] = []
     for plan in plans:
         estimate = compose(plan, times, call)
+        uses = [
+            BrickUse(entry.signature, entry.time_s, entry.analysis, entry.models[plan.path])
+            for entry in brick_entries
+            if plan.path in entry.models
+        ]
+        composition = plan_composition(plan)
         models.append(
-            {
-                "path": plan.path,
-                "layers": plan.layers,
-                "bricks": len(plan.bricks),
-                "unique_bricks": len(plan.signatures) + len(plan.broken),
-                "measured_bricks": estimate.measured_bricks,
-                "reused_bricks": sum(count for signature, count in plan.signatures.items() if signature in reused),
-                "sequential_s": estimate.sequential_s,
-                "critical_path_s": estimate.critical_path_s,
-                "complete": estimate.complete,
-                "guessed_dims": plan.guessed_dims,
-                "unbuildable_layers": [
-                    {"layer": b.layer_index, "op": b.op_type, "cause": b.reason} for b in plan.broken
-                ],
-                **_validation_fields(plan, estimate.sequential_s, validations, call),
-            }
+            ModelEntry(
+                path=plan.path,
+                layers=plan.layers,
+                bricks=len(plan.bricks),
+                unique_bricks=len(plan.signatures) + len(plan.broken),
+                measured_bricks=estimate.measured_bricks,
+                reused_bricks=sum(count for signature, count in plan.signatures.items() if signature in reused),
+                sequential_s=estimate.sequential_s,
+                critical_path_s=estimate.critical_path_s,
+                complete=estimate.complete,
+                guessed_dims=dict(plan.guessed_dims),
+                unbuildable_layers=[{"layer": b.layer_index, "op": b.op_type, "cause": b.reason} for b in plan.broken],
+                validation=_validation_fields(plan, estimate.sequential_s, validations, call),
+                analysis=model_analysis(plan.path, estimate.sequential_s, estimate.complete, uses, measured),
+                point=plan.point,
+                unsupported=unsupported_windows(composition, unsupported),
+                composition=composition,
+            )
         )
-    models.extend(
-        {"path": model.path, "complete": False, "error": model.cause, "sequential_s": None, "critical_path_s": None}
-        for model in failed
-    )
+    models.extend(failed)
     total_bricks = sum(len(plan.bricks) for plan in plans)
-    return {
-        "version": REPORT_VERSION,
-        "granularity": settings.granularity,
-        "partial": partial,
-        "settings": settings.describe(),
-        "summary": {
-            "models": len(plans) + len(failed),
-            "failed_models": len(failed),
-            "layers": sum(plan.layers for plan in plans),
-            "bricks": total_bricks,
-            "distinct_bricks": len(bricks),
-            "distinct_ratio": len(bricks) / total_bricks if total_bricks else None,
-            "measured_bricks": len(times),
-            "call_overhead_s": dataclasses.asdict(overhead) if overhead else None,
-            "wall_time_s": wall_time_s,
-            "reused_bricks": len(reused),
-        },
-        "accuracy": _accuracy(models, times, users),
-        "models": models,
-        "bricks": [
-            {
-                "signature": signature,
-                "ops": list(brick.ops),
-                "time_s": times.get(signature),
-                "stats": dict(results[signature].stats) if signature in results else None,
-                "provider": results[signature].provider if signature in results else None,
-                "measured_at": results[signature].measured_at if signature in results else None,
-                "reused": signature in results and results[signature].reused,
-                "models": dict(users[signature]),
-            }
-            for signature, brick in bricks.items()
-        ],
-    }
+    analysed = [m for m in models if isinstance(m, ModelEntry) and m.analysis.times.op_time_s is not None]
+    estimated = sum(model.sequential_s or 0.0 for model in analysed)
+    unknown = sum(model.analysis.times.unknown_flops_time_s or 0.0 for model in analysed)
+    json_models = [model.as_json() for model in models if isinstance(model, ModelEntry)]
+    return RunReport(
+        granularity=settings.granularity,
+        partial=partial,
+        settings=settings.describe(),
+        summary=Summary(
+            models=len(plans) + len(failed),
+            failed_models=len(failed),
+            layers=sum(plan.layers for plan in plans),
+            bricks=total_bricks,
+            distinct_bricks=len(bricks),
+            distinct_ratio=len(bricks) / total_bricks if total_bricks else None,
+            measured_bricks=len(times),
+            call_overhead_s=dataclasses.asdict(overhead) if overhead else None,
+            wall_time_s=wall_time_s,
+            reused_bricks=len(reused),
+            unknown_flops_time_s=unknown if analysed else None,
+            unknown_flops_share=unknown / estimated if estimated > 0 else None,
+        ),
+        accuracy=_accuracy(json_models, times, users),
+        models=models,
+        bricks=brick_entries,
+        machine=dict(measured.machine),
+        peak=peak_fields(measured.peak),
+    )
+
+
+def plan_composition(plan: ModelPlan) -> dict[str, Any]:
+    """What composition needs of ``plan``, JSON-ready.
+
+    A window is ``[signature, inputs, outputs]``; one the provider cannot run in the point's numeric
+    type adds the reason as a fourth element; a layer that cannot be built is null.
+    """
+    windows: list[list[object] | None] = []
+    for index, (brick, call) in enumerate(zip(plan.bricks, brick_calls(plan))):
+        if isinstance(brick, BrickSpec) and index in plan.unsupported:
+            windows.append([brick.signature, len(brick.inputs), len(brick.outputs), plan.unsupported[index]])
+        else:
+            windows.append(None if call is None else list(call))
+    return {"io": list(plan.io), "bricks": windows, "edges": [list(edge) for edge in plan.graph.edges]}
+
+
+def unsupported_windows(composition: Mapping[str, Any], unsupported: Mapping[str, str]) -> list[dict[str, object]]:
+    """The windows without a time because the provider cannot run them: known when the model was cut
+    (the fourth element of a window) or when the brick was run (``unsupported``, reasons by signature)."""
+    found = []
+    for index, window in enumerate(composition["bricks"]):
+        if window is None:
+            continue
+        cause = window[3] if len(window) == 4 else unsupported.get(str(window[0]))
+        if cause is not None:
+            found.append({"window": index, "signature": window[0], "cause": cause})
+    return found
 
 
 def _validation_fields(

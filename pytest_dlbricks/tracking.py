@@ -201,7 +201,7 @@ class Tracking:
         self.comparison = compare(
             now, block, baseline=name, statistic=self.settings.statistic, threshold=self.settings.compare_fail
         )
-        report["comparison"] = self.comparison.as_dict()
+        self.run.attach_comparison(self.comparison.as_dict())
         if self.comparison.regressions and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -17,7 +17,6 @@ from pytest_dlbricks.analysis import (
     LayerWork,
     Peak,
     RunMeasurements,
-    annotate,
     plan_work,
     split_time,
 )
@@ -118,14 +117,14 @@ def analysed_report(tmp_path: Path) -> dict[str, Any]:
     bricks = distinct_bricks(plans)
     times = {"Conv": 4e-6, "Relu": 1e-6, "Loop": 10e-6, "Sigmoid": 1e-6}
     results = {s: result(times[brick.ops[0]]) for s, brick in bricks.items()}
-    report = build_report(Settings(granularity=1), plans, [FailedModel("bad.onnx", "empty")], bricks, results)
     measured = RunMeasurements(
         peak=PEAK,
         load_s={"chain.onnx": 0.002},
         load_errors={"loop_acc_None.onnx": "cannot"},
         machine={"cpu": "test cpu", "cores": 2},
     )
-    return annotate(report, work, measured)
+    failed = [FailedModel("bad.onnx", "empty")]
+    return build_report(Settings(granularity=1), plans, failed, bricks, results, work=work, measured=measured).as_json()
 
 
 def test_bricks_gain_flops_bytes_and_throughput(analysed: dict[str, Any]) -> None:
@@ -190,14 +189,14 @@ def test_top_bricks_are_the_heaviest_few(tmp_path: Path) -> None:
     bricks = distinct_bricks([plan])
     seconds = {"Relu": 1.0, "Sigmoid": 5.0, "Tanh": 2.0, "Neg": 4.0, "Add": 3.0}
     results = {s: result(seconds[brick.ops[0]]) for s, brick in bricks.items()}
-    (model,) = annotate(build_report(Settings(granularity=1), [plan], [], bricks, results), work)["models"]
+    (model,) = build_report(Settings(granularity=1), [plan], [], bricks, results, work=work).as_json()["models"]
     assert len(model["top_bricks"]) == TOP_BRICKS == 5
     assert [brick["label"].split("-")[0] for brick in model["top_bricks"]] == ["Sigmoid", "Neg", "Add", "Tanh", "Relu"]
 
 
 def test_without_times_or_measurements_the_fields_are_empty(tmp_path: Path) -> None:
     plan, work = planned(tiny_models.chain(tmp_path), 2)
-    report = annotate(build_report(Settings(granularity=2), [plan], [], distinct_bricks([plan]), {}), work)
+    report = build_report(Settings(granularity=2), [plan], [], distinct_bricks([plan]), {}, work=work).as_json()
     (model,) = report["models"]
     assert model["flops"] == 3 * (CONV_FLOPS + 288), "FLOPs need no time"
     for name in ("flops_per_s", "peak_fraction", "op_time_s", "top_bricks", "unknown_flops_time_s", "load_s"):
@@ -231,8 +230,11 @@ def test_the_call_overhead_is_taken_off_bricks_and_counted_once_per_model(tmp_pa
     times = {"Conv": 4e-6, "Relu": 1e-6}
     results = {s: result(times[brick.ops[0]]) for s, brick in bricks.items()}
     overhead = CallOverhead(fixed_s=0.5e-6)
-    report = build_report(Settings(granularity=1), [plan], [], bricks, results, overhead=overhead)
-    (model,) = annotate(report, work, RunMeasurements(peak=PEAK))["models"]
+    settings = Settings(granularity=1)
+    measured = RunMeasurements(peak=PEAK)
+    (model,) = build_report(
+        settings, [plan], [], bricks, results, overhead=overhead, work=work, measured=measured
+    ).as_json()["models"]
     assert model["sequential_s"] == pytest.approx(3 * 3.5e-6 + 3 * 0.5e-6 + 0.5e-6)
     assert model["call_s"] == pytest.approx(0.5e-6)
     assert model["op_time_s"] == {"Conv": pytest.approx(10.5e-6), "Relu": pytest.approx(1.5e-6)}
@@ -240,6 +242,7 @@ def test_the_call_overhead_is_taken_off_bricks_and_counted_once_per_model(tmp_pa
     assert model["top_bricks"][0]["time_s"] == pytest.approx(10.5e-6)
     assert model["top_bricks"][0]["share"] == pytest.approx(10.5 / 12.5)
     assert model["flops_per_s"] == pytest.approx(model["flops"] / 12.5e-6)
-    conv = next(brick for brick in annotate(report, work)["bricks"] if brick["ops"] == ["Conv"])
+    unmeasured = build_report(settings, [plan], [], bricks, results, overhead=overhead, work=work).as_json()
+    conv = next(brick for brick in unmeasured["bricks"] if brick["ops"] == ["Conv"])
     assert conv["work_s"] == pytest.approx(3.5e-6), "a brick's work: its time less one call"
     assert conv["flops_per_s"] == pytest.approx(CONV_FLOPS / 4e-6), "its throughput as it was timed"

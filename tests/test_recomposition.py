@@ -26,8 +26,7 @@ from pytest_dlbricks.maps import (
 from pytest_dlbricks.merging import IncompatibleReports, merge_reports
 from pytest_dlbricks.overhead import CallOverhead
 from pytest_dlbricks.probes import describe_machine
-from pytest_dlbricks.recomposition import annotate, plan_composition
-from pytest_dlbricks.report import BrickResult, build_report
+from pytest_dlbricks.report import BrickResult, build_report, plan_composition
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.sharding import assign, brick_cost, parse_shard
 
@@ -60,8 +59,9 @@ def report_of(
 ) -> dict[str, Any]:
     """A run's report, as the session writes it (JSON round trip included)."""
     settings = settings or Settings(granularity=1, cut="original")
-    report = build_report(settings, plans, [], distinct_bricks(plans), results, overhead=OVERHEAD, wall_time_s=1.0)
-    annotate(report, plans, unsupported={}, placements={})
+    report = build_report(
+        settings, plans, [], distinct_bricks(plans), results, overhead=OVERHEAD, wall_time_s=1.0
+    ).as_json()
     report["machine"] = describe_machine()  # as a run that timed bricks records it
     return json.loads(json.dumps(report))  # type: ignore[no-any-return]
 

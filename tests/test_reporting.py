@@ -51,7 +51,7 @@ def plans(tmp_path: Path) -> list[ModelPlan]:
 def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
     bricks = distinct_bricks(plans)
     results = {signature: result(1e-5 * (index + 1)) for index, signature in enumerate(bricks)}
-    report: Any = build_report(Settings(granularity=2), plans, [], bricks, results)
+    report: Any = build_report(Settings(granularity=2), plans, [], bricks, results).as_json()
     assert report["version"] == REPORT_VERSION
     assert report["granularity"] == 2
     chain, diamond = report["models"]
@@ -76,6 +76,8 @@ def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
         "call_overhead_s": None,
         "wall_time_s": None,
         "reused_bricks": 0,
+        "unknown_flops_time_s": None,
+        "unknown_flops_share": None,
     }
     first, *rest = report["bricks"]
     assert first["signature"] == next(iter(bricks))
@@ -91,7 +93,7 @@ def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
 def test_the_statistic_chosen_is_the_one_composed(plans: list[ModelPlan]) -> None:
     bricks = distinct_bricks(plans)
     results = {signature: result(1.0) for signature in bricks}
-    report: Any = build_report(Settings(granularity=2, statistic="min"), plans, [], bricks, results)
+    report: Any = build_report(Settings(granularity=2, statistic="min"), plans, [], bricks, results).as_json()
     assert report["models"][0]["sequential_s"] == pytest.approx(1.5)
     assert report["bricks"][0]["time_s"] == pytest.approx(0.5)
     assert report["settings"]["statistic"] == "min"
@@ -104,7 +106,7 @@ def test_a_brick_shared_by_two_models_lists_both(tmp_path: Path) -> None:
         plan_of(tiny_models.chain(tmp_path, "b.onnx"), 2),
     ]
     bricks = distinct_bricks(plans)
-    report: Any = build_report(Settings(granularity=2), plans, [], bricks, {})
+    report: Any = build_report(Settings(granularity=2), plans, [], bricks, {}).as_json()
     (only,) = report["bricks"]
     assert only["models"] == {"a.onnx": 3, "b.onnx": 3}
     assert only["time_s"] is None and only["stats"] is None
@@ -117,7 +119,7 @@ def test_times_reused_from_the_store_are_marked(plans: list[ModelPlan]) -> None:
     results[chain_brick] = BrickResult(
         stats={"median": 2e-5}, provider=PROVIDER, measured_at="2025-03-01T12:00:00+00:00", reused=True
     )
-    report: Any = build_report(Settings(granularity=1), plans, [], bricks, results)
+    report: Any = build_report(Settings(granularity=1), plans, [], bricks, results).as_json()
     assert report["summary"]["reused_bricks"] == 1
     assert [model["reused_bricks"] for model in report["models"]] == [3, 0]
     first, second, *_ = report["bricks"]
@@ -130,7 +132,7 @@ def test_unmeasured_and_failed_models_are_incomplete(plans: list[ModelPlan]) -> 
     signatures = list(bricks)
     results = {signature: result(1e-3) for signature in signatures[:-1]}  # the diamond's Add is missing
     failed = [FailedModel("broken.onnx", "the file is empty, not an ONNX model")]
-    report: Any = build_report(Settings(granularity=1), plans, failed, bricks, results)
+    report: Any = build_report(Settings(granularity=1), plans, failed, bricks, results).as_json()
     chain, diamond, broken = report["models"]
     assert chain["complete"] is True
     assert diamond["complete"] is False
@@ -151,7 +153,7 @@ def test_unmeasured_and_failed_models_are_incomplete(plans: list[ModelPlan]) -> 
 def test_unbuildable_layers_are_listed(tmp_path: Path) -> None:
     plan = plan_of(tiny_models.sequence_boundary(tmp_path), 1)
     bricks = distinct_bricks([plan])
-    report: Any = build_report(Settings(granularity=1), [plan], [], bricks, {s: result(1.0) for s in bricks})
+    report: Any = build_report(Settings(granularity=1), [plan], [], bricks, {s: result(1.0) for s in bricks}).as_json()
     (model,) = report["models"]
     assert model["complete"] is False
     assert model["unique_bricks"] == 3
@@ -229,7 +231,7 @@ def test_render_table_has_a_row_per_model_and_a_summary(plans: list[ModelPlan]) 
     signatures = list(bricks)
     results = {signature: result(2e-6) for signature in signatures[:-1]}
     failed = [FailedModel("broken.onnx", "not an ONNX model")]
-    text = render_table(build_report(Settings(granularity=1), plans, failed, bricks, results))
+    text = render_table(build_report(Settings(granularity=1), plans, failed, bricks, results).as_json())
     lines = text.splitlines()
     assert lines[0].split() == ["Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical", "path", "Complete"]
     assert set(lines[1]) == {"-"} and len(lines[1]) == len(lines[0])
@@ -242,7 +244,7 @@ def test_render_table_has_a_row_per_model_and_a_summary(plans: list[ModelPlan]) 
 
 def test_render_table_aligns_its_columns(plans: list[ModelPlan]) -> None:
     bricks = distinct_bricks(plans)
-    text = render_table(build_report(Settings(granularity=1), plans, [], bricks, {}))
+    text = render_table(build_report(Settings(granularity=1), plans, [], bricks, {}).as_json())
     header, _, first, second, _ = text.splitlines()
     # Numbers are right-aligned under their header: the Layers column ends at the same place.
     end = header.index("Layers") + len("Layers")
@@ -259,7 +261,7 @@ def test_a_validated_model_whose_bricks_did_not_all_run_does_not_break_the_repor
     }
     report: Any = build_report(
         Settings(granularity=2), plans, [], bricks, {s: result(1e-5) for s in times}, validations=validations
-    )
+    ).as_json()
     by_path = {model["path"]: model for model in report["models"]}
     assert by_path["chain.onnx"]["ratio"] == pytest.approx(1.0)
     assert by_path["diamond.onnx"]["ratio"] is None and by_path["diamond.onnx"]["measured_s"] == 5e-5
