@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import onnx
@@ -29,6 +29,7 @@ from .cutting import BrokenBrick, ModelPlan
 from .flops import node_cost
 from .graph import ModelGraph
 from .overhead import CallOverhead
+from .probes import Peak, RunMeasurements
 
 #: Bricks listed per model, heaviest first.
 TOP_BRICKS = 5
@@ -66,28 +67,6 @@ class BrickWork:
     def unknown_ops(self) -> list[str]:
         """Operator types of the layers whose FLOPs are unknown, each once."""
         return sorted({layer.op_type for layer in self.layers if layer.flops is None})
-
-
-@dataclass(frozen=True)
-class Peak:
-    """What this machine reaches through onnxruntime with the run's settings, measured in the run."""
-
-    flops_per_s: float
-    bytes_per_s: float
-    #: How it was measured, as recorded in the report.
-    method: Mapping[str, object] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RunMeasurements:
-    """Measurements made once per run beside the brick benchmarks (see :mod:`pytest_dlbricks.probes`)."""
-
-    peak: Peak | None = None
-    #: onnxruntime session creation time by model path, in seconds.
-    load_s: Mapping[str, float] = field(default_factory=dict)
-    #: Why a model's session could not be created, by model path.
-    load_errors: Mapping[str, str] = field(default_factory=dict)
-    machine: Mapping[str, object] = field(default_factory=dict)
 
 
 def plan_work(graph: ModelGraph, plan: ModelPlan, signatures: Collection[str] | None = None) -> dict[str, BrickWork]:

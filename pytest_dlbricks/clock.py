@@ -10,6 +10,7 @@ class PausableClock:
 
     pytest-benchmark times a loop of calls; each brick call first writes its inputs again (see
     :meth:`~pytest_dlbricks.running.BrickRunner.rewrite_inputs`), which is not the brick's time.
+    Brick items hand it to pytest-benchmark through the ``benchmark`` mark's ``timer`` option.
     """
 
     def __init__(self, timer: Callable[[], float]) -> None:

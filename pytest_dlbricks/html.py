@@ -77,7 +77,7 @@ dd { margin: 0; }
 
 
 def render_html(report: Mapping[str, Any]) -> str:
-    """The whole page for ``report`` (see :func:`pytest_dlbricks.analysis.annotate`)."""
+    """The whole page for ``report`` (the JSON form of :class:`pytest_dlbricks.report.RunReport`)."""
     models = list(report["models"])
     colours = _colours(models)
     validated = [m for m in models if m.get("measured_s") is not None]

@@ -13,13 +13,13 @@ import os
 import platform
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .analysis import Peak, RunMeasurements
 from .errors import describe_error
 from .graph import MIN_IR_VERSION
 from .runtime import create_session
@@ -34,6 +34,28 @@ BUDGET_S = 0.1
 MIN_RUNS = 3
 MAX_RUNS = 100
 _OPSET = 13
+
+
+@dataclass(frozen=True)
+class Peak:
+    """What this machine reaches through onnxruntime with the run's settings, measured in the run."""
+
+    flops_per_s: float
+    bytes_per_s: float
+    #: How it was measured, as recorded in the report.
+    method: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunMeasurements:
+    """Measurements made once per run beside the brick benchmarks."""
+
+    peak: Peak | None = None
+    #: onnxruntime session creation time by model path, in seconds.
+    load_s: Mapping[str, float] = field(default_factory=dict)
+    #: Why a model's session could not be created, by model path.
+    load_errors: Mapping[str, str] = field(default_factory=dict)
+    machine: Mapping[str, object] = field(default_factory=dict)
 
 
 def measure_peak(settings: Settings | None = None, budget_s: float = BUDGET_S, gemm_size: int = GEMM_SIZE) -> Peak:

@@ -1,6 +1,6 @@
 """Terminal text: the per-model table, the machine's peak in one line, and at ``-v`` where the time goes.
 
-Pure functions of the report (see :func:`pytest_dlbricks.analysis.annotate`) that return text.
+Pure functions of the report (the JSON form of :class:`pytest_dlbricks.report.RunReport`) that return text.
 """
 
 from __future__ import annotations

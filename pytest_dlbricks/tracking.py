@@ -187,6 +187,8 @@ class Tracking:
         if report is not None:
             benchmarks = self.config.pluginmanager.get_plugin("pytest-benchmark")
             if benchmarks is not None:
+                # No public way adds a benchmark pytest-benchmark did not time: its session's list is what
+                # it saves, compares and displays (see estimates.ModelEstimate).
                 benchmarks.benchmarks.extend(model_estimates(report))
             if self.baseline is not None:
                 self._compare(report, session)

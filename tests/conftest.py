@@ -1,4 +1,5 @@
-"""Shared fixtures: where the bundled and the onnx wheel's models are, and quick timing flags."""
+"""Shared fixtures and helpers: where the bundled and the onnx wheel's models are, quick timing flags, a model
+loaded and cut, pytest run on models as a user runs it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from pathlib import Path
 
 import onnx
 import pytest
+
+from pytest_dlbricks.cutting import ModelPlan, plan_model
+from pytest_dlbricks.loading import load_model
 
 SAMPLE_MODELS = Path(__file__).resolve().parent.parent / "sample_models"
 LIGHT_MODELS = Path(onnx.__file__).resolve().parent / "backend" / "test" / "data" / "light"
@@ -23,6 +27,8 @@ def light_models() -> list[Path]:
 
 #: pytest-benchmark flags for runs where timing itself is not under test.
 QUICK_TIMING = ("--benchmark-min-rounds=2", "--benchmark-max-time=0.000001")
+#: The symbolic dimensions of the bundled sample models, as flags.
+SAMPLE_DIMS = ("--dlbricks-dim", "batch=1", "--dlbricks-dim", "seq=16")
 #: Seconds any one test may take: a hung onnxruntime session must not hold CI until its own limit.
 TEST_TIMEOUT = 300
 
@@ -48,3 +54,15 @@ def copy_models(pytester: pytest.Pytester) -> Callable[..., list[Path]]:
 def sample_models(copy_models: Callable[..., list[Path]]) -> list[Path]:
     """The bundled sample models, copied into the pytester directory under ``models/``."""
     return copy_models(*sorted(SAMPLE_MODELS.glob("*.onnx")))
+
+
+def plan_of(path: Path, granularity: int, name: str | None = None) -> ModelPlan:
+    """The model file at ``path`` loaded and cut into bricks of ``granularity`` layers, named after the file."""
+    return plan_model(load_model(path), granularity, path.name if name is None else name)
+
+
+def run_dlbricks(
+    pytester: pytest.Pytester, *args: str, dims: tuple[str, ...] = SAMPLE_DIMS, timing: tuple[str, ...] = QUICK_TIMING
+) -> pytest.RunResult:
+    """pytest run in-process as a user runs it on the sample models, with quick timing unless told otherwise."""
+    return pytester.runpytest("-p", "no:cacheprovider", *dims, *timing, *args)

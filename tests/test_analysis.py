@@ -11,18 +11,11 @@ import tiny_models
 from test_reporting import distinct_bricks, result
 
 from conftest import light_models
-from pytest_dlbricks.analysis import (
-    TOP_BRICKS,
-    BrickWork,
-    LayerWork,
-    Peak,
-    RunMeasurements,
-    plan_work,
-    split_time,
-)
+from pytest_dlbricks.analysis import TOP_BRICKS, BrickWork, LayerWork, plan_work, split_time
 from pytest_dlbricks.cutting import ModelPlan, plan_model
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.overhead import CallOverhead
+from pytest_dlbricks.probes import Peak, RunMeasurements
 from pytest_dlbricks.report import FailedModel, build_report
 from pytest_dlbricks.settings import Settings
 

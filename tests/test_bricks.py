@@ -12,8 +12,8 @@ import pytest
 import tiny_models
 from onnx import helper
 
+from conftest import plan_of
 from pytest_dlbricks.bricks import BrickSpec, UnbuildableBrick, describe_brick
-from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.graph import ModelGraph, TensorSpec
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.running import BrickRunner
@@ -24,7 +24,7 @@ ONE_THREAD = Settings(granularity=1, intra_op_threads=1)
 
 
 def bricks_of(path: Path, granularity: int) -> list[BrickSpec]:
-    plan = plan_model(load_model(path), granularity, path.name)
+    plan = plan_of(path, granularity)
     assert plan.broken == []
     return [brick for brick in plan.bricks if isinstance(brick, BrickSpec)]
 

@@ -8,15 +8,11 @@ import networkx as nx
 import pytest
 import tiny_models
 
+from conftest import plan_of
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.composition import Estimate, compose, critical_path
-from pytest_dlbricks.cutting import BrokenBrick, ModelPlan, plan_model
-from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.cutting import BrokenBrick, ModelPlan
 from pytest_dlbricks.overhead import CallOverhead
-
-
-def plan_of(path: Path, granularity: int) -> ModelPlan:
-    return plan_model(load_model(path), granularity, path.name)
 
 
 def times_by_op(plan: ModelPlan, seconds: dict[str, float]) -> dict[str, float]:

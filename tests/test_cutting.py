@@ -10,9 +10,9 @@ import networkx as nx
 import pytest
 import tiny_models
 
+from conftest import plan_of
 from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import ModelPlan, find_windows, plan_model
-from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.cutting import find_windows
 
 
 def spans(windows: Sequence[tuple[int, int, object]]) -> list[tuple[int, int]]:
@@ -102,10 +102,6 @@ def test_a_single_layer_that_fails_is_kept_with_none() -> None:
 
 
 # -- plans of real (tiny) models -----------------------------------------------------------------
-
-
-def plan_of(path: Path, granularity: int) -> ModelPlan:
-    return plan_model(load_model(path), granularity, path.name)
 
 
 def test_plan_of_a_chain_counts_repeated_bricks(tmp_path: Path) -> None:

@@ -13,9 +13,8 @@ from pathlib import Path
 import tiny_models
 from onnx import TensorProto, helper
 
+from conftest import plan_of
 from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import plan_model
-from pytest_dlbricks.loading import load_model
 
 WIDTH = 8192
 WEIGHT_BYTES = WIDTH * WIDTH * 4  # 256 MiB
@@ -39,7 +38,7 @@ def test_collecting_a_model_never_reads_its_external_float_weights(tmp_path: Pat
     path = large_external_model(tmp_path)
     tracemalloc.start()
     try:
-        plan = plan_model(load_model(path), 1, path.name)
+        plan = plan_of(path, 1)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -8,13 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK_TIMING, SAMPLE_MODELS, light_models
+from conftest import SAMPLE_MODELS, light_models, run_dlbricks
 
-DIMS = ("--dlbricks-dim", "batch=1", "--dlbricks-dim", "seq=16")
-
-
-def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("-p", "no:cacheprovider", *DIMS, *QUICK_TIMING, *args)
+run = run_dlbricks
 
 
 def read_report(path: Path) -> dict:
@@ -284,7 +280,7 @@ def test_native_toml_table_takes_numbers_and_booleans_unquoted(
         "dlbricks_precision = 0.05\n"
         'dlbricks_dims = ["batch=2", "seq=4"]\n'
     )
-    result = pytester.runpytest("-p", "no:cacheprovider", *QUICK_TIMING, "--dlbricks-json=r.json", "models/mlp.onnx")
+    result = run_dlbricks(pytester, "--dlbricks-json=r.json", "models/mlp.onnx", dims=())
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     report = read_report(pytester.path / "r.json")
     assert report["granularity"] == 3

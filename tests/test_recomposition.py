@@ -12,9 +12,9 @@ import pytest
 import tiny_models
 from test_reporting import distinct_bricks
 
+from conftest import plan_of
 from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import ModelPlan, plan_model
-from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.cutting import ModelPlan
 from pytest_dlbricks.maps import (
     MapError,
     check_results,
@@ -39,7 +39,7 @@ def plans_of(directory: Path) -> list[ModelPlan]:
     paths = [tiny_models.chain(directory), tiny_models.diamond(directory), tiny_models.sequence_boundary(directory)]
     plans = []
     for path in paths:
-        plan = plan_model(load_model(path), 1, f"models/{path.name}")
+        plan = plan_of(path, 1, f"models/{path.name}")
         plan.file, plan.point = plan.path, {"dtype": "fp32"}
         plans.append(plan)
     return plans

@@ -11,7 +11,7 @@ import pytest
 from test_analysis import analysed_report
 
 from pytest_dlbricks.html import CALL, CALL_COLOUR, OTHER_COLOUR, PALETTE, render_html
-from pytest_dlbricks.terminal import format_flops, format_rate, format_share, render_analysis
+from pytest_dlbricks.terminal import format_flops, format_rate, format_seconds, format_share, render_analysis
 
 VOID = {"meta", "br", "wbr", "hr", "img", "input", "link"}
 SVG_LEAVES = {"rect", "circle", "line"}
@@ -224,3 +224,25 @@ def test_the_models_own_call_shows_beside_its_operator_types(report: dict[str, A
 def test_labels_inside_bars_contrast_with_their_colour(report: dict[str, Any]) -> None:
     page = render_html(report)
     assert '<text class="inside" style="fill:#ffffff"' in page, "white on Conv's dark blue"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "-"),
+        (0.0, "0.0 us"),
+        (4.5e-6, "4.5 us"),
+        (999e-6, "999.0 us"),
+        (1e-3, "1.00 ms"),
+        (0.0123, "12.30 ms"),
+        (1.0, "1.000 s"),
+        (62.5, "62.500 s"),
+    ],
+)
+def test_format_seconds_picks_the_unit(seconds: float | None, text: str) -> None:
+    assert format_seconds(seconds) == text
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.99996e-3, "1.00 ms"), (0.9999996, "1.000 s")])
+def test_format_seconds_switches_unit_after_rounding(seconds: float, text: str) -> None:
+    assert format_seconds(seconds) == text

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -12,20 +10,15 @@ import onnxruntime
 import pytest
 import tiny_models
 
+from conftest import plan_of
 from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import ModelPlan, plan_model
-from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.cutting import ModelPlan
 from pytest_dlbricks.report import REPORT_VERSION, BrickResult, FailedModel, build_report
 from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.store import write_json
-from pytest_dlbricks.terminal import format_seconds, render_table
+from pytest_dlbricks.terminal import render_table
 from pytest_dlbricks.validation import Validation
 
 PROVIDER = "CPUExecutionProvider"
-
-
-def plan_of(path: Path, granularity: int) -> ModelPlan:
-    return plan_model(load_model(path), granularity, path.name)
 
 
 def distinct_bricks(plans: list[ModelPlan]) -> dict[str, BrickSpec]:
@@ -167,63 +160,7 @@ def test_unbuildable_layers_are_listed(tmp_path: Path) -> None:
 # -- JSON file -----------------------------------------------------------------------------------
 
 
-def test_write_json_creates_folders_and_round_trips(tmp_path: Path) -> None:
-    path = tmp_path / "out" / "deeper" / "report.json"
-    write_json(path, {"models": [{"sequential_s": 1.5e-6}]})
-    assert json.loads(path.read_text(encoding="utf-8")) == {"models": [{"sequential_s": 1.5e-6}]}
-    assert path.read_text(encoding="utf-8").endswith("\n")
-    assert os.listdir(path.parent) == ["report.json"]
-
-
-def test_write_json_replaces_an_existing_file_and_leaves_no_temporary(tmp_path: Path) -> None:
-    path = tmp_path / "report.json"
-    path.write_text("old, and longer than the new content " * 10, encoding="utf-8")
-    write_json(path, {"version": 2})
-    assert json.loads(path.read_text(encoding="utf-8")) == {"version": 2}
-    assert os.listdir(tmp_path) == ["report.json"]
-
-
-def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path) -> None:
-    path = tmp_path / "report.json"
-    path.write_text('{"old": true}\n', encoding="utf-8")
-    with pytest.raises(TypeError):
-        write_json(path, {"not json": object()})
-    assert path.read_text(encoding="utf-8") == '{"old": true}\n'
-    assert os.listdir(tmp_path) == ["report.json"]
-
-
-def test_the_report_file_gets_the_usual_permissions(tmp_path: Path) -> None:
-    umask = os.umask(0o022)
-    try:
-        write_json(tmp_path / "report.json", {})
-    finally:
-        os.umask(umask)
-    assert stat.S_IMODE((tmp_path / "report.json").stat().st_mode) == 0o644
-
-
 # -- text ----------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [
-        (None, "-"),
-        (0.0, "0.0 us"),
-        (4.5e-6, "4.5 us"),
-        (999e-6, "999.0 us"),
-        (1e-3, "1.00 ms"),
-        (0.0123, "12.30 ms"),
-        (1.0, "1.000 s"),
-        (62.5, "62.500 s"),
-    ],
-)
-def test_format_seconds_picks_the_unit(seconds: float | None, text: str) -> None:
-    assert format_seconds(seconds) == text
-
-
-@pytest.mark.parametrize(("seconds", "text"), [(0.99996e-3, "1.00 ms"), (0.9999996, "1.000 s")])
-def test_format_seconds_switches_unit_after_rounding(seconds: float, text: str) -> None:
-    assert format_seconds(seconds) == text
 
 
 def test_render_table_has_a_row_per_model_and_a_summary(plans: list[ModelPlan]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from pytest_dlbricks.identity import Identity
 from pytest_dlbricks.overhead import CallOverhead
-from pytest_dlbricks.store import STORE_VERSION, BrickStore, ModelManifest, StoredBrick, times_of
+from pytest_dlbricks.store import STORE_VERSION, BrickStore, ModelManifest, StoredBrick, times_of, write_json
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 IDENTITY = Identity(
@@ -154,3 +155,40 @@ def test_times_of_picks_one_statistic() -> None:
     bricks = {"a": brick("a", 1e-5), "b": brick("b", 3e-5)}
     assert times_of(bricks, "median") == {"a": 1e-5, "b": 3e-5}
     assert times_of(bricks, "stddev") == {}
+
+
+# -- atomic writes ----------------------------------------------------------------------------
+
+
+def test_write_json_creates_folders_and_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "out" / "deeper" / "report.json"
+    write_json(path, {"models": [{"sequential_s": 1.5e-6}]})
+    assert json.loads(path.read_text(encoding="utf-8")) == {"models": [{"sequential_s": 1.5e-6}]}
+    assert path.read_text(encoding="utf-8").endswith("\n")
+    assert os.listdir(path.parent) == ["report.json"]
+
+
+def test_write_json_replaces_an_existing_file_and_leaves_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    path.write_text("old, and longer than the new content " * 10, encoding="utf-8")
+    write_json(path, {"version": 2})
+    assert json.loads(path.read_text(encoding="utf-8")) == {"version": 2}
+    assert os.listdir(tmp_path) == ["report.json"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    path.write_text('{"old": true}\n', encoding="utf-8")
+    with pytest.raises(TypeError):
+        write_json(path, {"not json": object()})
+    assert path.read_text(encoding="utf-8") == '{"old": true}\n'
+    assert os.listdir(tmp_path) == ["report.json"]
+
+
+def test_the_report_file_gets_the_usual_permissions(tmp_path: Path) -> None:
+    umask = os.umask(0o022)
+    try:
+        write_json(tmp_path / "report.json", {})
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "report.json").stat().st_mode) == 0o644

@@ -12,9 +12,8 @@ import pytest
 import tiny_models
 from onnx import helper, numpy_helper
 
+from conftest import plan_of
 from pytest_dlbricks.bricks import BrickSpec, brick_signature
-from pytest_dlbricks.cutting import plan_model
-from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.running import BrickRunner
 from pytest_dlbricks.runtime import new_options
 from pytest_dlbricks.settings import Settings
@@ -36,7 +35,7 @@ SETTINGS = Settings(granularity=2, intra_op_threads=1, cut="original")
 def distinct(*paths: Path, granularity: int = 2) -> list[BrickSpec]:
     bricks: dict[str, BrickSpec] = {}
     for path in paths:
-        for brick in plan_model(load_model(path), granularity, path.name).bricks:
+        for brick in plan_of(path, granularity).bricks:
             if isinstance(brick, BrickSpec):
                 bricks.setdefault(brick.signature, brick)
     return list(bricks.values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import sys
@@ -12,7 +13,7 @@ from typing import Any
 import onnxruntime as ort
 import pytest
 
-from conftest import QUICK_TIMING, SAMPLE_MODELS
+from conftest import SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cli import main
 from pytest_dlbricks.composition import compose
@@ -25,8 +26,7 @@ DIMS = ("--dlbricks-dim", "seq=16")
 MODELS = ("mlp.onnx", "tiny_inception.onnx", "transformer_block.onnx")
 
 
-def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("-p", "no:cacheprovider", *DIMS, *QUICK_TIMING, *args)
+run = functools.partial(run_dlbricks, dims=DIMS)
 
 
 def read(path: Path) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import onnxruntime as ort
 import pytest
 import tiny_models
 
+from conftest import plan_of
 from pytest_dlbricks import overhead as call_overhead
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
@@ -37,7 +38,7 @@ def settings() -> Settings:
 
 
 def bricks_of(path: Path, granularity: int) -> list[BrickSpec]:
-    plan = plan_model(load_model(path), granularity, path.name)
+    plan = plan_of(path, granularity)
     return [brick for brick in plan.bricks if isinstance(brick, BrickSpec)]
 
 

@@ -11,18 +11,16 @@ from typing import Any
 import pytest
 import tiny_models
 
-from conftest import QUICK_TIMING, SAMPLE_MODELS
+from conftest import QUICK_TIMING, SAMPLE_DIMS, SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks.cli import main
 
-DIMS = ("--dlbricks-dim", "batch=1", "--dlbricks-dim", "seq=16")
 STORE = ".benchmarks/dlbricks"
 #: Enough rounds for the quartiles the gate relies on, at a few milliseconds per brick; one thread, so that a
 #: busy machine does not stall onnxruntime's thread pool for whole rounds.
 GATE_TIMING = ("--benchmark-min-rounds=15", "--benchmark-max-time=0.000001")
 
 
-def run(pytester: pytest.Pytester, *args: str, timing: tuple[str, ...] = QUICK_TIMING) -> pytest.RunResult:
-    return pytester.runpytest("-p", "no:cacheprovider", *DIMS, *timing, *args)
+run = run_dlbricks
 
 
 def read(path: Path) -> Any:
@@ -150,7 +148,7 @@ def test_a_changed_model_times_only_its_new_bricks(pytester: pytest.Pytester) ->
 def test_an_interrupted_run_keeps_every_brick_measured(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     stop_at_third_item(pytester, "raise KeyboardInterrupt")
     result = pytester.runpytest(
-        *DIMS, *QUICK_TIMING, "--dlbricks-granularity=1", "models/transformer_block.onnx", no_reraise_ctrlc=True
+        *SAMPLE_DIMS, *QUICK_TIMING, "--dlbricks-granularity=1", "models/transformer_block.onnx", no_reraise_ctrlc=True
     )
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert len(brick_records(pytester)) == 2
@@ -162,7 +160,7 @@ def test_an_interrupted_run_keeps_every_brick_measured(pytester: pytest.Pytester
 
 def test_a_crashed_run_keeps_every_brick_measured(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     stop_at_third_item(pytester, "os._exit(3)")
-    result = pytester.runpytest_subprocess(*DIMS, *QUICK_TIMING, "--dlbricks-granularity=1", "models/mlp.onnx")
+    result = pytester.runpytest_subprocess(*SAMPLE_DIMS, *QUICK_TIMING, "--dlbricks-granularity=1", "models/mlp.onnx")
     assert result.ret == 3
     assert len(brick_records(pytester)) == 2
     assert not list((pytester.path / STORE).rglob("*.tmp"))

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import tiny_models
 
-from pytest_dlbricks.cutting import ModelPlan, plan_model
-from pytest_dlbricks.loading import load_model
+from conftest import plan_of
 from pytest_dlbricks.overhead import NO_OVERHEAD, CallOverhead
 from pytest_dlbricks.validation import (
     MAX_ROUNDS,
@@ -21,10 +20,6 @@ from pytest_dlbricks.validation import (
     has_parallel_branches,
     rounds_for,
 )
-
-
-def plan_of(path: Path, granularity: int) -> ModelPlan:
-    return plan_model(load_model(path), granularity, path.name)
 
 
 class Recorded:
