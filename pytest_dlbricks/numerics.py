@@ -21,6 +21,7 @@ import onnx
 from onnx import external_data_helper, numpy_helper
 
 from .bricks import BrickSpec
+from .errors import describe_error
 from .graph import TensorSpec
 from .synthetic import synthetic_array
 
@@ -45,7 +46,7 @@ def convert(model: onnx.ModelProto, dtype: str, data_dir: Path) -> onnx.ModelPro
 
             return convert_float_to_float16(synthetic, keep_io_types=False)  # type: ignore[no-any-return]
     except Exception as error:  # the tools raise whatever their internals raise
-        raise ValueError(f"onnxruntime cannot convert the model to {dtype}: {' '.join(str(error).split())}") from error
+        raise ValueError(f"onnxruntime cannot convert the model to {dtype}: {describe_error(error)}") from error
     raise ValueError(f"unknown numeric type {dtype!r}")
 
 

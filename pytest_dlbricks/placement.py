@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: Name prefix of the casts onnxruntime inserts to run float16 operators in float32.
 INSERTED_CAST_PREFIX = "InsertedPrecisionFreeCast"
@@ -58,8 +59,12 @@ class Placement:
 
 
 def read_profile(path: Path) -> Placement:
-    """The executed nodes of an onnxruntime profile (a JSON list of trace events)."""
-    events = json.loads(path.read_text(encoding="utf-8"))
+    """The executed nodes of an onnxruntime profile file (a JSON list of trace events)."""
+    return placement_of(json.loads(path.read_text(encoding="utf-8")))
+
+
+def placement_of(events: Sequence[Mapping[str, Any]]) -> Placement:
+    """The executed nodes of an onnxruntime profile's trace events."""
     nodes = []
     for event in events:
         if event.get("cat") != "Node" or not str(event.get("name", "")).endswith("_kernel_time"):

@@ -19,7 +19,6 @@ from .analysis import (
     BrickUse,
     BrickWork,
     ModelAnalysis,
-    RunMeasurements,
     brick_analysis,
     model_analysis,
     peak_fields,
@@ -28,6 +27,7 @@ from .bricks import BrickSpec
 from .composition import brick_calls, compose
 from .cutting import ModelPlan
 from .overhead import NO_OVERHEAD, CallOverhead
+from .probes import RunMeasurements
 from .settings import Settings
 from .validation import Validation, accuracy
 

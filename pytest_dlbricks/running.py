@@ -10,8 +10,8 @@ import onnx
 from .bricks import BrickSpec
 from .errors import describe_error
 from .graph import VIEW_OPS
-from .placement import Placement
-from .runtime import RunStopped, bind, create_session, input_rewriter, profiled_placement, run_watched
+from .placement import Placement, placement_of
+from .runtime import RunStopped, bind, create_session, input_rewriter, profile, run_watched
 from .settings import DEFAULT_PROVIDERS, Settings
 from .synthesis import brick_feeds, build_brick_model
 from .synthetic import SynthesisError
@@ -96,7 +96,8 @@ class BrickRunner:
                 raise UnsupportedByProvider(fallback)
 
     def _profiled_run(self) -> Placement:
-        return profiled_placement(build_brick_model(self.brick), self.settings, self.feeds, parallel=self.parallel)
+        events = profile(build_brick_model(self.brick), self.settings, self.feeds, parallel=self.parallel)
+        return placement_of(events)
 
 
 def view_outputs(brick: BrickSpec, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -11,6 +11,9 @@ another took up to 5x their time, and a model run after its bricks 40% more. Wit
 a brick runs on threads exactly as its layers do inside the model. onnxruntime cannot go back: once
 a process shares its pool, every session created afterwards must use it (:func:`new_options`).
 
+**Profiles.** :func:`profile` gives the trace events of one run (each node's provider, types and
+kernel time), for :mod:`.placement` and for whoever needs where a model's time goes inside it.
+
 **Watched runs.** A ``Loop`` told to iterate 2**62 times runs for ever; one that also stacks a value
 per iteration eats all the memory of the machine within a minute. Runs made before timing starts (a
 whole model's, to learn its shapes; each brick's first, to check it) go through :func:`run_watched`:
@@ -24,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
 import os
 import tempfile
 import threading
@@ -41,7 +45,6 @@ from onnxruntime.capi import _pybind_state
 
 from .errors import ModelError, describe_error
 from .graph import MIN_IR_VERSION, TensorSpec, format_bytes, memory_limit
-from .placement import Placement, read_profile
 from .settings import DEFAULT_PROVIDERS, Settings
 from .synthetic import SynthesisError, model_feeds
 
@@ -354,11 +357,13 @@ def input_rewriter(array: np.ndarray) -> Callable[[], object]:
     return lambda: session.run_with_iobinding(binding)
 
 
-def profiled_placement(
+def profile(
     model: onnx.ModelProto, settings: Settings, feeds: dict[str, np.ndarray], *, parallel: bool = False
-) -> Placement:
-    """Where onnxruntime runs each node of ``model``, from the profile of one run."""
+) -> list[dict[str, Any]]:
+    """onnxruntime's profile of one run of ``model``: its trace events (each node's kernel, provider,
+    types and time among them)."""
     with tempfile.TemporaryDirectory(prefix="dlbricks-profile-") as folder:
-        session = create_session(model, settings, parallel=parallel, profile_to=Path(folder) / "brick")
+        session = create_session(model, settings, parallel=parallel, profile_to=Path(folder) / "run")
         session.run(None, feeds)
-        return read_profile(Path(session.end_profiling()))
+        events: list[dict[str, Any]] = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
+        return events

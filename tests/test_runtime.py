@@ -15,6 +15,7 @@ from hostile_models import never_ending_loop
 from onnx import helper
 
 from pytest_dlbricks import runtime
+from pytest_dlbricks.placement import placement_of
 from pytest_dlbricks.runtime import (
     RunStopped,
     ThreadPoolConflict,
@@ -23,6 +24,7 @@ from pytest_dlbricks.runtime import (
     run_watched,
     use_thread_pool,
 )
+from pytest_dlbricks.settings import Settings
 
 
 @pytest.fixture
@@ -117,3 +119,19 @@ def test_a_run_within_the_limits_returns_its_results_and_leaves_no_thread() -> N
     (result,) = run_watched(quick, None, {"x": -FEEDS["x"]})
     assert not result.any()
     assert threading.active_count() == threads
+
+
+# -- profiles -------------------------------------------------------------------------------------
+
+
+def test_a_profile_lists_each_node_run_with_its_provider() -> None:
+    """What placement and the accuracy work read: every node's kernel, named with its provider."""
+    model = tiny_models.chain_model(blocks=2)
+    model.ir_version = tiny_models.IR_VERSION
+    session = create_session(model)
+    feeds = {value.name: np.ones(value.shape, np.float32) for value in session.get_inputs()}
+    settings = Settings(granularity=1, optimization="disable")
+    kernels = [event for event in runtime.profile(model, settings, feeds) if event.get("cat") == "Node"]
+    ops = [event["args"]["op_name"] for event in kernels if event["name"].endswith("_kernel_time")]
+    assert ops == ["Conv", "Relu", "Conv", "Relu"]
+    assert placement_of(kernels).providers == {"CPUExecutionProvider": 4}

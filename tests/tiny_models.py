@@ -291,6 +291,7 @@ def op_without_kernel(dtype: int) -> str:
 
     import onnxruntime
     import pytest
+
     from pytest_dlbricks.runtime import new_options
 
     def runs_natively(op: str, elem_type: int) -> bool:
