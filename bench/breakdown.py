@@ -1,0 +1,263 @@
+"""Where the composed estimate and the measured model part ways: onnxruntime's profiler, model against bricks.
+
+For each model, cut as the plugin cuts it (the graph onnxruntime runs, granularity G), the whole model
+(all its layers as one network, built by the same synthesis as its bricks, so weights and inputs are
+alike) and each distinct brick are timed as the plugin times them (shared thread pool, I/O binding,
+inputs written again before each call), interleaved round by round, and then profiled. Every layer
+keeps its index as its node name, so each kernel's time inside the model is matched with its time
+inside its brick. Per model it prints, in microseconds per call:
+
+- ``model``: the whole model, measured; ``composed``: the bricks' times less their call cost plus the
+  model's, as the plugin composes them; their ratio;
+- ``kern@model`` and ``kern@brick``: the kernel time of the layers both runs executed as the same
+  nodes, inside the model and inside the bricks (summed over every occurrence), and their ratio: what
+  the model's context (caches, threads) does to the same kernels;
+- ``refused``: kernel time of layers onnxruntime fused or rewrote differently in a brick than in the
+  model (the model's side);
+- ``gap@model``: the model's call less its kernels (dispatch, allocation, thread hand-offs, the call);
+  ``gap@bricks``: the same summed over brick occurrences, less the call cost composition takes off;
+- ``calls``: the call cost composition charges (bricks' removed, the model's added).
+
+Profiling slows runs: its times only split the measured ones into parts, they are never the figures.
+The parts are scaled so that ``kern+gap`` equals each measured call. A machine with another job on it
+gives numbers that mean little: run it on a quiet one.
+
+Run it from the repository root, in the environment where pytest-dlbricks is installed::
+
+    python bench/breakdown.py [--zoo DIR] [--only NAMES] [--granularity 2] [--rounds 30] [MODEL.onnx ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_dlbricks.bricks import BrickSpec, describe_brick
+from pytest_dlbricks.composition import compose
+from pytest_dlbricks.cutting import ModelPlan, plan_model
+from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.overhead import CallOverhead, measure_call_overhead
+from pytest_dlbricks.running import BrickRunner
+from pytest_dlbricks.runtime import create_session, use_thread_pool
+from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.synthesis import brick_feeds, build_brick_model
+
+DEFAULT_ZOO = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
+
+
+@dataclass
+class Breakdown:
+    """One model's measured and composed times and the parts they split into, in seconds per call."""
+
+    name: str
+    model_s: float
+    composed_s: float
+    kernels_in_model_s: float
+    kernels_in_bricks_s: float
+    unmatched_s: float
+    gap_in_model_s: float
+    gap_in_bricks_s: float
+    call_cost_s: float
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", type=Path, help="model files (default: the zoo's models)")
+    parser.add_argument("--zoo", type=Path, default=DEFAULT_ZOO, help="zoo folder (default: %(default)s)")
+    parser.add_argument("--only", help="comma-separated zoo model names")
+    parser.add_argument("--granularity", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=30, help="timed rounds per model (default: %(default)s)")
+    parser.add_argument("--profiled-runs", type=int, default=10, help="profiled calls per network")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON")
+    args = parser.parse_args()
+    settings = Settings(granularity=args.granularity)
+    use_thread_pool(settings.thread_pool, settings.intra_op_threads)
+    overhead = measure_call_overhead(settings)
+    rows = []
+    print(_header())
+    for name, path, dims in _models(args):
+        try:
+            rows.append(breakdown(name, path, dims, settings, overhead, args.rounds, args.profiled_runs))
+        except Exception as error:  # one model that cannot be broken down does not stop the others
+            print(f"{name}: {type(error).__name__}: {error}", file=sys.stderr)
+        else:
+            print(_row(rows[-1]), flush=True)
+    print(_totals(rows))
+    if args.json:
+        args.json.write_text(json.dumps([row.__dict__ for row in rows], indent=1))
+
+
+def _models(args: argparse.Namespace) -> list[tuple[str, Path, dict[str, int]]]:
+    if args.models:
+        return [(path.stem, path, {}) for path in args.models]
+    manifest = json.loads((args.zoo / "zoo.json").read_text())
+    names = set(args.only.split(",")) if args.only else None
+    return [
+        (m["name"], args.zoo / m["path"], {k: int(v) for k, v in (m.get("dims") or {}).items()})
+        for m in manifest["models"]
+        if names is None or m["name"] in names
+    ]
+
+
+def breakdown(
+    name: str,
+    path: Path,
+    dims: dict[str, int],
+    settings: Settings,
+    overhead: CallOverhead,
+    rounds: int,
+    profiled_runs: int,
+) -> Breakdown:
+    graph = load_model(path, dims, optimize=settings)
+    plan = plan_model(graph, settings.granularity, path.name)
+    if plan.broken:
+        raise ValueError(f"{len(plan.broken)} bricks cannot be built: {plan.broken[0]}")
+    whole = describe_brick(graph, 0, len(graph.layers))
+    windows = _windows(plan)
+    distinct = {brick.signature: brick for brick, _ in windows}
+
+    model_runner = BrickRunner(whole, settings, whole_model=True)
+    runners = {signature: BrickRunner(brick, settings) for signature, brick in distinct.items()}
+    for runner in [model_runner, *runners.values()]:
+        runner.check()
+    samples: dict[str, list[float]] = defaultdict(list)
+    for _ in range(rounds):
+        samples["model"].append(_timed(model_runner))
+        for signature, runner in runners.items():
+            samples[signature].append(_timed(runner))
+    times = {key: statistics.median(values) for key, values in samples.items()}
+    estimate = compose(plan, {s: times[s] for s in runners}, overhead)
+
+    in_model = _kernels(whole, range(len(graph.layers)), settings, profiled_runs)
+    in_bricks: dict[int, float] = {}
+    brick_runs: list[tuple[dict[int, float], float]] = []
+    profiled: dict[str, tuple[dict[int, float], float]] = {}
+    for brick, begin in windows:
+        if brick.signature not in profiled:
+            profiled[brick.signature] = _kernels(brick, range(len(brick.nodes)), settings, profiled_runs)
+        kernels, run_s = profiled[brick.signature]
+        in_bricks.update({begin + index: seconds for index, seconds in kernels.items()})
+        brick_runs.append((kernels, run_s))
+    kernels_model, run_model = in_model
+    matched = set(kernels_model) & set(in_bricks)
+
+    # Profiled runs are slower than plain ones: scale each network's parts to its measured call.
+    model_scale = times["model"] / run_model
+    kern_model = sum(kernels_model[i] for i in matched) * model_scale
+    unmatched = sum(s for i, s in kernels_model.items() if i not in matched) * model_scale
+    gap_model = times["model"] - sum(kernels_model.values()) * model_scale
+    kern_bricks = 0.0
+    gap_bricks = 0.0
+    for (brick, begin), (kernels, run_s) in zip(windows, brick_runs):
+        scale = times[brick.signature] / run_s
+        kern_bricks += sum(s for i, s in kernels.items() if begin + i in matched) * scale
+        gap_bricks += times[brick.signature] - sum(kernels.values()) * scale
+    brick_calls = sum(overhead.of(len(b.inputs), len(b.outputs)) for b, _ in windows)
+    model_call = overhead.of(*plan.io)
+    return Breakdown(
+        name=name,
+        model_s=times["model"],
+        composed_s=estimate.sequential_s,
+        kernels_in_model_s=kern_model,
+        kernels_in_bricks_s=kern_bricks,
+        unmatched_s=unmatched,
+        gap_in_model_s=gap_model,
+        gap_in_bricks_s=gap_bricks - brick_calls,
+        call_cost_s=model_call,
+    )
+
+
+def _windows(plan: ModelPlan) -> list[tuple[BrickSpec, int]]:
+    """Each brick occurrence with the index of its first layer (windows are consecutive runs of layers)."""
+    windows, begin = [], 0
+    for brick in plan.bricks:
+        assert isinstance(brick, BrickSpec)
+        windows.append((brick, begin))
+        begin += len(brick.nodes)
+    return windows
+
+
+def _timed(runner: BrickRunner) -> float:
+    runner.rewrite_inputs()
+    start = time.perf_counter()
+    runner()
+    return time.perf_counter() - start
+
+
+def _kernels(brick: BrickSpec, layers: range, settings: Settings, runs: int) -> tuple[dict[int, float], float]:
+    """Median kernel time of each layer (by its index in ``brick``) and of the whole call, profiled.
+
+    One profiled session runs ``runs`` calls after one untimed warm-up call (its first run allocates).
+    """
+    model = build_brick_model(brick)
+    for index, node in zip(layers, model.graph.node):
+        node.name = f"L{index}"
+    feeds = brick_feeds(brick)
+    with tempfile.TemporaryDirectory(prefix="dlbricks-breakdown-") as folder:
+        session = create_session(model, settings, profile_to=Path(folder) / "run")
+        for _ in range(runs + 1):
+            session.run(None, feeds)
+        events = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
+    calls = [e["dur"] * 1e-6 for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"][1:]
+    per_layer: dict[int, list[float]] = defaultdict(list)
+    for event in events:
+        label = event.get("name", "")
+        if event.get("cat") == "Node" and label.startswith("L") and label.endswith("_kernel_time"):
+            index = label[1 : -len("_kernel_time")]
+            if index.isdigit():
+                per_layer[int(index)].append(event["dur"] * 1e-6)
+    # The first event of each layer is the warm-up call's.
+    return {index: statistics.median(values[1:] or values) for index, values in per_layer.items()}, statistics.median(
+        calls
+    )
+
+
+def _header() -> str:
+    return (
+        f"{'model':28} {'model':>9} {'composed':>9} {'ratio':>6} {'kern@model':>10} {'kern@brick':>10} {'ctx':>5}"
+        f" {'refused':>8} {'gap@model':>9} {'gap@bricks':>10} {'calls':>6}"
+    )
+
+
+def _row(row: Breakdown) -> str:
+    us = 1e6
+    ctx = row.kernels_in_model_s / row.kernels_in_bricks_s if row.kernels_in_bricks_s else math.nan
+    return (
+        f"{row.name[:28]:28} {row.model_s * us:9.1f} {row.composed_s * us:9.1f} {row.composed_s / row.model_s:6.3f}"
+        f" {row.kernels_in_model_s * us:10.1f} {row.kernels_in_bricks_s * us:10.1f} {ctx:5.2f}"
+        f" {row.unmatched_s * us:8.1f} {row.gap_in_model_s * us:9.1f} {row.gap_in_bricks_s * us:10.1f}"
+        f" {row.call_cost_s * us:6.1f}"
+    )
+
+
+def _totals(rows: list[Breakdown]) -> str:
+    if not rows:
+        return "no model could be broken down"
+    ratios = [row.composed_s / row.model_s for row in rows]
+    accuracy = math.exp(-statistics.fmean(abs(math.log(r)) for r in ratios))
+    within = sum(abs(r - 1) <= 0.10 for r in ratios)
+    share = {
+        part: statistics.fmean(getattr(row, field) / row.model_s for row in rows)
+        for part, field in (
+            ("kernels both ran alike", "kernels_in_model_s"),
+            ("kernels fused differently", "unmatched_s"),
+            ("between kernels", "gap_in_model_s"),
+        )
+    }
+    parts = ", ".join(f"{part} {value:.0%}" for part, value in share.items())
+    return (
+        f"{len(rows)} models: composed / model accuracy {accuracy:.3f}, {within} within 10%;"
+        f" of the model's time on average: {parts}"
+    )
+
+
+if __name__ == "__main__":
+    main()
