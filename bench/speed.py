@@ -1,0 +1,499 @@
+"""What a run of the plugin costs, next to benchmarking every model end to end with pytest-benchmark.
+
+The method exists to save benchmarking time, so the yardstick is what a user would write instead:
+one pytest-benchmark test per model that creates an onnxruntime session and times ``session.run``
+on the whole model, at the same precision (``--benchmark-precision`` at the plugin's
+``--dlbricks-precision`` and confidence). Both run as a user runs them, each in a pytest process of
+its own, one after the other in this script's run, so that their ratio compares things measured
+close together on a shared machine. Scenarios, each the plugin beside the baseline:
+
+* ``first``: a first run, brick store empty;
+* ``unchanged``: a re-run with nothing changed (brick times and cut models come from the store);
+* ``changed``: a re-run after one layer of one model changed (an activation replaced by another);
+* ``sweep``: a first run at several sizes of one dimension (``--sweep-dim``, default batch 1,2,4,8),
+  on the models that have that dimension; the baseline times every model at every size.
+
+Prints, per scenario, both whole-process times and their ratio (median and range over
+``--repeat`` rounds), the peak memory of both and of the plugin's collection, and where the plugin's
+time goes: process start, collection, and per brick item its fixed cost (everything but the
+rounds pytest-benchmark times) split into session creation, the first run that checks the brick,
+the call-overhead measurement, input rewriters, pytest-benchmark's calibration, and pytest's own
+per-item work; then the timed rounds themselves and the report at the end.
+
+The split is learned by this file acting as a pytest plugin inside every pytest process it starts
+(``-p speed``): it wraps the functions named above with timers and writes what it saw to a JSON file.
+
+Models come from the zoo of ``bench/zoo/build.py`` (its manifest gives each model's symbolic
+dimensions; models run together where those agree, else in sessions of their own, as in
+``bench/zoo.py``), or with ``--light`` from the 9 CNNs of the onnx wheel.
+
+Run it from the repository root, in the environment where pytest-dlbricks is installed::
+
+    python bench/speed.py [--only NAMES | --subset ci|all] [--light] [--scenarios first,unchanged,changed,sweep]
+                          [--granularity 2] [--precision 0.02] [--repeat 1] [--sweep-dim batch --sizes 1,2,4,8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from zoo import _groups as zoo_groups
+
+DEFAULT_CACHE = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
+#: Environment variable naming the file the plugin part of this script writes its figures to.
+PROBE_OUT = "DLBRICKS_SPEED_OUT"
+#: The plugin's confidence level for its precision (items.PRECISION_CONFIDENCE), given to the baseline too.
+CONFIDENCE = 0.95
+#: Activations a changed layer swaps, each for the next: same shapes, another brick.
+SWAPS = {"Relu": "Sigmoid", "Sigmoid": "Relu", "Tanh": "Sigmoid", "HardSwish": "Relu", "LeakyRelu": "Relu"}
+#: Phases of a brick item's fixed cost, in the order printed.
+PHASES = ("session", "check", "overhead", "rewriters", "calibration", "pytest")
+
+BASELINE_TEST = '''\
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+MODELS = {models!r}
+SIZES = {sizes!r}
+TYPES = {{"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+         "tensor(bool)": np.bool_, "tensor(int32)": np.int32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8}}
+
+
+def feeds(session, dims):
+    rng = np.random.default_rng(0)
+    values = {{}}
+    for value in session.get_inputs():
+        shape = [d if isinstance(d, int) else dims.get(d, 1) for d in value.shape]
+        dtype = TYPES.get(value.type, np.int64)
+        kind = np.dtype(dtype).kind
+        values[value.name] = (rng.random(shape) + 0.5).astype(dtype) if kind == "f" else np.zeros(shape, dtype)
+    return values
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("path,dims", MODELS, ids=[path.rsplit("/", 1)[-1] for path, _ in MODELS])
+def test_model(benchmark, path, dims, size):
+    dims = {{**dims, **({{}} if size is None else {{SWEPT: size}})}}
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    benchmark(session.run, None, feeds(session, dims))
+'''
+
+
+# The plugin part: loaded with -p speed in every pytest process this script starts.
+
+
+class _Probe:
+    """Times phases of the current item, each exclusive of the phases nested in it."""
+
+    def __init__(self) -> None:
+        self.item: dict[str, Any] | None = None
+        self.stack: list[float] = []
+        self.items: list[dict[str, Any]] = []
+        self.figures: dict[str, Any] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        self.stack.append(0.0)
+        try:
+            yield
+        finally:
+            total = time.perf_counter() - start
+            nested = self.stack.pop()
+            if self.stack:
+                self.stack[-1] += total
+            if self.item is not None:
+                phases = self.item["phases"]
+                phases[name] = phases.get(name, 0.0) + total - nested
+
+    def wrap(self, owner: Any, attribute: str, name: str) -> None:
+        original = getattr(owner, attribute)
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self.phase(name):
+                return original(*args, **kwargs)
+
+        setattr(owner, attribute, timed)
+
+
+_probe = _Probe()
+
+
+def _peak_bytes() -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get(PROBE_OUT) is None:
+        return
+    from pytest_benchmark.fixture import BenchmarkFixture
+
+    _probe.wrap(BenchmarkFixture, "_calibrate_timer", "calibration")
+    _probe.wrap(BenchmarkFixture, "_raw", "timing")
+    _probe.wrap(BenchmarkFixture, "_raw_pedantic", "timing")
+    try:
+        from pytest_dlbricks import engine, running
+    except ImportError:
+        return
+    _probe.wrap(running.BrickRunner, "__init__", "session")
+    _probe.wrap(running.BrickRunner, "check", "check")
+    _probe.wrap(running, "input_rewriter", "rewriters")
+    _probe.wrap(engine.DLBricksRun, "measure_overhead", "overhead")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Any:
+    start = time.perf_counter()
+    try:
+        return (yield)
+    finally:
+        _probe.figures["collection_s"] = time.perf_counter() - start
+        _probe.figures["collection_peak_bytes"] = _peak_bytes()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Any:
+    record: dict[str, Any] = {"brick": item.name.startswith("brick["), "phases": {}, "outcome": "passed"}
+    _probe.item = record
+    start = time.perf_counter()
+    try:
+        return (yield)
+    finally:
+        record["protocol_s"] = time.perf_counter() - start
+        _probe.items.append(record)
+        _probe.item = None
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _probe.item is not None and report.outcome != "passed":
+        _probe.item["outcome"] = report.outcome
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish() -> Any:
+    start = time.perf_counter()
+    try:
+        return (yield)
+    finally:
+        _probe.figures["finish_s"] = time.perf_counter() - start
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_terminal_summary() -> Any:
+    start = time.perf_counter()
+    try:
+        return (yield)
+    finally:
+        _probe.figures["summary_s"] = time.perf_counter() - start
+
+
+def pytest_unconfigure() -> None:
+    out = os.environ.get(PROBE_OUT)
+    if out is not None:
+        Path(out).write_text(json.dumps({**_probe.figures, "peak_bytes": _peak_bytes(), "items": _probe.items}))
+
+
+# The script.
+
+
+@dataclass
+class Process:
+    """One pytest process: its whole time and what the probe saw."""
+
+    seconds: float
+    exit_code: int
+    figures: dict[str, Any]
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        return self.figures.get("items", [])
+
+
+@dataclass
+class Run:
+    """One side of a scenario: the pytest processes it took (one per group of models)."""
+
+    processes: list[Process] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return sum(p.seconds for p in self.processes)
+
+    def total(self, key: str) -> float:
+        return sum(p.figures.get(key) or 0.0 for p in self.processes)
+
+    def peak(self, key: str) -> int:
+        return max((p.figures.get(key) or 0 for p in self.processes), default=0)
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        return [item for p in self.processes for item in p.items]
+
+    @property
+    def exit_codes(self) -> list[int]:
+        return [p.exit_code for p in self.processes]
+
+
+@dataclass
+class Model:
+    name: str
+    path: Path
+    dims: dict[str, int]
+
+
+def main() -> None:
+    args = parse_args()
+    scenarios = args.scenarios.split(",")
+    rows: dict[str, list[tuple[Run, Run]]] = {name: [] for name in scenarios}
+    with tempfile.TemporaryDirectory(prefix="dlbricks-speed-") as scratch:
+        work = Path(scratch)
+        models = select_models(args, work / "models")
+        changed = next((m for m in models if swappable(m.path)), None)
+        swept = [m for m in models if args.sweep_dim in m.dims]
+        (work / "pytest.ini").write_text("[pytest]\n")
+        for repeat in range(args.repeat):
+            store = work / f"store-{repeat}"
+            for name in scenarios:
+                if name == "changed" and changed is None or name == "sweep" and not swept:
+                    continue
+                if name == "changed":
+                    change = swap_activation(changed.path)
+                    print(f"changed: {change}", file=sys.stderr)
+                if name == "unchanged" and "first" not in scenarios:
+                    run_plugin(args, work, models, store, None)  # fills the store
+                if name == "sweep":
+                    pair = (
+                        run_plugin(args, work, swept, work / f"sweep-store-{repeat}", args.sweep_dim),
+                        run_baseline(args, work, swept, args.sweep_dim),
+                    )
+                else:
+                    pair = run_plugin(args, work, models, store, None), run_baseline(args, work, models, None)
+                rows[name].append(pair)
+                if name == "changed":
+                    swap_activation(changed.path, undo=True)
+                print(f"{name} #{repeat + 1}: plugin {pair[0].seconds:.1f} s, baseline {pair[1].seconds:.1f} s",
+                      file=sys.stderr)
+    print(render(args, models, swept, rows))
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="zoo folder (default: %(default)s)")
+    parser.add_argument("--subset", choices=("ci", "all"), default="ci", help="zoo subset (default: %(default)s)")
+    parser.add_argument("--only", help="comma-separated zoo model names (instead of --subset)")
+    parser.add_argument("--light", action="store_true", help="the onnx wheel's 9 CNNs instead of the zoo")
+    parser.add_argument("--scenarios", default="first,unchanged,changed,sweep", help="(default: %(default)s)")
+    parser.add_argument("--granularity", type=int, default=2, help="(default: %(default)s)")
+    parser.add_argument("--precision", type=float, default=0.02, help="both sides' precision (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of every scenario (default: %(default)s)")
+    parser.add_argument("--sweep-dim", default="batch", help="dimension swept (default: %(default)s)")
+    parser.add_argument("--sizes", default="1,2,4,8", help="its sizes (default: %(default)s)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per pytest process (default: %(default)s)")
+    return parser.parse_args()
+
+
+def select_models(args: argparse.Namespace, folder: Path) -> list[Model]:
+    """The models, each linked into a folder of its own under ``folder`` (so that one can be changed)."""
+    if args.light:
+        import onnx
+
+        light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+        sources = [(path.stem, path, {}) for path in sorted(light.glob("*.onnx"))]
+    else:
+        manifest_path = args.cache.expanduser() / "zoo.json"
+        if not manifest_path.exists():
+            sys.exit(f"{manifest_path} not found: build the zoo with python bench/zoo/build.py, or pass --light")
+        manifest = json.loads(manifest_path.read_text())
+        entries = [m for m in manifest["models"] if args.subset in m["subsets"]]
+        if args.only:
+            names = args.only.split(",")
+            entries = [m for m in manifest["models"] if m["name"] in names]
+            if missing := set(names) - {m["name"] for m in entries}:
+                sys.exit(f"not in {manifest_path}: {', '.join(sorted(missing))}")
+        sources = [(m["name"], manifest_path.parent / m["path"], m["dims"]) for m in entries]
+    models = []
+    for name, source, dims in sources:
+        target = folder / name
+        target.mkdir(parents=True)
+        for file in source.parent.iterdir():  # external data lies beside the model
+            (target / file.name).symlink_to(file.resolve(), target_is_directory=file.is_dir())
+        models.append(Model(name, target / source.name, dims))
+    return models
+
+
+def groups(models: list[Model]) -> list[list[Model]]:
+    """Models split into as few sessions as their dimension values allow (``--dlbricks-dim`` is global)."""
+    return [[entry["model"] for entry in group] for group in zoo_groups([{"dims": m.dims, "model": m} for m in models])]
+
+
+def run_plugin(args: argparse.Namespace, work: Path, models: list[Model], store: Path, swept: str | None) -> Run:
+    run = Run()
+    for group in groups(models):
+        dims = {name: value for model in group for name, value in model.dims.items()}
+        if swept is not None:
+            dims[swept] = args.sizes
+        command = [
+            *[str(model.path) for model in group],
+            f"--dlbricks-granularity={args.granularity}", f"--dlbricks-precision={args.precision}",
+            f"--dlbricks-store={store}", *[f"--dlbricks-dim={name}={value}" for name, value in dims.items()],
+        ]
+        run.processes.append(run_pytest(args, work, command))
+    return run
+
+
+def run_baseline(args: argparse.Namespace, work: Path, models: list[Model], swept: str | None) -> Run:
+    run = Run()
+    sizes = [int(size) for size in args.sizes.split(",")] if swept else [None]
+    for number, group in enumerate(groups(models)):
+        test = work / f"baseline_{number}.py"
+        listed = [(str(model.path), model.dims) for model in group]
+        test.write_text(BASELINE_TEST.format(models=listed, sizes=sizes).replace("SWEPT", repr(swept)))
+        command = [
+            str(test), f"--benchmark-precision={args.precision}", f"--benchmark-confidence={CONFIDENCE}",
+        ]
+        run.processes.append(run_pytest(args, work, command))
+    return run
+
+
+def run_pytest(args: argparse.Namespace, work: Path, arguments: list[str]) -> Process:
+    out = work / "probe.json"
+    out.unlink(missing_ok=True)
+    env = {**os.environ, PROBE_OUT: str(out), "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    command = [
+        sys.executable, "-m", "pytest", "-c", str(work / "pytest.ini"), f"--rootdir={work}", "-p", "no:cacheprovider",
+        "-p", "speed", "-q", "-rN", *arguments,
+    ]
+    start = time.perf_counter()
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, check=False, env=env)
+    seconds = time.perf_counter() - start
+    if completed.returncode not in (0, 1):
+        print(completed.stdout[-3000:] + completed.stderr[-3000:], file=sys.stderr)
+    figures = json.loads(out.read_text()) if out.exists() else {}
+    return Process(seconds, completed.returncode, figures)
+
+
+def swappable(path: Path) -> bool:
+    import onnx
+
+    return any(node.op_type in SWAPS for node in onnx.load(str(path), load_external_data=False).graph.node)
+
+
+def swap_activation(path: Path, *, undo: bool = False) -> str:
+    """Replace the model's first activation by another (a real file in place of the link); undo restores the link."""
+    import onnx
+
+    if undo:
+        target = Path(os.readlink(path.with_suffix(".orig")))
+        path.unlink()
+        path.with_suffix(".orig").rename(path)
+        return str(target)
+    model = onnx.load(str(path), load_external_data=False)
+    node = next(node for node in model.graph.node if node.op_type in SWAPS)
+    before = node.op_type
+    node.op_type = SWAPS[before]
+    del node.attribute[:]
+    path.rename(path.with_suffix(".orig"))
+    onnx.save(model, str(path))
+    return f"{path.parent.name}: layer {node.name or node.output[0]} {before} -> {node.op_type}"
+
+
+def render(args: argparse.Namespace, models: list[Model], swept: list[Model], rows: dict[str, list[tuple[Run, Run]]]) -> str:
+    lines = [
+        f"pytest-dlbricks speed: {len(models)} models ({', '.join(m.name for m in models)}), G={args.granularity},"
+        f" precision {args.precision:g} at {CONFIDENCE:g} confidence on both sides;"
+        f" sweep {args.sweep_dim}={args.sizes} on {len(swept)} models; {args.repeat} round(s)",
+        "",
+        f"{'scenario':<10} {'plugin s':>9} {'baseline s':>11} {'ratio':>6} {'range':>13}  {'bricks timed':>12}"
+        f" {'plugin peak':>11} {'collection peak':>15} {'baseline peak':>13}  exit codes",
+    ]
+    for name, pairs in rows.items():
+        if not pairs:
+            lines.append(f"{name:<10} skipped: no model to {'change' if name == 'changed' else 'sweep'}")
+            continue
+        ratios = [plugin.seconds / baseline.seconds for plugin, baseline in pairs]
+        plugin, baseline = pairs[len(pairs) // 2]
+        timed = sum(1 for item in plugin.items if item["brick"] and "timing" in item["phases"])
+        lines.append(
+            f"{name:<10} {statistics.median(p.seconds for p, _ in pairs):>9.1f}"
+            f" {statistics.median(b.seconds for _, b in pairs):>11.1f} {statistics.median(ratios):>6.2f}"
+            f" {min(ratios):>6.2f}-{max(ratios):<6.2f}  {timed:>12} {_mib(plugin.peak('peak_bytes')):>11}"
+            f" {_mib(plugin.peak('collection_peak_bytes')):>15} {_mib(baseline.peak('peak_bytes')):>13}"
+            f"  {plugin.exit_codes} {baseline.exit_codes}"
+        )
+    for name, pairs in rows.items():
+        if pairs:
+            lines += ["", *breakdown(name, [plugin for plugin, _ in pairs])]
+    return "\n".join(lines)
+
+
+def breakdown(name: str, runs: list[Run]) -> list[str]:
+    """Where the plugin's time went in one scenario (medians over rounds), and its per-brick fixed cost."""
+    def median(value: Callable[[Run], float]) -> float:
+        return statistics.median(value(run) for run in runs)
+
+    def bricks(run: Run) -> list[dict[str, Any]]:
+        return [item for item in run.items if item["brick"] and "timing" in item["phases"]]
+
+    def fixed(item: dict[str, Any]) -> float:
+        return item["protocol_s"] - item["phases"]["timing"]
+
+    def items_s(run: Run) -> float:
+        return sum(item["protocol_s"] for item in run.items)
+
+    def start_s(run: Run) -> float:
+        return run.seconds - run.total("collection_s") - items_s(run) - run.total("finish_s") - run.total("summary_s")
+
+    lines = [f"{name}: plugin's whole process {median(lambda r: r.seconds):.2f} s ="
+             f" start {median(start_s):.2f} + collection {median(lambda r: r.total('collection_s')):.2f}"
+             f" + items {median(items_s):.2f} (timed rounds {median(lambda r: sum(i['phases'].get('timing', 0) for i in bricks(r))):.2f})"
+             f" + report {median(lambda r: r.total('finish_s') + r.total('summary_s')):.2f}"]
+    count = median(lambda r: len(bricks(r)))
+    if not count:
+        return lines
+    per_phase = {
+        phase: median(lambda r, p=phase: sum(
+            (fixed(i) - sum(v for k, v in i["phases"].items() if k != "timing")) if p == "pytest" else i["phases"].get(p, 0.0)
+            for i in bricks(r)) / len(bricks(r)))
+        for phase in PHASES
+    }
+    costs = sorted(fixed(i) for i in bricks(runs[len(runs) // 2]))
+    lines.append(
+        f"  {count:.0f} bricks timed; fixed cost per brick: median {statistics.median(costs) * 1e3:.1f} ms,"
+        f" mean {sum(costs) / len(costs) * 1e3:.1f} ms, p90 {costs[int(len(costs) * 0.9)] * 1e3:.1f} ms;"
+        f" collection {median(lambda r: r.total('collection_s') / len(bricks(r))) * 1e3:.1f} ms per brick"
+    )
+    lines.append("  mean per brick: " + ", ".join(f"{phase} {value * 1e3:.2f} ms" for phase, value in per_phase.items()))
+    rounds = [i["phases"]["timing"] for i in bricks(runs[len(runs) // 2])]
+    lines.append(f"  timed rounds per brick: median {statistics.median(rounds) * 1e3:.1f} ms, mean {sum(rounds) / len(rounds) * 1e3:.1f} ms")
+    return lines
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.0f} MiB" if size else "-"
+
+
+if __name__ == "__main__":
+    main()
