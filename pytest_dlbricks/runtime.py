@@ -169,17 +169,22 @@ def session_options(
     *,
     parallel: bool = False,
     profile_to: Path | None = None,
+    optimized: bool = False,
 ) -> ort.SessionOptions:
     """Options for the user's thread count and optimization level (onnxruntime's defaults otherwise).
 
     ``data_dir`` is where external weights of a model given as bytes live; ``parallel`` selects the
     parallel executor (sequential is onnxruntime's default); ``profile_to`` (a file name prefix)
-    profiles runs until ``end_profiling()``.
+    profiles runs until ``end_profiling()``. ``optimized`` says the model is already a part of the
+    graph onnxruntime made for these settings (see :func:`optimize_model`): it runs as it is.
+    Optimizing it again would cost time at every session and change what runs: cut out of its
+    model, a QDQ Conv loses the Q/DQ neighbours that kept it in NCHW inside the model, and gets
+    layout reorders that the model never runs.
     """
     options = new_options()
     if settings is not None:
         options.intra_op_num_threads = settings.intra_op_threads
-        options.graph_optimization_level = _OPTIMIZATION_LEVELS[settings.optimization]
+        options.graph_optimization_level = _OPTIMIZATION_LEVELS["disable" if optimized else settings.optimization]
     if data_dir is not None:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_dir))
     if parallel:
@@ -197,10 +202,12 @@ def create_session(
     *,
     parallel: bool = False,
     profile_to: Path | None = None,
+    optimized: bool = False,
 ) -> ort.InferenceSession:
-    """A session for ``model`` (in memory, or a file onnxruntime reads itself) with the user's settings."""
+    """A session for ``model`` (in memory, or a file onnxruntime reads itself) with the user's settings
+    (``optimized``: see :func:`session_options`)."""
     providers = list(settings.providers) if settings is not None else list(DEFAULT_PROVIDERS)
-    options = session_options(settings, data_dir, parallel=parallel, profile_to=profile_to)
+    options = session_options(settings, data_dir, parallel=parallel, profile_to=profile_to, optimized=optimized)
     source = str(model) if isinstance(model, Path) else model.SerializeToString()
     return ort.InferenceSession(source, options, providers=providers)
 
@@ -261,43 +268,78 @@ def run_watched(session: ort.InferenceSession, names: list[str] | None, feeds: d
     """``session.run(names, feeds)``, stopped (raising :class:`RunStopped`) when it goes over a limit."""
     options = ort.RunOptions()
     options.log_severity_level = _LOG_FATAL_ONLY
-    watch = _Watch(options)
-    watch.start()
+    watch = _WATCHDOG.watch(options)
     try:
         return session.run(names, feeds, options)
     except Exception as error:  # onnxruntime's exception types are not part of its API
-        if watch.reason is not None:
-            raise RunStopped(f"{watch.reason}, so onnxruntime stopped it") from error
+        reason = _WATCHDOG.release(watch)
+        if reason is not None:
+            raise RunStopped(f"{reason}, so onnxruntime stopped it") from error
         raise
     finally:
-        watch.finish()
+        _WATCHDOG.release(watch)
 
 
-class _Watch(threading.Thread):
-    """Created and started by :func:`run_watched` for one run, finished when the run returns."""
+class _Watch:
+    """One watched run: its options (to stop it), and where it started in time and memory."""
 
     def __init__(self, options: ort.RunOptions) -> None:
-        super().__init__(name="dlbricks-watchdog", daemon=True)
         self.options = options
-        self.done = threading.Event()
+        self.start, self.base, self.limit = time.monotonic(), _resident_bytes(), memory_limit()
         self.reason: str | None = None
 
-    def run(self) -> None:
-        start, base, limit = time.monotonic(), _resident_bytes(), memory_limit()
-        while not self.done.wait(POLL_S):
-            resident = _resident_bytes()
-            if time.monotonic() - start > RUN_TIME_LIMIT_S:
-                self.reason = f"one run did not finish within {RUN_TIME_LIMIT_S:g} s"
-            elif base is not None and resident is not None and resident - base > limit:
-                self.reason = f"one run needed more than {format_bytes(limit)} of memory (the memory limit)"
-            else:
-                continue
-            self.options.terminate = True
-            return
+    def over_limit(self) -> str | None:
+        resident = _resident_bytes()
+        if time.monotonic() - self.start > RUN_TIME_LIMIT_S:
+            return f"one run did not finish within {RUN_TIME_LIMIT_S:g} s"
+        if self.base is not None and resident is not None and resident - self.base > self.limit:
+            return f"one run needed more than {format_bytes(self.limit)} of memory (the memory limit)"
+        return None
 
-    def finish(self) -> None:
-        self.done.set()
-        self.join()
+
+class _Watchdog:
+    """The process's one watchdog thread, started at the first watched run and asleep between runs.
+
+    A thread started and joined for each run cost a brick's first run 0.2 ms at the median and
+    several milliseconds on a busy machine, more than many bricks take to run.
+    """
+
+    def __init__(self) -> None:
+        self._wake = threading.Condition()
+        self._watches: set[_Watch] = set()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, options: ort.RunOptions) -> _Watch:
+        watch = _Watch(options)
+        with self._wake:
+            self._watches.add(watch)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="dlbricks-watchdog", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+        return watch
+
+    def release(self, watch: _Watch) -> str | None:
+        """Stop watching ``watch``'s run; returns why the watchdog stopped it, if it did."""
+        with self._wake:
+            self._watches.discard(watch)
+            return watch.reason
+
+    def _loop(self) -> None:
+        with self._wake:
+            while True:
+                if not self._watches:
+                    self._wake.wait()
+                    continue
+                self._wake.wait(POLL_S)
+                for watch in list(self._watches):
+                    reason = watch.over_limit() if watch.reason is None else None
+                    if reason is not None:
+                        watch.reason = reason
+                        watch.options.terminate = True
+
+
+_WATCHDOG = _Watchdog()
 
 
 def _resident_bytes() -> int | None:
@@ -336,20 +378,7 @@ def bind(
 
 def input_rewriter(array: np.ndarray) -> Callable[[], object]:
     """A call that writes ``array`` again in place, unchanged (it adds zero), on onnxruntime's threads."""
-    helper = onnx.helper
-    element_type = helper.np_dtype_to_tensor_dtype(array.dtype)
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "zero"], ["y"])],
-        "rewrite",
-        [helper.make_tensor_value_info("x", element_type, array.shape)],
-        [helper.make_tensor_value_info("y", element_type, array.shape)],
-        [onnx.numpy_helper.from_array(np.zeros((), array.dtype), "zero")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = MIN_IR_VERSION
-    options = session_options()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = _rewrite_session(array.dtype.str, array.shape)
     value = ort.OrtValue.ortvalue_from_numpy(array)
     binding = session.io_binding()
     binding.bind_ortvalue_input("x", value)
@@ -357,13 +386,40 @@ def input_rewriter(array: np.ndarray) -> Callable[[], object]:
     return lambda: session.run_with_iobinding(binding)
 
 
+@functools.lru_cache(maxsize=256)
+def _rewrite_session(dtype: str, shape: tuple[int, ...]) -> ort.InferenceSession:
+    """The session that adds zero to arrays of one type and shape, shared by their rewriters: each binds
+    its own array, and a session costs more to create than a brick costs to run."""
+    helper = onnx.helper
+    element_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "zero"], ["y"])],
+        "rewrite",
+        [helper.make_tensor_value_info("x", element_type, shape)],
+        [helper.make_tensor_value_info("y", element_type, shape)],
+        [onnx.numpy_helper.from_array(np.zeros((), dtype), "zero")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = MIN_IR_VERSION
+    options = session_options()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
 def profile(
-    model: onnx.ModelProto, settings: Settings, feeds: dict[str, np.ndarray], *, parallel: bool = False
+    model: onnx.ModelProto,
+    settings: Settings,
+    feeds: dict[str, np.ndarray],
+    *,
+    parallel: bool = False,
+    optimized: bool = False,
 ) -> list[dict[str, Any]]:
     """onnxruntime's profile of one run of ``model``: its trace events (each node's kernel, provider,
-    types and time among them)."""
+    types and time among them); ``optimized`` as for :func:`session_options`."""
     with tempfile.TemporaryDirectory(prefix="dlbricks-profile-") as folder:
-        session = create_session(model, settings, parallel=parallel, profile_to=Path(folder) / "run")
+        session = create_session(
+            model, settings, parallel=parallel, profile_to=Path(folder) / "run", optimized=optimized
+        )
         session.run(None, feeds)
         events: list[dict[str, Any]] = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
         return events
