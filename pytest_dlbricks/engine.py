@@ -48,6 +48,8 @@ class DLBricksRun:
         self.failed: list[FailedModel] = []
         #: Distinct bricks by signature, in the order they were first met.
         self.bricks: dict[str, BrickSpec] = {}
+        #: Signatures of the bricks first met in an exported suite, whose cut this run did not make.
+        self.exported: set[str] = set()
         self.results: dict[str, BrickResult] = {}
         #: Validations by model path and executor.
         self.validations: dict[tuple[str, str], Validation] = {}
@@ -96,6 +98,7 @@ class DLBricksRun:
         if brick.signature in self.bricks:
             return False
         self.bricks[brick.signature] = brick
+        self.exported.add(brick.signature)
         return True
 
     def use_plan_cache(self, cache: PlanCache) -> None:
@@ -146,6 +149,10 @@ class DLBricksRun:
             except UnbuildableBrick:
                 plan.whole = None  # its e2e item says why it cannot run
         return CutModel(plan, plan_work(graph, plan))
+
+    def already_optimized(self, signature: str) -> bool:
+        """Whether a brick was cut by this run from the graph onnxruntime optimized for its settings."""
+        return self.settings.cut == "optimized" and signature not in self.exported
 
     def models_using(self, signature: str) -> dict[str, int]:
         return {plan.path: plan.signatures[signature] for plan in self.plans if signature in plan.signatures}

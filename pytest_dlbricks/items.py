@@ -46,7 +46,7 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
         if unsupported is not None:
             pytest.skip(f"brick {brick.label} is not supported here: {unsupported}")
         try:
-            runner = BrickRunner(brick, run.settings)
+            runner = BrickRunner(brick, run.settings, optimized=run.already_optimized(signature))
             runner.check()
         except UnsupportedByProvider as error:
             run.mark_unsupported(signature, str(error))
@@ -92,9 +92,15 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
                 f"{plan.path}: the model's outputs are not all tensors; it cannot be timed whole", pytrace=False
             )
         try:
-            model = BrickRunner(plan.whole, run.settings, parallel=executor == "parallel", whole_model=True)
+            optimized = run.settings.cut == "optimized"
+            model = BrickRunner(
+                plan.whole, run.settings, parallel=executor == "parallel", whole_model=True, optimized=optimized
+            )
             model.check()
-            runners = {signature: BrickRunner(run.bricks[signature], run.settings) for signature in plan.signatures}
+            runners = {
+                signature: BrickRunner(run.bricks[signature], run.settings, optimized=run.already_optimized(signature))
+                for signature in plan.signatures
+            }
         except UnsupportedByProvider as error:
             pytest.skip(f"{plan.path}: the whole model is not supported here: {error}")
         except BrickError as error:

@@ -25,20 +25,28 @@ class BrickRunner:
     (:attr:`placement`) and whether onnxruntime ran float16 operators in float32.
 
     ``whole_model`` marks the runner of a whole model, whose outputs are its own: they are never
-    bound onto its inputs (see :func:`view_outputs`).
+    bound onto its inputs (see :func:`view_outputs`). ``optimized`` marks a brick cut from the graph
+    onnxruntime optimized for ``settings``: onnxruntime runs it as it is, without optimizing it again.
     """
 
     def __init__(
-        self, brick: BrickSpec, settings: Settings, *, parallel: bool = False, whole_model: bool = False
+        self,
+        brick: BrickSpec,
+        settings: Settings,
+        *,
+        parallel: bool = False,
+        whole_model: bool = False,
+        optimized: bool = False,
     ) -> None:
         self.brick = brick
         self.settings = settings
         self.parallel = parallel
+        self.optimized = optimized
         self.placement: Placement | None = None
         self._rewrites: list[Callable[[], object]] | None = None
         try:
             self.feeds = brick_feeds(brick)
-            self.session = create_session(build_brick_model(brick), settings, parallel=parallel)
+            self.session = create_session(build_brick_model(brick), settings, parallel=parallel, optimized=optimized)
         except SynthesisError as error:
             raise BrickError(str(error)) from error
         except Exception as error:  # onnxruntime's exception types are not part of its API
@@ -96,7 +104,9 @@ class BrickRunner:
                 raise UnsupportedByProvider(fallback)
 
     def _profiled_run(self) -> Placement:
-        events = profile(build_brick_model(self.brick), self.settings, self.feeds, parallel=self.parallel)
+        events = profile(
+            build_brick_model(self.brick), self.settings, self.feeds, parallel=self.parallel, optimized=self.optimized
+        )
         return placement_of(events)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from conftest import plan_of
 from pytest_dlbricks import overhead as call_overhead
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
+from pytest_dlbricks.engine import DLBricksRun
 from pytest_dlbricks.errors import ModelError
 from pytest_dlbricks.graph import MIN_IR_VERSION, TensorSpec
 from pytest_dlbricks.loading import load_model
@@ -259,6 +261,38 @@ def test_session_options_follow_the_settings() -> None:
     assert options.intra_op_num_threads == 3
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     assert session_options().graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+
+
+def test_rewriters_of_arrays_alike_rewrite_each_its_own_array() -> None:
+    """Rewriters of arrays of one type and shape share a session, never an array."""
+    first, second = np.full((3, 5), 2.0, np.float32), np.full((3, 5), 4.0, np.float32)
+    rewrite_first, rewrite_second = input_rewriter(first), input_rewriter(second)
+    first[0, 0] = second[0, 0] = np.float32(-0.0)
+    rewrite_first()
+    assert not np.signbit(first[0, 0]) and np.signbit(second[0, 0])
+    rewrite_second()
+    assert not np.signbit(second[0, 0])
+    assert (first.ravel()[1:] == 2.0).all() and (second.ravel()[1:] == 4.0).all()
+
+
+def test_a_brick_cut_from_the_optimized_graph_runs_as_cut(tmp_path: Path, settings: Settings) -> None:
+    """onnxruntime already optimized the graph the brick was cut from: it is not optimized again."""
+    (brick,) = bricks_of(tiny_models.single_layer(tmp_path, "Relu", [2, 8]), 1)
+    disabled = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    as_cut = BrickRunner(brick, settings, optimized=True)
+    assert as_cut.session.get_session_options().graph_optimization_level == disabled
+    assert BrickRunner(brick, settings).session.get_session_options().graph_optimization_level != disabled
+    as_cut.check()
+    assert session_options(settings, optimized=True).graph_optimization_level == disabled
+
+
+def test_only_bricks_this_run_cut_from_the_optimized_graph_run_as_cut(tmp_path: Path) -> None:
+    (brick,) = bricks_of(tiny_models.single_layer(tmp_path, "Relu", [2, 8]), 1)
+    run = DLBricksRun(Settings(granularity=1), time.perf_counter)
+    assert run.already_optimized(brick.signature)
+    run.add_exported_brick(brick)
+    assert not run.already_optimized(brick.signature), "a suite's brick was cut elsewhere, maybe from the original"
+    assert not DLBricksRun(Settings(granularity=1, cut="original"), time.perf_counter).already_optimized("any")
 
 
 def test_reference_run_returns_intermediate_values(tmp_path: Path) -> None:
