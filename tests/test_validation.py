@@ -9,8 +9,8 @@ import pytest
 import tiny_models
 
 from conftest import plan_of
-from pytest_dlbricks.overhead import NO_OVERHEAD, CallOverhead
 from pytest_dlbricks import validation
+from pytest_dlbricks.overhead import NO_OVERHEAD, CallOverhead
 from pytest_dlbricks.validation import (
     MAX_ROUNDS,
     MIN_ROUNDS,
