@@ -84,7 +84,7 @@ def plan_work(graph: ModelGraph, plan: ModelPlan, signatures: Collection[str] | 
             work[brick.signature] = BrickWork(
                 brick.label,
                 tuple(_layer_work(layer, graph) for layer in layers),
-                (len(brick.inputs), len(brick.outputs)),
+                (len(brick.inputs), brick.output_count),
             )
         begin += size
     if begin != len(graph.layers):

@@ -41,10 +41,18 @@ class BrickSpec:
     ir_version: int
     functions: tuple[onnx.FunctionProto, ...]
     signature: str
+    #: Outputs that are model outputs but no tensors (ZipMap's sequences of maps): (canonical name,
+    #: serialized ``onnx.TypeProto``). Nothing is ever fed from them, so they need no synthesis.
+    non_tensor_outputs: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def ops(self) -> tuple[str, ...]:
         return tuple(node.op_type for node in self.nodes)
+
+    @property
+    def output_count(self) -> int:
+        """All outputs, tensors or not: a call's cost grows with each."""
+        return len(self.outputs) + len(self.non_tensor_outputs)
 
     @property
     def short_signature(self) -> str:
@@ -66,7 +74,8 @@ class UnbuildableBrick(Exception):
 def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
     """Describe layers ``[begin, end)`` of ``graph`` as a standalone brick.
 
-    Raises :class:`UnbuildableBrick` when a value crossing the brick's boundary has no tensor spec.
+    Raises :class:`UnbuildableBrick` when a value crossing the brick's boundary has no tensor spec,
+    but for a model output that is no tensor, which the brick returns as it is.
     """
     layers = graph.layers[begin:end]
     produced = {name for layer in layers for name in layer.output if name}
@@ -95,16 +104,21 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
         for name in layer.output:
             if name:
                 renames[name] = f"value_{sum(1 for v in renames.values() if v.startswith('value_'))}"
-    outputs = [
-        (renames[name], boundary_spec(name)) for layer in layers for name in layer.output if name and name in read_after
+    returned = [name for layer in layers for name in layer.output if name and name in read_after]
+    other = [
+        (renames[n], graph.non_tensor_outputs[n].SerializeToString(deterministic=True))
+        for n in returned
+        if n not in graph.specs and n in graph.non_tensor_outputs
     ]
-    if not outputs:
+    outputs = [(renames[name], boundary_spec(name)) for name in returned if name not in graph.non_tensor_outputs]
+    if not outputs and not other:
         raise UnbuildableBrick("the layers produce nothing that the rest of the model reads")
     nodes = tuple(_renamed(layer, renames, f"body{index}_") for index, layer in enumerate(layers))
     functions = tuple(
         _anonymous(f) for f in graph.functions if any((n.domain, n.op_type) == (f.domain, f.name) for n in nodes)
     )
-    signature = _signature(nodes, inputs, weights, outputs, values, _used_opsets(nodes, graph.opset_imports), functions)
+    opsets = _used_opsets(nodes, graph.opset_imports)
+    signature = _signature(nodes, inputs, weights, outputs, values, opsets, functions, other)
     return BrickSpec(
         nodes=nodes,
         inputs=tuple(inputs),
@@ -115,13 +129,23 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
         ir_version=graph.ir_version,
         functions=functions,
         signature=signature,
+        non_tensor_outputs=tuple(other),
     )
 
 
 def brick_signature(brick: BrickSpec) -> str:
     """The signature ``brick``'s parts give, computed again (a brick read back from a file, for example)."""
     opsets = _used_opsets(brick.nodes, brick.opset_imports)
-    return _signature(brick.nodes, brick.inputs, brick.weights, brick.outputs, brick.values, opsets, brick.functions)
+    return _signature(
+        brick.nodes,
+        brick.inputs,
+        brick.weights,
+        brick.outputs,
+        brick.values,
+        opsets,
+        brick.functions,
+        brick.non_tensor_outputs,
+    )
 
 
 def _used_opsets(nodes: Sequence[onnx.NodeProto], opset_imports: dict[str, int]) -> dict[str, int]:
@@ -218,6 +242,7 @@ def _signature(
     values: dict[str, np.ndarray],
     opsets: dict[str, int],
     functions: Sequence[onnx.FunctionProto],
+    non_tensor_outputs: Sequence[tuple[str, bytes]] = (),
 ) -> str:
     """SHA-256 of a canonical JSON of everything that determines the brick's work, never weight values."""
 
@@ -246,6 +271,8 @@ def _signature(
         "outputs": [[name, spec.dtype, list(spec.shape)] for name, spec in outputs],
         "functions": [_digest(f.SerializeToString(deterministic=True)) for f in functions],
     }
+    if non_tensor_outputs:  # absent otherwise, so that the signatures of all other bricks stay as they were
+        document["non_tensor_outputs"] = [[name, _digest(type_bytes)] for name, type_bytes in non_tensor_outputs]
     return _digest(json.dumps(document, sort_keys=True, separators=(",", ":")).encode())
 
 

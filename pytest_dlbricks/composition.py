@@ -46,7 +46,7 @@ def compose(plan: ModelPlan, times: Mapping[str, float], overhead: CallOverhead 
 def brick_calls(plan: ModelPlan) -> list[BrickCall]:
     """The model's windows as composition sees them; windows the provider cannot run have no time."""
     return [
-        (brick.signature, len(brick.inputs), len(brick.outputs))
+        (brick.signature, len(brick.inputs), brick.output_count)
         if isinstance(brick, BrickSpec) and index not in plan.unsupported
         else None
         for index, brick in enumerate(plan.bricks)

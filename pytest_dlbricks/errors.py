@@ -24,6 +24,10 @@ class ModelError(Exception):
         self.cause = cause
 
 
+class RuntimeRefusal(ModelError):
+    """onnxruntime itself refuses to load or run the model; the cause quotes it."""
+
+
 def describe_error(error: BaseException) -> str:
     """A library's error message on one line, without onnxruntime's error codes, C++ source locations and
     signatures, cut to :data:`MAX_CAUSE_CHARS`."""

@@ -93,6 +93,9 @@ class ModelGraph:
     outputs: list[str]
     #: Symbolic dimensions that were not given and took :data:`DEFAULT_DIM`.
     guessed_dims: dict[str, int] = field(default_factory=dict)
+    #: Model outputs that are not tensors (ZipMap's sequences of maps), with their types: a brick may
+    #: return them, never take them in.
+    non_tensor_outputs: dict[str, onnx.TypeProto] = field(default_factory=dict)
     #: Per layer, the values it reads, including the outer-scope names its subgraphs read.
     layer_reads: list[list[str]] = field(init=False, repr=False)
     #: Per value, the indices of the layers that read it.
@@ -126,6 +129,19 @@ def subgraph_outer_names(node: onnx.NodeProto) -> list[str]:
                     outer.append(name)
             defined.update(inner.output)
     return outer
+
+
+def nested_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Tensors stored inside the graph's nodes rather than as its initializers: attribute values (such
+    as Constant's) and everything stored in subgraphs (If, Loop, Scan bodies), at any depth."""
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.TENSOR:
+                yield attribute.t
+            yield from attribute.tensors
+        for body in _subgraphs(node):
+            yield from body.initializer
+            yield from nested_tensors(body)
 
 
 def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:

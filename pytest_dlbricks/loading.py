@@ -18,10 +18,10 @@ import numpy as np
 import onnx
 from onnx import external_data_helper, numpy_helper, shape_inference
 
-from .errors import ModelError, describe_error
-from .graph import MIN_IR_VERSION, ModelGraph, TensorSpec, is_tensor_type, node_inputs
+from .errors import ModelError, RuntimeRefusal, describe_error
+from .graph import MIN_IR_VERSION, ModelGraph, TensorSpec, is_tensor_type, nested_tensors, node_inputs
 from .ordering import canonical_order, content_keys
-from .runtime import optimize_model, run_reference
+from .runtime import load_refusal, optimize_model, run_reference
 from .screening import check_runtime_accepts, check_text, check_values, check_weights
 from .settings import DEFAULT_DIM, Settings
 
@@ -47,8 +47,28 @@ def load_model(
     specific to the runtime, provider and machine. ``convert(model, data_dir)``, given, turns the
     model (its inputs sized) into another before it is optimized and cut, for example to int8; it
     raises ``ValueError`` when it cannot.
+
+    onnxruntime is the authority on what runs: onnx's checker and shape inference only help, and a
+    model onnxruntime refuses while symbolic dimensions were left at :data:`DEFAULT_DIM` says so.
     """
     loader = _ModelLoader(path, _read(path), dict(dims or {}), data_dir=path.parent)
+    try:
+        return _load(loader, optimize, convert)
+    except RuntimeRefusal as error:
+        if not loader.guessed:
+            raise
+        names = ", ".join(loader.guessed)
+        raise ModelError(
+            path, f"{error.cause} ({names} left at {DEFAULT_DIM}: give them with --dlbricks-dim)"
+        ) from error
+
+
+def _load(
+    loader: _ModelLoader,
+    optimize: Settings | None,
+    convert: Callable[[onnx.ModelProto, Path], onnx.ModelProto] | None,
+) -> ModelGraph:
+    path = loader.path
     loader.prepare()
     if convert is not None:
         guessed = loader.guessed
@@ -63,7 +83,7 @@ def load_model(
         return loader.load()
     with tempfile.TemporaryDirectory(prefix="dlbricks-") as folder:
         optimized = optimize_model(path, loader.runnable_model(), path.parent, Path(folder), optimize)
-        runtime_loader = _ModelLoader(path, optimized, {}, data_dir=Path(folder))
+        runtime_loader = _ModelLoader(path, optimized, {}, data_dir=Path(folder), runtime_graph=True)
         runtime_loader.prepare()
         runtime_loader.guessed = loader.guessed
         return runtime_loader.load()
@@ -89,8 +109,12 @@ def _read(path: Path) -> onnx.ModelProto:
 class _ModelLoader:
     """One load of one model; split into steps so each stays short."""
 
-    def __init__(self, path: Path, model: onnx.ModelProto, dims: dict[str, int], data_dir: Path) -> None:
+    def __init__(
+        self, path: Path, model: onnx.ModelProto, dims: dict[str, int], data_dir: Path, *, runtime_graph: bool = False
+    ) -> None:
         self.path = path
+        #: Whether onnxruntime is known to load the model: it made this graph, or it was asked.
+        self.runtime_loads = runtime_graph
         #: Folder external data locations are relative to.
         self.data_dir = data_dir
         self.model = model
@@ -108,10 +132,10 @@ class _ModelLoader:
         or anything else allocates for it, what cannot be used (see :mod:`.screening`)."""
         check_text(self.path, self.model)
         self._sort_nodes()
-        check_weights(self.path, self.initializers.values())
+        check_weights(self.path, [*self.initializers.values(), *nested_tensors(self.model.graph)])
         check_runtime_accepts(self.path, self.model.ir_version, self._opset_imports())
-        self._check_structure()
         self._check_external_data()
+        self._check_structure()
         self._fix_input_dims()
         check_values(self.path, self._declared_specs(), self.inputs, self.initializers)
         self.specs = self._infer_specs()
@@ -152,6 +176,9 @@ class _ModelLoader:
             ir_version=self.model.ir_version,
             functions=list(self.model.functions),
             layers=layers,
+            non_tensor_outputs={
+                value.name: value.type for value in self.model.graph.output if not value.type.HasField("tensor_type")
+            },
             specs={name: specs[name] for name in needed if name in specs},
             weights=frozenset(weights & set(needed)),
             kept_values=kept,
@@ -164,12 +191,28 @@ class _ModelLoader:
         return {o.domain or "": o.version for o in self.model.opset_import}
 
     def _check_structure(self) -> None:
+        """onnx's checker, as a helper: a model it rejects is used all the same when onnxruntime loads it.
+
+        Never run on onnxruntime's own graph, whose fused operators may sit in the default domain
+        (SimplifiedLayerNormalization), which the checker does not know.
+        """
+        if self.runtime_loads:
+            return
         try:
             onnx.checker.check_model(self._structure())
         # onnx's checker raises its ValidationError, and on malformed input also the translations of
         # other C++ exceptions (ValueError, IndexError, RuntimeError...): all say the model is invalid.
         except Exception as error:
-            raise ModelError(self.path, f"invalid ONNX model: {describe_error(error)}") from error
+            self._require_runtime_loads(error)
+
+    def _require_runtime_loads(self, error: Exception) -> None:
+        """Accept what onnx's tools reject (``error``) if onnxruntime loads the model; else onnxruntime's reason."""
+        if self.runtime_loads:
+            return
+        refusal = load_refusal(self.model, self.data_dir)
+        if refusal is not None:
+            raise ModelError(self.path, f"onnxruntime cannot load the model: {refusal}") from error
+        self.runtime_loads = True
 
     def _structure(self, keep_data: Callable[[onnx.TensorProto], bool] = lambda tensor: False) -> onnx.ModelProto:
         """The model with its initializers declared as inputs and no weight data, but for those ``keep_data``
@@ -199,11 +242,28 @@ class _ModelLoader:
         return skeleton
 
     def _check_external_data(self) -> None:
-        """Every external weight file lies in the model's folder and is long enough; none is read here."""
+        """Every external weight file lies in the model's folder and is long enough.
+
+        Weights of the graph itself are not read here (only where a value is needed). Tensors stored
+        inside nodes (in If, Loop and Scan bodies, Constant values) are read into the node once checked,
+        so that a layer, and every brick holding it, is whole without the model's folder.
+        """
         folder = self.data_dir.resolve()
         for tensor in self.initializers.values():
             if external_data_helper.uses_external_data(tensor):
                 self._check_external_tensor(folder, tensor)
+        for tensor in nested_tensors(self.model.graph):
+            if external_data_helper.uses_external_data(tensor):
+                self._check_external_tensor(folder, tensor)
+                self._read_into(folder, tensor)
+
+    def _read_into(self, folder: Path, tensor: onnx.TensorProto) -> None:
+        try:
+            external_data_helper.load_external_data_for_tensor(tensor, str(folder))
+        except (OSError, ValueError) as error:
+            raise ModelError(self.path, f"weight {tensor.name!r} cannot be read: {describe_error(error)}") from None
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
 
     def _check_external_tensor(self, folder: Path, tensor: onnx.TensorProto) -> None:
         try:
@@ -332,10 +392,13 @@ class _ModelLoader:
         return {name: spec for name, spec in specs.items() if spec is not None}
 
     def _infer_specs(self) -> dict[str, TensorSpec]:
+        """Specs shape inference gives; only the declared ones where it fails on a model onnxruntime loads
+        (the reference run then learns the rest)."""
         try:
             graph = shape_inference.infer_shapes(self._structure(_may_decide_shapes), data_prop=True).graph
         except Exception as error:  # as for the checker: InferenceError, or a translated C++ exception
-            raise ModelError(self.path, f"invalid ONNX model: {describe_error(error)}") from error
+            self._require_runtime_loads(error)
+            return self._declared_specs()
         specs: dict[str, TensorSpec] = {}
         for value in [*graph.input, *graph.value_info, *graph.output]:
             spec = _spec_of(value.type)

@@ -35,7 +35,7 @@ import onnx
 from .analysis import BrickWork, LayerWork
 from .bricks import BrickSpec
 from .cutting import Brick, BrokenBrick, ModelPlan
-from .graph import TensorSpec
+from .graph import TensorSpec, nested_tensors
 from .identity import digest
 from .settings import Settings
 from .store import write_json
@@ -124,13 +124,14 @@ def source_digest() -> str:
 
 
 def _external_files(content: bytes, folder: Path) -> list[list[object]]:
-    """Name, size and modification time of each external data file the model reads."""
+    """Name, size and modification time of each external data file the model reads (If, Loop and Scan
+    bodies included)."""
     model = onnx.ModelProto()
     model.ParseFromString(content)
     names = sorted(
         {
             entry.value
-            for tensor in model.graph.initializer
+            for tensor in [*model.graph.initializer, *nested_tensors(model.graph)]
             if tensor.data_location == onnx.TensorProto.EXTERNAL
             for entry in tensor.external_data
             if entry.key == "location"
@@ -207,6 +208,9 @@ def _spec_to_json(spec: BrickSpec) -> dict[str, Any]:
         "ir_version": spec.ir_version,
         "functions": [_message(function) for function in spec.functions],
         "signature": spec.signature,
+        "non_tensor_outputs": [
+            [name, base64.b64encode(kind).decode("ascii")] for name, kind in spec.non_tensor_outputs
+        ],
     }
 
 
@@ -223,6 +227,7 @@ def _spec_from_json(data: Mapping[str, Any]) -> BrickSpec:
         ir_version=int(data["ir_version"]),
         functions=tuple(onnx.FunctionProto.FromString(_bytes(function)) for function in data["functions"]),
         signature=str(data["signature"]),
+        non_tensor_outputs=tuple((str(name), _bytes(kind)) for name, kind in data["non_tensor_outputs"]),
     )
 
 

@@ -320,7 +320,7 @@ def plan_composition(plan: ModelPlan) -> dict[str, Any]:
     windows: list[list[object] | None] = []
     for index, (brick, call) in enumerate(zip(plan.bricks, brick_calls(plan))):
         if isinstance(brick, BrickSpec) and index in plan.unsupported:
-            windows.append([brick.signature, len(brick.inputs), len(brick.outputs), plan.unsupported[index]])
+            windows.append([brick.signature, len(brick.inputs), brick.output_count, plan.unsupported[index]])
         else:
             windows.append(None if call is None else list(call))
     return {"io": list(plan.io), "bricks": windows, "edges": [list(edge) for edge in plan.graph.edges]}

@@ -43,7 +43,7 @@ import onnxruntime as ort
 # onnxruntime's only way to size the process-wide thread pool; it has no public Python API.
 from onnxruntime.capi import _pybind_state
 
-from .errors import ModelError, describe_error
+from .errors import ModelError, RuntimeRefusal, describe_error
 from .graph import MIN_IR_VERSION, TensorSpec, format_bytes, memory_limit
 from .settings import DEFAULT_PROVIDERS, Settings
 from .synthetic import SynthesisError, model_feeds
@@ -231,7 +231,16 @@ def optimize_model(
         ort.InferenceSession(model.SerializeToString(), options, providers=list(settings.providers))
         return onnx.load(str(folder / "optimized.onnx"), load_external_data=False)
     except Exception as error:  # onnxruntime's exception types are not part of its API
-        raise ModelError(path, f"onnxruntime cannot load the model: {describe_error(error)}") from error
+        raise RuntimeRefusal(path, f"onnxruntime cannot load the model: {describe_error(error)}") from error
+
+
+def load_refusal(model: onnx.ModelProto, data_dir: Path) -> str | None:
+    """onnxruntime's reason to refuse loading ``model`` (external weights in ``data_dir``), or None."""
+    try:
+        create_session(model, data_dir=data_dir)
+    except Exception as error:  # onnxruntime's exception types are not part of its API
+        return describe_error(error)
+    return None
 
 
 def run_reference(path: Path, model: onnx.ModelProto, data_dir: Path, names: list[str]) -> dict[str, np.ndarray]:
@@ -253,7 +262,7 @@ def run_reference(path: Path, model: onnx.ModelProto, data_dir: Path, names: lis
     except RunStopped as error:
         raise ModelError(path, f"{cause}: {error}") from error
     except Exception as error:  # onnxruntime raises several unrelated exception types
-        raise ModelError(path, f"{cause}: {describe_error(error)}") from error
+        raise RuntimeRefusal(path, f"{cause}: {describe_error(error)}") from error
     return {name: value for name, value in zip(names, results) if isinstance(value, np.ndarray)}
 
 
@@ -355,14 +364,16 @@ def bind(
     session: ort.InferenceSession, feeds: dict[str, np.ndarray], placed: Mapping[str, np.ndarray] | None = None
 ) -> ort.SIOBinding | None:
     """Inputs bound in place and outputs left to onnxruntime's allocator (or written into the arrays
-    ``placed`` gives by output name), for calls that copy nothing; None for inputs onnxruntime cannot
-    bind (strings), which ``run()`` then takes.
+    ``placed`` gives by output name), for calls that copy nothing; None for inputs or outputs onnxruntime
+    cannot bind (strings; sequences and maps), which ``run()`` then takes.
 
     ``run()`` would copy every output into a new numpy array: for a brick, a cost the layers do not
     pay inside the model, where a layer's output stays in onnxruntime's memory for the next layer.
     The inputs are the arrays of ``feeds`` themselves, so rewriting them in place is what runs.
     """
     if any(array.dtype.kind in "OSU" for array in feeds.values()):
+        return None
+    if any(not output.type.startswith("tensor(") for output in session.get_outputs()):
         return None
     placed = placed or {}
     binding = session.io_binding()

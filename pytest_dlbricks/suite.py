@@ -83,7 +83,11 @@ def manifest_entry(brick: BrickSpec, file_name: str, model: onnx.ModelProto) -> 
         "opsets": {opset.domain or "ai.onnx": opset.version for opset in model.opset_import},
         "inputs": [_tensor(name, spec) for name, spec in brick.inputs],
         "weights": [_tensor(name, spec) for name, spec in brick.weights],
-        "outputs": [_tensor(name, spec) for name, spec in brick.outputs],
+        "outputs": [_tensor(name, spec) for name, spec in brick.outputs]
+        + [
+            {"name": name, "type": onnx.helper.printable_type(onnx.TypeProto.FromString(kind))}
+            for name, kind in brick.non_tensor_outputs
+        ],
         "real_values": sorted(brick.values),
     }
 
@@ -168,12 +172,19 @@ def read_brick(path: Path, entry: Mapping[str, Any]) -> BrickSpec:
                 for tensor in graph.initializer
                 if tensor.name not in input_names
             ),
-            outputs=tuple((value.name, _declared(value)) for value in graph.output),
+            outputs=tuple(
+                (value.name, _declared(value)) for value in graph.output if value.type.HasField("tensor_type")
+            ),
             values={name: numpy_helper.to_array(initializers[name]) for name in entry["real_values"]},
             opset_imports={opset.domain: opset.version for opset in model.opset_import},
             ir_version=model.ir_version,
             functions=tuple(model.functions),
             signature=str(entry["signature"]),
+            non_tensor_outputs=tuple(
+                (value.name, value.type.SerializeToString(deterministic=True))
+                for value in graph.output
+                if not value.type.HasField("tensor_type")
+            ),
         )
     except (KeyError, ValueError) as error:
         raise SuiteError(f"{path.name} does not hold what its manifest entry describes ({error})") from error

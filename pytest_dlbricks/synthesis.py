@@ -25,7 +25,8 @@ def build_brick_model(brick: BrickSpec) -> onnx.ModelProto:
         list(brick.nodes),
         "brick",
         [_value_info(name, spec) for name, spec in brick.inputs],
-        [_value_info(name, spec) for name, spec in brick.outputs],
+        [_value_info(name, spec) for name, spec in brick.outputs]
+        + [helper.make_value_info(name, onnx.TypeProto.FromString(kind)) for name, kind in brick.non_tensor_outputs],
         initializer=initializers,
     )
     model = helper.make_model(

@@ -15,8 +15,9 @@ from conftest import light_models
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.errors import ModelError
-from pytest_dlbricks.graph import ModelGraph, TensorSpec, node_inputs, subgraph_outer_names
+from pytest_dlbricks.graph import ModelGraph, TensorSpec, nested_tensors, node_inputs, subgraph_outer_names
 from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.settings import Settings
 
 FLOAT, INT64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
 
@@ -309,3 +310,95 @@ def test_light_models_of_the_onnx_wheel_load_and_cut() -> None:
     assert len(resnet.signatures) < len(resnet.bricks)
     # ResNet-50's bottleneck blocks repeat: some brick occurs many times.
     assert max(resnet.signatures.values()) >= 10
+
+
+# -- onnxruntime is the authority: onnx's tools help, never gate ---------------------------------
+
+
+def test_onnxruntimes_own_graph_is_not_put_to_onnxs_checker(tmp_path: Path) -> None:
+    """onnxruntime writes its SimplifiedLayerNormalization fusion in the default domain, unknown to the checker."""
+    graph = load_model(tiny_models.rms_norm(tmp_path), optimize=Settings(granularity=2))
+    if "SimplifiedLayerNormalization" not in ops(graph):
+        pytest.skip(f"onnxruntime no longer fuses RMS normalisation: {ops(graph)}")
+    plan = plan_model(graph, 2, "rms_norm")
+    assert plan.broken == []
+
+
+def test_a_model_the_checker_rejects_loads_when_onnxruntime_loads_it(tmp_path: Path) -> None:
+    """An exporter that put onnxruntime's fused operator in the default domain, as onnxruntime itself does."""
+    optimized = tmp_path / "optimized"
+    optimized.mkdir()
+    source = load_model(tiny_models.rms_norm(tmp_path), optimize=Settings(granularity=2))
+    if "SimplifiedLayerNormalization" not in ops(source):
+        pytest.skip("onnxruntime no longer fuses RMS normalisation")
+    fused = next(layer for layer in source.layers if layer.op_type == "SimplifiedLayerNormalization")
+    node = helper.make_node(
+        fused.op_type, ["x", "gamma"], ["y"], **{a.name: helper.get_attribute_value(a) for a in fused.attribute}
+    )
+    gamma = tiny_models.array("gamma", np.ones(64, np.float32))
+    model = tiny_models.finish(
+        [node], [tiny_models.tensor("x", [1, 8, 64])], [tiny_models.tensor("y", [1, 8, 64])], [gamma]
+    )
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(model)
+    graph = load_model(tiny_models.save(model, optimized, "exported_fused.onnx"))
+    assert ops(graph) == ["SimplifiedLayerNormalization"]
+
+
+def test_a_model_both_refuse_is_reported_in_onnxruntimes_words(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Secret", ["a"], ["y"])]
+    model = tiny_models.finish(nodes, [tiny_models.tensor("x", [2, 4])], [tiny_models.tensor("y", [2, 4])])
+    with pytest.raises(ModelError, match=r": onnxruntime cannot load the model: .*Secret"):
+        load_model(tiny_models.save(model, tmp_path, "secret.onnx"))
+
+
+def test_weights_inside_a_branch_are_read_into_the_layer(tmp_path: Path) -> None:
+    """onnxruntime saves the If branch's weight to its optimized model's external data, in a folder that is
+    gone once loaded: the layer must hold it."""
+    graph = load_model(tiny_models.if_branch_weight(tmp_path), optimize=Settings(granularity=2))
+    (layer,) = graph.layers
+    stored = list(nested_tensors(onnx.GraphProto(node=[layer])))
+    assert stored and not any(onnx.external_data_helper.uses_external_data(tensor) for tensor in stored)
+
+
+def _branch_weight_outside(tmp_path: Path, location: str) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = tiny_models.if_branch_weight(folder)
+    model = onnx.load(str(path))
+    onnx.save_model(model, str(path), save_as_external_data=True, location="branch.bin", size_threshold=0)
+    model = onnx.load(str(path), load_external_data=False)
+    for tensor in nested_tensors(model.graph):
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = location
+    (tmp_path / "secret.bin").write_bytes((folder / "branch.bin").read_bytes())
+    onnx.save(model, str(path))
+    return path
+
+
+def test_external_data_of_a_branch_weight_escaping_the_model_folder_is_refused(tmp_path: Path) -> None:
+    path = _branch_weight_outside(tmp_path, "../secret.bin")
+    with pytest.raises(ModelError, match=r"weight 'W' points to external data '../secret.bin' outside the model"):
+        load_model(path)
+
+
+def test_external_data_of_a_branch_weight_in_the_model_folder_loads(tmp_path: Path) -> None:
+    graph = load_model(_branch_weight_outside(tmp_path, "branch.bin"))
+    assert ops(graph) == ["If"]
+
+
+def test_a_non_tensor_model_output_is_returned_by_its_brick(tmp_path: Path) -> None:
+    graph = load_model(tiny_models.zipmap_classifier(tmp_path), optimize=Settings(granularity=2))
+    plan = plan_model(graph, 2, "zipmap")
+    assert plan.broken == []
+    (brick,) = plan.bricks
+    assert isinstance(brick, BrickSpec)
+    assert [name for name, _ in brick.non_tensor_outputs] and brick.output_count == 2
+
+
+def test_onnxruntime_refusing_dimensions_left_at_1_names_them(tmp_path: Path) -> None:
+    path = tiny_models.image_conv(tmp_path)
+    with pytest.raises(ModelError, match=r"height, width left at 1: give them with --dlbricks-dim\)$"):
+        load_model(path)
+    assert ops(load_model(path, {"height": 8, "width": 8})) == ["Conv", "Relu"]

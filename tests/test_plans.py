@@ -36,7 +36,8 @@ def assert_same_brick(found: object, expected: object) -> None:
         assert found == expected
         return
     assert isinstance(found, BrickSpec)
-    for name in ("nodes", "inputs", "weights", "outputs", "opset_imports", "ir_version", "functions", "signature"):
+    fields = ("nodes", "inputs", "weights", "outputs", "non_tensor_outputs", "opset_imports", "ir_version", "functions")
+    for name in (*fields, "signature"):
         assert getattr(found, name) == getattr(expected, name), name
     assert found.values.keys() == expected.values.keys()
     for name, value in expected.values.items():
@@ -51,6 +52,7 @@ BUILDERS: list[Callable[[Path], Path]] = [
     tiny_models.loop_outer_scope,
     tiny_models.if_outer_scope,
     tiny_models.sequence_boundary,
+    tiny_models.zipmap_classifier,
 ]
 
 

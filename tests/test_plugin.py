@@ -548,3 +548,37 @@ def test_an_unwritable_html_path_is_reported_and_the_json_still_written(
         ["dlbricks: cannot write *blocker/report.html: *", "dlbricks: report written to *r.json"]
     )
     assert read_report(pytester.path / "r.json")["models"][0]["complete"] is True
+
+
+def test_models_onnx_tools_reject_and_onnxruntime_runs_get_estimates(pytester: pytest.Pytester) -> None:
+    """Each a cause of real models left without an estimate: onnxruntime's fusion in the default domain,
+    a weight inside an If branch, a model output that is no tensor; the whole model is timed too."""
+    import tiny_models
+
+    folder = pytester.path / "models"
+    folder.mkdir()
+    for build in (tiny_models.rms_norm, tiny_models.if_branch_weight, tiny_models.zipmap_classifier):
+        build(folder)
+    result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-validate", "--dlbricks-json=r.json", "models")
+    report = read_report(pytester.path / "r.json")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert {model["path"]: model["complete"] for model in report["models"]} == {
+        "models/if_branch_weight.onnx": True,
+        "models/rms_norm.onnx": True,
+        "models/zipmap.onnx": True,
+    }
+    assert all(model["measured_s"] > 0 for model in report["models"])
+
+
+def test_a_model_onnxruntime_refuses_at_dimensions_left_at_1_names_them(pytester: pytest.Pytester) -> None:
+    import tiny_models
+
+    (pytester.path / "models").mkdir()
+    tiny_models.image_conv(pytester.path / "models")
+    result = run(pytester, "--dlbricks-granularity=2", "models", dims=())
+    result.stdout.fnmatch_lines(
+        ["models/image_conv.onnx: onnxruntime cannot * (height, width left at 1: give them with --dlbricks-dim)"]
+    )
+    run(
+        pytester, "--dlbricks-granularity=2", "models", dims=("--dlbricks-dim=height=8", "--dlbricks-dim=width=8")
+    ).assert_outcomes(passed=1)

@@ -79,7 +79,12 @@ def test_file_names_carry_operators_and_sixteen_hex_digits(tmp_path: Path) -> No
 
 
 def test_a_brick_read_back_is_the_brick_written(tmp_path: Path) -> None:
-    bricks = distinct(tiny_models.computed_reshape(tmp_path), tiny_models.loop_outer_scope(tmp_path, body_seed=3))
+    bricks = distinct(
+        tiny_models.computed_reshape(tmp_path),
+        tiny_models.loop_outer_scope(tmp_path, body_seed=3),
+        tiny_models.zipmap_classifier(tmp_path),
+    )
+    assert any(brick.non_tensor_outputs for brick in bricks)
     export_suite(tmp_path / "suite", bricks, SETTINGS.describe())
     entries = read_manifest(tmp_path / "suite") or {}
     assert bricks and len(entries) == len(bricks)
@@ -89,6 +94,7 @@ def test_a_brick_read_back_is_the_brick_written(tmp_path: Path) -> None:
         assert again.signature == brick.signature == brick_signature(again)
         assert [n.SerializeToString() for n in again.nodes] == [n.SerializeToString() for n in brick.nodes]
         assert (again.inputs, again.weights, again.outputs) == (brick.inputs, brick.weights, brick.outputs)
+        assert again.non_tensor_outputs == brick.non_tensor_outputs
         assert sorted(again.values) == sorted(brick.values)
         assert build_brick_model(again).graph == build_brick_model(brick).graph
         BrickRunner(again, SETTINGS).check()

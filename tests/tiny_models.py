@@ -325,3 +325,78 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "loop": loop_outer_scope,
     "if": if_outer_scope,
 }
+
+
+def rms_norm(directory: Path) -> Path:
+    """RMS normalisation of ``x[1, 8, 64]``: onnxruntime fuses it into SimplifiedLayerNormalization, which it
+    writes in the default domain, where onnx's checker knows no such operator."""
+    nodes = [
+        helper.make_node("Pow", ["x", "two"], ["squared"]),
+        helper.make_node("ReduceMean", ["squared"], ["mean"], axes=[-1]),
+        helper.make_node("Add", ["mean", "eps"], ["shifted"]),
+        helper.make_node("Sqrt", ["shifted"], ["root"]),
+        helper.make_node("Div", ["x", "root"], ["normed"]),
+        helper.make_node("Mul", ["normed", "gamma"], ["y"]),
+    ]
+    weights = [
+        array("two", np.array(2.0, np.float32)),
+        array("eps", np.array(1e-6, np.float32)),
+        array("gamma", np.ones(64, np.float32)),
+    ]
+    model = finish(nodes, [tensor("x", [1, 8, 64])], [tensor("y", [1, 8, 64])], weights)
+    return save(model, directory, "rms_norm.onnx")
+
+
+def if_branch_weight(directory: Path) -> Path:
+    """``If(c)``: the then branch adds a weight of its own, ``W[1, 512]`` (2 KiB, large enough for onnxruntime
+    to store it as external data of an optimized model); the else branch passes ``x`` on."""
+    then_branch = helper.make_graph(
+        [helper.make_node("Add", ["x", "W"], ["added"])],
+        "then",
+        [],
+        [tensor("added", [1, 512])],
+        [array("W", np.ones((1, 512), np.float32))],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["same"])], "else", [], [tensor("same", [1, 512])]
+    )
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)]
+    model = finish(nodes, [tensor("x", [1, 512]), tensor("c", [], BOOL)], [tensor("y", [1, 512])])
+    return save(model, directory, "if_branch_weight.onnx")
+
+
+def zipmap_classifier(directory: Path) -> Path:
+    """scikit-learn's usual export: ``ai.onnx.ml`` LinearClassifier, then ZipMap, whose model output is a
+    sequence of maps (no tensor)."""
+    classifier = helper.make_node(
+        "LinearClassifier",
+        ["x"],
+        ["label", "scores"],
+        domain="ai.onnx.ml",
+        classlabels_ints=[0, 1, 2],
+        coefficients=[0.1] * 12,
+        intercepts=[0.0, 0.0, 0.0],
+    )
+    zipmap = helper.make_node(
+        "ZipMap", ["scores"], ["probabilities"], domain="ai.onnx.ml", classlabels_int64s=[0, 1, 2]
+    )
+    maps = helper.make_sequence_type_proto(helper.make_map_type_proto(INT64, helper.make_tensor_type_proto(FLOAT, [])))
+    graph = helper.make_graph(
+        [classifier, zipmap],
+        "classifier",
+        [tensor("x", [1, 4])],
+        [tensor("label", [1], INT64), helper.make_value_info("probabilities", maps)],
+    )
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("ai.onnx.ml", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="tests")
+    model.ir_version = IR_VERSION
+    return save(model, directory, "zipmap.onnx")
+
+
+def image_conv(directory: Path) -> Path:
+    """A 3x3 Conv without padding on ``x[1, 3, height, width]``: onnxruntime refuses images smaller than
+    the kernel, such as the 1x1 of dimensions left at their default."""
+    weight = array("w", np.ones((4, 3, 3, 3), np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
+    model = finish(nodes, [tensor("x", [1, 3, "height", "width"])], [tensor("y", [1, 4, "out_h", "out_w"])], [weight])
+    return save(model, directory, "image_conv.onnx")
