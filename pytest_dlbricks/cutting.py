@@ -48,6 +48,8 @@ class ModelPlan:
     #: Window indices; an edge means the second window reads a value of the first.
     graph: nx.DiGraph = field(repr=False)
     guessed_dims: dict[str, int] = field(default_factory=dict)
+    #: Names the model's symbolic input dimensions answer to (see :attr:`ModelGraph.dim_names`).
+    dim_names: tuple[str, ...] = ()
     #: Number of the model's own inputs and outputs (a call's cost depends on them).
     io: tuple[int, int] = (1, 1)
     #: The whole model as one brick, kept when it is to be validated end to end.
@@ -117,6 +119,7 @@ def plan_model(graph: ModelGraph, granularity: int, display_path: str) -> ModelP
         bricks=bricks,
         graph=_brick_graph(graph, [(begin, end) for begin, end, _ in windows]),
         guessed_dims=dict(graph.guessed_dims),
+        dim_names=graph.dim_names,
         io=(len(graph.inputs), len(graph.outputs)),
     )
 

@@ -109,8 +109,9 @@ class DLBricksRun:
         self, path: Path, display_path: str, point: SweepPoint | None = None
     ) -> tuple[ModelPlan, list[BrickSpec]]:
         """Cut the model at ``path`` at ``point``, or take it from the plan cache; returns its plan and the
-        bricks no earlier model had."""
+        bricks no earlier model had. The point's sizes are the model's own (see :meth:`Settings.dims_for`)."""
         point = point or self.points[0]
+        point = dataclasses.replace(point, dims=self.settings.dims_for(display_path, point.dims))
         name = display_path + point.suffix
         cut = self.plan_cache.get(path, display_path, point) if self.plan_cache is not None else None
         if cut is None:
@@ -156,6 +157,42 @@ class DLBricksRun:
 
     def models_using(self, signature: str) -> dict[str, int]:
         return {plan.path: plan.signatures[signature] for plan in self.plans if signature in plan.signatures}
+
+    def dims_left_at_default(self, signature: str) -> list[str]:
+        """Symbolic dimensions left at their default in the models that use a brick (a cause when it fails)."""
+        names: dict[str, None] = {}
+        for plan in self.plans:
+            if signature in plan.signatures:
+                names.update(dict.fromkeys(plan.guessed_dims))
+        return list(names)
+
+    def unused_dims(self) -> list[str]:
+        """Each dimension given on the command line that no collected model has, in a sentence (a typo, most
+        likely; the ini's describe the whole project, of which a run may collect a part). Names a model that
+        failed to load may have are not judged."""
+        settings = self.settings
+        failed = {model.path for model in self.failed}
+        plans = [plan for plan in self.plans if plan.path not in failed]
+        problems = []
+        if not failed:
+            used = {name for plan in plans for name in plan.dim_names}
+            problems += [
+                f"dimension {name!r} was given, but no collected model has it"
+                for name in sorted(settings.command_line_dims)
+                if name not in used
+            ]
+        for entry in settings.model_dims:
+            if not entry.from_command_line or any(entry.matches(path) for path in failed):
+                continue
+            matched = [plan for plan in plans if entry.matches(plan.file or plan.path)]
+            if not matched:
+                problems.append(f"{entry.pattern!r} of --dlbricks-dim matches no collected model")
+            problems += [
+                f"dimension {name!r} was given to {entry.pattern!r}, but none of its models has it"
+                for name in entry.dims
+                if matched and all(name not in plan.dim_names for plan in matched)
+            ]
+        return problems
 
     def unsupported_wherever_used(self, signature: str) -> str | None:
         """Why no model can use a brick's time: every window it fills is one the provider cannot run."""

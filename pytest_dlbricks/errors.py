@@ -28,6 +28,11 @@ class RuntimeRefusal(ModelError):
     """onnxruntime itself refuses to load or run the model; the cause quotes it."""
 
 
+def dims_hint(names: list[str], default: int) -> str:
+    """What to add to onnxruntime's refusal when symbolic dimensions were left at their default; or nothing."""
+    return f" ({', '.join(names)} left at {default}: give them with --dlbricks-dim)" if names else ""
+
+
 def describe_error(error: BaseException) -> str:
     """A library's error message on one line, without onnxruntime's error codes, C++ source locations and
     signatures, cut to :data:`MAX_CAUSE_CHARS`."""

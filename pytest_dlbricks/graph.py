@@ -93,6 +93,8 @@ class ModelGraph:
     outputs: list[str]
     #: Symbolic dimensions that were not given and took :data:`DEFAULT_DIM`.
     guessed_dims: dict[str, int] = field(default_factory=dict)
+    #: Names the model's symbolic input dimensions answer to: their own, and each input axis's (``x[2]``).
+    dim_names: tuple[str, ...] = ()
     #: Model outputs that are not tensors (ZipMap's sequences of maps), with their types: a brick may
     #: return them, never take them in.
     non_tensor_outputs: dict[str, onnx.TypeProto] = field(default_factory=dict)

@@ -14,8 +14,10 @@ import pytest
 
 from .cutting import ModelPlan
 from .engine import DLBricksRun
+from .errors import dims_hint
 from .report import BrickResult
 from .running import BrickError, BrickRunner, UnsupportedByProvider
+from .settings import DEFAULT_DIM
 from .validation import BrickRounds, Validation, rounds_for
 
 #: pytest-benchmark statistics kept per brick.
@@ -53,8 +55,11 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
             pytest.skip(f"brick {brick.label} is not supported here: {error}")
         except BrickError as error:
             users = ", ".join(run.models_using(signature))
+            hint = dims_hint(run.dims_left_at_default(signature), DEFAULT_DIM)
             # from None: the message says it all, pytest would otherwise show the exception chain.
-            raise pytest.fail.Exception(f"brick {brick.label} (used by {users}): {error}", pytrace=False) from None
+            raise pytest.fail.Exception(
+                f"brick {brick.label} (used by {users}): {error}{hint}", pytrace=False
+            ) from None
         if runner.placement is not None:
             run.record_placement(signature, runner.placement.providers)
         # Requested only now, so that a brick that cannot run leaves pytest-benchmark no unused fixture to warn of.
@@ -104,7 +109,10 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
         except UnsupportedByProvider as error:
             pytest.skip(f"{plan.path}: the whole model is not supported here: {error}")
         except BrickError as error:
-            raise pytest.fail.Exception(f"{plan.path}: cannot time the whole model: {error}", pytrace=False) from None
+            hint = dims_hint(list(plan.guessed_dims), DEFAULT_DIM)
+            raise pytest.fail.Exception(
+                f"{plan.path}: cannot time the whole model: {error}{hint}", pytrace=False
+            ) from None
         benchmark = request.getfixturevalue("benchmark")
         bricks = BrickRounds(runners, model)
         run.measure_overhead(parallel=executor == "parallel")

@@ -8,6 +8,7 @@ every brick does the same work as inside the model.
 
 from __future__ import annotations
 
+import re
 import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -18,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import external_data_helper, numpy_helper, shape_inference
 
-from .errors import ModelError, RuntimeRefusal, describe_error
+from .errors import ModelError, RuntimeRefusal, describe_error, dims_hint
 from .graph import MIN_IR_VERSION, ModelGraph, TensorSpec, is_tensor_type, nested_tensors, node_inputs
 from .ordering import canonical_order, content_keys
 from .runtime import load_refusal, optimize_model, run_reference
@@ -29,6 +30,10 @@ from .settings import DEFAULT_DIM, Settings
 NONDETERMINISTIC_OPS = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 )
+#: Ultralytics' metadata entry of the image size its detectors expect, ``[height, width]``.
+_IMAGE_SIZE = re.compile(r"\[\s*(\d+)\s*,\s*(\d+)\s*\]")
+#: Digits of a size read from metadata: more is no size (and Python refuses to convert thousands).
+_MAX_DIGITS = 18
 #: Float weights up to this many elements keep their values for shape inference (Resize scales, Range
 #: bounds); larger ones are declared by type and shape only.
 MAX_INFERENCE_FLOAT_ELEMENTS = 1024
@@ -57,10 +62,7 @@ def load_model(
     except RuntimeRefusal as error:
         if not loader.guessed:
             raise
-        names = ", ".join(loader.guessed)
-        raise ModelError(
-            path, f"{error.cause} ({names} left at {DEFAULT_DIM}: give them with --dlbricks-dim)"
-        ) from error
+        raise ModelError(path, error.cause + dims_hint(list(loader.guessed), DEFAULT_DIM)) from error
 
 
 def _load(
@@ -76,16 +78,17 @@ def _load(
             converted = convert(loader.runnable_model(), path.parent)
         except ValueError as error:
             raise ModelError(path, str(error)) from error
+        dim_names = loader.dim_names
         loader = _ModelLoader(path, converted, {}, data_dir=path.parent)
         loader.prepare()
-        loader.guessed = guessed
+        loader.guessed, loader.dim_names = guessed, dim_names
     if optimize is None:
         return loader.load()
     with tempfile.TemporaryDirectory(prefix="dlbricks-") as folder:
         optimized = optimize_model(path, loader.runnable_model(), path.parent, Path(folder), optimize)
         runtime_loader = _ModelLoader(path, optimized, {}, data_dir=Path(folder), runtime_graph=True)
         runtime_loader.prepare()
-        runtime_loader.guessed = loader.guessed
+        runtime_loader.guessed, runtime_loader.dim_names = loader.guessed, loader.dim_names
         return runtime_loader.load()
 
 
@@ -120,6 +123,7 @@ class _ModelLoader:
         self.model = model
         self.dims = dims
         self.guessed: dict[str, int] = {}
+        self.dim_names: tuple[str, ...] = ()
         #: Specs of the values shape inference can tell, made by :meth:`prepare`.
         self.specs: dict[str, TensorSpec] = {}
         graph = model.graph
@@ -185,6 +189,7 @@ class _ModelLoader:
             inputs=self.inputs,
             outputs=self.outputs,
             guessed_dims=self.guessed,
+            dim_names=self.dim_names,
         )
 
     def _opset_imports(self) -> dict[str, int]:
@@ -309,18 +314,28 @@ class _ModelLoader:
             )
 
     def _fix_input_dims(self) -> None:
-        """Replace the symbolic dimensions of the model inputs by the user's values or the default."""
+        """Replace the symbolic dimensions of the model inputs by the user's sizes (an axis's, such as
+        ``x[2]``, before its name's), else the size the model's metadata states, else the default.
+
+        A name made of ``?`` only (exporters' "unknown") is no name: such axes answer to ``x[2]`` alone.
+        """
+        stated = _stated_dims(self.model)
+        names: dict[str, None] = {}
         for value in self.model.graph.input:
             if value.name in self.initializers or not value.type.HasField("tensor_type"):
                 continue
             for axis, dim in enumerate(value.type.tensor_type.shape.dim):
                 if dim.HasField("dim_value") and dim.dim_value > 0:
                     continue
-                name = dim.dim_param or f"{value.name}[{axis}]"
-                if name not in self.dims:
-                    self.guessed[name] = DEFAULT_DIM
+                axis_name = f"{value.name}[{axis}]"
+                name = dim.dim_param if dim.dim_param.strip("?") else axis_name
+                names.update(dict.fromkeys([name, axis_name]))
+                size = self.dims.get(axis_name, self.dims.get(name, stated.get(name)))
+                if size is None:
+                    size = self.guessed[name] = DEFAULT_DIM
                 dim.Clear()
-                dim.dim_value = self.dims.get(name, DEFAULT_DIM)
+                dim.dim_value = size
+        self.dim_names = tuple(names)
 
     def _sort_nodes(self) -> None:
         """Put the model's nodes in the topological order of :mod:`.ordering`, whatever the file's order."""
@@ -444,6 +459,21 @@ class _ModelLoader:
             if name not in self.inputs and spec.steers(constant=name in weights):
                 kept[name] = array
         return specs, kept
+
+
+def _stated_dims(model: onnx.ModelProto) -> dict[str, int]:
+    """Sizes a model states for its dimensions in its metadata: an entry named after the dimension with a
+    whole number (``batch = 1``), or Ultralytics' ``imgsz = [H, W]`` for ``height`` and ``width``."""
+    stated: dict[str, int] = {}
+    for entry in model.metadata_props:
+        value = entry.value.strip()
+        image = _IMAGE_SIZE.fullmatch(value) if entry.key == "imgsz" else None
+        if value.isdecimal() and len(value) <= _MAX_DIGITS and int(value) > 0:
+            stated[entry.key] = int(value)
+        elif image is not None:
+            stated.setdefault("height", int(image[1]))
+            stated.setdefault("width", int(image[2]))
+    return stated
 
 
 def _may_decide_shapes(tensor: onnx.TensorProto) -> bool:

@@ -22,11 +22,12 @@ from .settings import (
     OPTIMIZATION_LEVELS,
     STATISTICS,
     THREAD_POOLS,
+    ModelDims,
     Settings,
     parse_age,
     parse_bool,
     parse_choice,
-    parse_dim_values,
+    parse_dim_entry,
     parse_dtypes,
     parse_granularity,
     parse_percentage,
@@ -89,11 +90,12 @@ _OPTIONS = (
     _Option(
         "--dlbricks-dim",
         "NAME=VALUE",
-        "Size of a symbolic input dimension such as batch or seq; repeatable."
-        f" A dimension not given is {DEFAULT_DIM}, with a warning. Several sizes (batch=1,4,16) run the"
-        " whole suite at each.",
+        "Size of a symbolic input dimension such as batch or seq, or of an input's axis (x[2]=48);"
+        " repeatable. A pattern first gives sizes to some models only (ocr/*.onnx:height=48 width=320),"
+        " winning over sizes for all. A dimension not given is what the model's metadata says, else"
+        f" {DEFAULT_DIM}, with a warning. Several sizes (batch=1,4,16) run the whole suite at each.",
         "none given",
-        parse_dim_values,
+        parse_dim_entry,
         repeatable=True,
         ini="dlbricks_dims",
     ),
@@ -310,12 +312,14 @@ def read_settings(config: pytest.Config) -> Settings | None:
     granularity = _flag_or_ini(config, "dlbricks_granularity", parse_granularity)
     if granularity is None:
         return None
-    dims = _dims(config)
+    dims, model_dims, command_line_dims = _dims(config)
     globs = _flag_or_ini_list(config, "dlbricks_glob", "dlbricks_globs", str) or list(DEFAULT_GLOBS)
     export_dir = _resolved(config, config.getoption("dlbricks_export"))
     settings = Settings(
         granularity=granularity,
         dims={name: sizes[0] for name, sizes in dims.items() if len(sizes) == 1},
+        model_dims=model_dims,
+        command_line_dims=command_line_dims,
         json_path=_resolved(config, config.getoption("dlbricks_json")),
         html_path=_resolved(config, config.getoption("dlbricks_html")),
         intra_op_threads=_flag_or_ini(config, "dlbricks_threads", parse_threads) or 0,
@@ -348,11 +352,28 @@ def read_settings(config: pytest.Config) -> Settings | None:
     return settings
 
 
-def _dims(config: pytest.Config) -> dict[str, tuple[int, ...]]:
-    """Symbolic dimensions: the ini's, each overridden by a flag of the same name."""
-    dims = dict(_from_ini("dlbricks_dims", line, parse_dim_values) for line in config.getini("dlbricks_dims"))
-    dims.update(config.getoption("dlbricks_dim") or ())
-    return dims
+def _dims(config: pytest.Config) -> tuple[dict[str, tuple[int, ...]], tuple[ModelDims, ...], frozenset[str]]:
+    """Symbolic dimensions of every model (the ini's, each overridden by a flag of the same name), those of
+    some models, in the order they apply (the ini's, then the flags'), and the names flags give every model."""
+    ini = [_from_ini("dlbricks_dims", line, parse_dim_entry) for line in config.getini("dlbricks_dims")]
+    flags = config.getoption("dlbricks_dim") or []
+    dims: dict[str, tuple[int, ...]] = {}
+    model_dims = []
+    for from_command_line, (pattern, sizes) in [(False, entry) for entry in ini] + [(True, entry) for entry in flags]:
+        if pattern is None:
+            dims.update(sizes)
+        else:
+            single = {name: size for name, (size,) in sizes.items()}
+            model_dims.append(ModelDims(pattern, single, from_command_line))
+    swept = {name for name, sizes in dims.items() if len(sizes) > 1}
+    for entry in model_dims:
+        for name in sorted(swept & set(entry.dims)):
+            raise pytest.UsageError(
+                f"--dlbricks-dim: {name!r} is swept for every model and given to {entry.pattern!r} too; a swept"
+                " dimension cannot be set per model"
+            )
+    command_line = frozenset(name for pattern, sizes in flags if pattern is None for name in sizes)
+    return dims, tuple(model_dims), command_line
 
 
 def _providers(config: pytest.Config) -> tuple[str, ...]:

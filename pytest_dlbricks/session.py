@@ -21,6 +21,7 @@ from .interruption import stopped_early
 from .items import signature_of
 from .settings import Settings
 from .terminal import render_analysis, render_table
+from .warning_types import DLBricksWarning
 
 
 class DLBricksSession:
@@ -64,6 +65,14 @@ class DLBricksSession:
                 item.extra_keyword_matches.update(Path(path).stem for path in self.run.models_using(signature))
         if self.settings.shard is not None:
             self._keep_shard(items, *self.settings.shard)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Warn of dimensions given that no collected model has: a misspelt name would silently be left at 1."""
+        for problem in self.run.unused_dims():
+            try:
+                session.warn(DLBricksWarning(f"dlbricks: {problem}"))
+            except DLBricksWarning as error:  # warnings made errors (-W error): say it as pytest says usage errors
+                raise pytest.UsageError(str(error)) from None
 
     def _keep_shard(self, items: list[pytest.Item], shard: int, shards: int) -> None:
         """Deselect the bricks of other shards; items that are no bricks (errors) stay on shard 1."""

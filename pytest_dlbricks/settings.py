@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 #: onnxruntime graph optimization levels by the names users pass; "all" is onnxruntime's default.
 OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "layout", "all")
@@ -35,11 +35,31 @@ _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 @dataclass(frozen=True)
+class ModelDims:
+    """Dimension sizes given to the models whose path matches ``pattern``, matched as
+    :meth:`pathlib.PurePath.match` does: from the right, so ``det.onnx``, ``*.onnx`` and ``ocr/*.onnx``
+    all match ``models/ocr/det.onnx``; ``*`` never crosses a ``/``."""
+
+    pattern: str
+    dims: Mapping[str, int]
+    #: Given on the command line (not in the ini): checked against the models collected.
+    from_command_line: bool = False
+
+    def matches(self, path: str) -> bool:
+        return PurePosixPath(path).match(self.pattern)
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything that decides what is cut and how it is timed; recorded in every report."""
 
     granularity: int
     dims: Mapping[str, int] = field(default_factory=dict)
+    #: Sizes given to some models only, in the order they apply (a later entry wins): the ini's, then
+    #: the command line's; they win over :attr:`dims`.
+    model_dims: tuple[ModelDims, ...] = ()
+    #: Names given to every model on the command line: a warning says which no collected model has.
+    command_line_dims: frozenset[str] = frozenset()
     json_path: Path | None = None
     html_path: Path | None = None
     #: Threads onnxruntime uses inside an operator; 0 leaves onnxruntime's default.
@@ -78,6 +98,15 @@ class Settings:
     #: Compare with a run made on another machine or with other settings instead of refusing.
     compare_incompatible: bool = False
 
+    def dims_for(self, path: str, dims: Mapping[str, int]) -> dict[str, int]:
+        """The sizes the model at ``path`` (as pytest shows it) is given: ``dims`` (those of every model at
+        the sweep point), then those of each entry of :attr:`model_dims` that matches it."""
+        sizes = dict(dims)
+        for entry in self.model_dims:
+            if entry.matches(path):
+                sizes.update(entry.dims)
+        return sizes
+
     def describe(self) -> dict[str, object]:
         """The settings as they appear in the JSON report."""
         import onnxruntime  # for its version only; here, not at the top: keeps importing the plugin cheap
@@ -85,6 +114,7 @@ class Settings:
         return {
             "granularity": self.granularity,
             "dims": dict(self.dims),
+            "model_dims": [[entry.pattern, dict(entry.dims)] for entry in self.model_dims],
             "intra_op_threads": self.intra_op_threads,
             "thread_pool": self.thread_pool,
             "optimization": self.optimization,
@@ -112,6 +142,34 @@ def parse_dim(text: str) -> tuple[str, int]:
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE such as batch=8, not {text!r}")
     return name, _whole_number(value, f"dimension {name!r}", minimum=1)
+
+
+def parse_dim_entry(text: str) -> tuple[str | None, dict[str, tuple[int, ...]]]:
+    """``[PATTERN:] NAME=VALUE[,VALUE...] [NAME=VALUE...]``: sizes for every model, or, after a pattern of
+    model paths (one with a ``/`` or a wildcard, or ending in ``.onnx``), for those models only
+    (``ocr/*.onnx: height=48 width=320``). A NAME is a symbolic dimension (``batch``) or an input's axis
+    (``x[2]``). A pattern's sizes are single: sweeps apply to every model."""
+    pattern, assignments = _split_pattern(text)
+    dims: dict[str, tuple[int, ...]] = {}
+    for part in assignments.split() or [assignments]:
+        name, sizes = parse_dim_values(part)
+        if name in dims:
+            raise argparse.ArgumentTypeError(f"dimension {name!r} is given twice in {text!r}")
+        if pattern is not None and len(sizes) > 1:
+            raise argparse.ArgumentTypeError(
+                f"dimension {name!r} of {pattern!r} takes one size; sweeps ({name}=1,4,16) apply to every model"
+            )
+        dims[name] = sizes
+    return pattern, dims
+
+
+def _split_pattern(text: str) -> tuple[str | None, str]:
+    head, colon, tail = text.partition(":")
+    pattern = head.strip()
+    is_pattern = any(mark in pattern for mark in "*?[/") or pattern.endswith(".onnx")
+    if not colon or "=" in head or not is_pattern:
+        return None, text  # no pattern: a colon belongs to a name (TensorFlow's ``input:0``)
+    return pattern, tail
 
 
 def parse_dim_values(text: str) -> tuple[str, tuple[int, ...]]:

@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .settings import DEFAULT_DIM
+
 #: Operator types listed per model at ``-v``; the rest are summed as "other".
 SHOWN_OP_TYPES = 5
 #: How a model's own inference call, counted once, shows among its operator types.
@@ -160,15 +162,18 @@ def format_table(rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> s
 
 _COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path", "Complete")
 _VALIDATION_COLUMNS = ("Measured", "Ratio")
-_LEFT_ALIGNED = ("Model", "Complete")
+#: Symbolic dimensions no one gave a size, which took the default: shown, as the estimate depends on them.
+_GUESSED_COLUMN = f"Dims left at {DEFAULT_DIM}"
+_LEFT_ALIGNED = ("Model", "Complete", _GUESSED_COLUMN)
 
 
 def render_table(report: Mapping[str, object]) -> str:
     """One row per model and closing lines on uniqueness and accuracy, printed after pytest-benchmark's table."""
     models: Sequence[Mapping[str, object]] = report["models"]  # type: ignore[assignment]
     validated = any("measured_s" in model for model in models)
-    columns = _COLUMNS + (_VALIDATION_COLUMNS if validated else ())
-    rows = [columns] + [_row(model, validated) for model in models]
+    guessed = any(model.get("guessed_dims") for model in models)
+    columns = _COLUMNS + (_VALIDATION_COLUMNS if validated else ()) + ((_GUESSED_COLUMN,) if guessed else ())
+    rows = [columns] + [_row(model, validated) + (_guessed(model),) * guessed for model in models]
     left = [index for index, name in enumerate(columns) if name in _LEFT_ALIGNED]
     lines = format_table(rows, left=left).splitlines()
     summary: Mapping[str, object] = report["summary"]  # type: ignore[assignment]
@@ -207,6 +212,10 @@ def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
         format_seconds(measured if isinstance(measured, float) else None),
         f"{ratio:.3f}" if isinstance(ratio, float) else "-",
     )
+
+
+def _guessed(model: Mapping[str, object]) -> str:
+    return ", ".join(model.get("guessed_dims") or ()) or "-"  # type: ignore[arg-type]
 
 
 def _accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, object]) -> list[str]:

@@ -402,3 +402,45 @@ def test_onnxruntime_refusing_dimensions_left_at_1_names_them(tmp_path: Path) ->
     with pytest.raises(ModelError, match=r"height, width left at 1: give them with --dlbricks-dim\)$"):
         load_model(path)
     assert ops(load_model(path, {"height": 8, "width": 8})) == ["Conv", "Relu"]
+
+
+# -- the sizes of symbolic dimensions ------------------------------------------------------------
+
+
+def _image_model(tmp_path: Path, names: tuple[str, str], **metadata: str) -> Path:
+    model = onnx.load(str(tiny_models.image_conv(tmp_path)))
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_param, dims[3].dim_param = names
+    helper.set_model_props(model, metadata)
+    return tiny_models.save(model, tmp_path, "image.onnx")
+
+
+def test_an_axis_is_sized_apart_from_the_others_of_its_name(tmp_path: Path) -> None:
+    """Exporters name unknown dimensions '?', H and W alike: such axes answer to ``x[2]`` and ``x[3]``."""
+    path = _image_model(tmp_path, ("?", "?"))
+    graph = load_model(path, {"x[2]": 6, "x[3]": 9})
+    assert graph.specs["x"].shape == (1, 3, 6, 9)
+    assert graph.guessed_dims == {}
+    assert set(graph.dim_names) == {"x[2]", "x[3]"}
+
+
+def test_an_axis_size_wins_over_its_names(tmp_path: Path) -> None:
+    graph = load_model(_image_model(tmp_path, ("side", "side")), {"side": 8, "x[3]": 12})
+    assert graph.specs["x"].shape == (1, 3, 8, 12)
+    assert set(graph.dim_names) == {"side", "x[2]", "x[3]"}
+
+
+def test_sizes_the_models_metadata_states_are_used(tmp_path: Path) -> None:
+    """Ultralytics writes ``imgsz = [H, W]``; an entry named after a dimension states its size."""
+    graph = load_model(_image_model(tmp_path, ("height", "width"), imgsz="[10, 12]", batch="1"))
+    assert graph.specs["x"].shape == (1, 3, 10, 12) and graph.guessed_dims == {}
+    graph = load_model(_image_model(tmp_path, ("height", "width"), height="7", width="9", imgsz="[10, 12]"))
+    assert graph.specs["x"].shape == (1, 3, 7, 9)
+    graph = load_model(_image_model(tmp_path, ("height", "width"), imgsz="[10, 12]"), {"width": 5})
+    assert graph.specs["x"].shape == (1, 3, 10, 5), "the user's sizes win"
+
+
+def test_metadata_that_states_no_size_is_ignored(tmp_path: Path) -> None:
+    path = _image_model(tmp_path, ("height", "width"), height="x" * 5000, width="9" * 5000, imgsz="big")
+    with pytest.raises(ModelError, match=r"height, width left at 1"):
+        load_model(path)

@@ -27,10 +27,14 @@ def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
             "*G layers; setting it enables dlbricks. Ini:*",
             "*dlbricks_granularity. Default: off.",
             "  --dlbricks-dim=NAME=VALUE",
-            "*Size of a symbolic input dimension such as batch or seq;*",
-            "*repeatable. A dimension not given is 1, with a warning.*",
-            "*Several sizes (batch=1,4,16) run the whole suite at*",
-            "*each. Ini: dlbricks_dims. Default: none given.",
+            "*Size of a symbolic input dimension such as batch or seq,*",
+            "*or of an input's axis (x[[]2]=48); repeatable. A pattern*",
+            "*first gives sizes to some models only*",
+            "*(ocr/[*].onnx:height=48 width=320), winning over sizes for*",
+            "*all. A dimension not given is what the model's metadata*",
+            "*says, else 1, with a warning. Several sizes*",
+            "*(batch=1,4,16) run the whole suite at each. Ini:*",
+            "*dlbricks_dims. Default: none given.",
             "  --dlbricks-json=PATH  Write per-model estimates and per-brick times as JSON.",
             "*Default: no file.",
             "  --dlbricks-html=PATH  Write the report as one self-contained HTML page with",
@@ -582,3 +586,100 @@ def test_a_model_onnxruntime_refuses_at_dimensions_left_at_1_names_them(pytester
     run(
         pytester, "--dlbricks-granularity=2", "models", dims=("--dlbricks-dim=height=8", "--dlbricks-dim=width=8")
     ).assert_outcomes(passed=1)
+
+
+def _image_models(pytester: pytest.Pytester) -> None:
+    """The same 3x3 Conv on ``x[1, 3, height, width]`` under models/ocr/ and models/cls/."""
+    import tiny_models
+
+    for folder in ("ocr", "cls"):
+        (pytester.path / "models" / folder).mkdir(parents=True)
+        tiny_models.image_conv(pytester.path / "models" / folder)
+
+
+SHOW_DLBRICKS_WARNINGS = ("-W", "always::pytest_dlbricks.warning_types.DLBricksWarning")
+
+
+def test_each_model_gets_the_sizes_given_to_its_pattern(pytester: pytest.Pytester) -> None:
+    """The ini sizes the OCR models, the command line the classifiers; a flag wins over the ini for the same model."""
+    _image_models(pytester)
+    pytester.makeini("[pytest]\ndlbricks_dims =\n    ocr/*.onnx: height=8 width=8\n    batch=1\n")
+    result = run(
+        pytester,
+        "--dlbricks-granularity=2",
+        "--dlbricks-dim=cls/*.onnx:height=6 width=6",
+        "--dlbricks-dim=models/ocr/image_conv.onnx:width=10",
+        "--dlbricks-json=r.json",
+        "models",
+        dims=(),
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    models = {model["path"]: model for model in read_report(pytester.path / "r.json")["models"]}
+    assert models["models/ocr/image_conv.onnx"]["point"] == {"batch": 1, "height": 8, "width": 10, "dtype": "fp32"}
+    assert models["models/cls/image_conv.onnx"]["point"] == {"batch": 1, "height": 6, "width": 6, "dtype": "fp32"}
+    assert all(model["complete"] and model["guessed_dims"] == {} for model in models.values())
+    result.assert_outcomes(passed=2)  # one brick each: their shapes differ
+    settings = read_report(pytester.path / "r.json")["settings"]
+    assert settings["model_dims"] == [
+        ["ocr/*.onnx", {"height": 8, "width": 8}],
+        ["cls/*.onnx", {"height": 6, "width": 6}],
+        ["models/ocr/image_conv.onnx", {"width": 10}],
+    ]
+
+
+def test_a_models_own_sizes_make_its_plan_and_bricks_anew(pytester: pytest.Pytester) -> None:
+    """Plans kept in the store are keyed by the sizes the model was given, not only those of every model."""
+    _image_models(pytester)
+    signatures = []
+    for height in (8, 10):
+        result = run(
+            pytester,
+            "--dlbricks-granularity=2",
+            f"--dlbricks-dim=*.onnx:height={height} width=8",
+            "--dlbricks-json=r.json",
+            "models/ocr",
+            dims=(),
+        )
+        assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+        (model,) = read_report(pytester.path / "r.json")["models"]
+        assert model["point"]["height"] == height
+        signatures.append({brick["signature"] for brick in read_report(pytester.path / "r.json")["bricks"]})
+    assert signatures[0] and signatures[1] and not signatures[0] & signatures[1]
+
+
+def test_dimensions_given_that_no_model_has_are_warned_of(pytester: pytest.Pytester) -> None:
+    _image_models(pytester)
+    result = run(
+        pytester,
+        "--dlbricks-granularity=2",
+        "--collect-only",
+        "--dlbricks-dim=height=8",
+        "--dlbricks-dim=width=8",
+        "--dlbricks-dim=hieght=8",
+        "--dlbricks-dim=nothing/*.onnx:height=3",
+        "--dlbricks-dim=ocr/*.onnx:x[7]=3",
+        *SHOW_DLBRICKS_WARNINGS,
+        "models",
+        dims=(),
+    )
+    result.stdout.fnmatch_lines_random(
+        [
+            "*DLBricksWarning: dlbricks: dimension 'hieght' was given, but no collected model has it",
+            "*DLBricksWarning: dlbricks: 'nothing/[*].onnx' of --dlbricks-dim matches no collected model",
+            "*DLBricksWarning: dlbricks: dimension 'x[[]7]' was given to 'ocr/[*].onnx', but none of its models has it",
+        ]
+    )
+    assert "'height' was given" not in result.stdout.str()
+
+
+def test_dimensions_left_at_1_show_in_the_table_and_the_report(pytester: pytest.Pytester) -> None:
+    import tiny_models
+
+    (pytester.path / "models").mkdir()
+    tiny_models.symbolic_batch(pytester.path / "models")
+    result = run(
+        pytester, "--dlbricks-granularity=2", "--dlbricks-json=r.json", *SHOW_DLBRICKS_WARNINGS, "models", dims=()
+    )
+    result.stdout.fnmatch_lines(["Model * Complete * Dims left at 1", "models/* yes * batch"])
+    (model,) = read_report(pytester.path / "r.json")["models"]
+    assert model["guessed_dims"] == {"batch": 1}

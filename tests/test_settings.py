@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import math
 import re
 from pathlib import Path
@@ -14,11 +15,13 @@ from pytest_dlbricks.settings import (
     DEFAULT_MAX_AGE,
     OPTIMIZATION_LEVELS,
     STATISTICS,
+    ModelDims,
     Settings,
     parse_age,
     parse_bool,
     parse_choice,
     parse_dim,
+    parse_dim_entry,
     parse_granularity,
     parse_percentage,
     parse_precision,
@@ -114,6 +117,7 @@ def test_settings_describe_what_the_report_records() -> None:
     settings = Settings(
         granularity=3,
         dims={"batch": 4},
+        model_dims=(ModelDims("ocr/*.onnx", {"width": 320}),),
         json_path=Path("out.json"),
         intra_op_threads=2,
         optimization="basic",
@@ -122,6 +126,7 @@ def test_settings_describe_what_the_report_records() -> None:
     assert settings.describe() == {
         "granularity": 3,
         "dims": {"batch": 4},
+        "model_dims": [["ocr/*.onnx", {"width": 320}]],
         "intra_op_threads": 2,
         "thread_pool": "shared",
         "optimization": "basic",
@@ -223,3 +228,54 @@ def test_tracking_defaults() -> None:
     settings = Settings(granularity=1)
     assert settings.store is None and not settings.remeasure
     assert settings.compare is None and settings.compare_fail is None and not settings.compare_incompatible
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("batch=8", (None, {"batch": (8,)})),
+        ("batch=1,4", (None, {"batch": (1, 4)})),
+        ("x[2]=48", (None, {"x[2]": (48,)})),
+        ("input:0[1]=3", (None, {"input:0[1]": (3,)})),
+        ("ocr/*.onnx: image_width=256", ("ocr/*.onnx", {"image_width": (256,)})),
+        ("ocr/*.onnx:height=48 width=320", ("ocr/*.onnx", {"height": (48,), "width": (320,)})),
+        ("det.onnx: x[2]=640", ("det.onnx", {"x[2]": (640,)})),
+        ("batch=1 seq=16", (None, {"batch": (1,), "seq": (16,)})),
+    ],
+)
+def test_dimension_entries_give_sizes_to_every_model_or_to_a_pattern(text: str, expected: tuple) -> None:
+    assert parse_dim_entry(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("ocr/*.onnx: batch=1,4", "dimension 'batch' of 'ocr/*.onnx' takes one size; sweeps (batch=1,4,16)*"),
+        ("ocr/*.onnx:", "expected NAME=VALUE such as batch=8*"),
+        ("batch=1 batch=2", "dimension 'batch' is given twice in 'batch=1 batch=2'"),
+        ("ocr/*.onnx: width", "expected NAME=VALUE such as batch=8, not 'width'"),
+    ],
+)
+def test_bad_dimension_entries_say_why(text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        parse_dim_entry(text)
+    assert fnmatch.fnmatchcase(str(caught.value), message), str(caught.value)
+
+
+def test_a_models_sizes_are_every_models_then_its_patterns_in_order() -> None:
+    settings = Settings(
+        granularity=1,
+        model_dims=(
+            ModelDims("ocr/*.onnx", {"height": 32, "width": 320}),
+            ModelDims("models/ocr/rec.onnx", {"height": 48}),
+            ModelDims("*.onnx", {"batch": 2}),
+        ),
+    )
+    assert settings.dims_for("models/ocr/rec.onnx", {"batch": 1, "height": 8}) == {
+        "batch": 2,
+        "height": 48,
+        "width": 320,
+    }
+    assert settings.dims_for("models/ocr/det.onnx", {"batch": 1}) == {"batch": 2, "height": 32, "width": 320}
+    assert settings.dims_for("models/ocr/sub/x.onnx", {}) == {"batch": 2}, "* does not cross a /"
+    assert settings.dims_for("other.txt", {"batch": 1}) == {"batch": 1}
