@@ -3,13 +3,14 @@
 Builds nothing: the zoo comes from ``bench/zoo/build.py`` (its ``zoo.json`` manifest names every
 model and the values of its symbolic dimensions). For each granularity and validation setting the plugin
 runs as a user runs it, in a pytest subprocess with ``--dlbricks-json`` and ``--junitxml``, on a fresh
-brick store. Models are run together where their dimension values agree (``--dlbricks-dim`` is global),
-else in separate sessions. Prints per model: loaded, complete, estimate (``sequential_s``), measured
-(``measured_s``, with validation), their ratio, and the reason when a model gets no estimate; then the
+brick store, all models in one session, each given its own dimensions by a pattern
+(``--dlbricks-dim "NAME/NAME.onnx: height=320 x[2]=48"``). Prints per model: loaded, complete,
+estimate (``sequential_s``), measured (``measured_s``, with validation), their ratio, and the reason
+when a model gets no estimate; then the
 accuracy exp(-mean |ln ratio|), the share within 5% and 10%, and the plugin's own noise figure.
 
 ``--check`` also runs every model that has no estimate in onnxruntime itself (the plugin's synthetic
-inputs at the manifest's dimensions, unnamed dimensions at 1) and exits 1 when onnxruntime runs a
+inputs at the manifest's dimensions, others at 1) and exits 1 when onnxruntime runs a
 model that the plugin gave no estimate: onnxruntime is the authority on what is runnable.
 
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
@@ -69,29 +70,11 @@ def main() -> None:
         for granularity in [int(g) for g in args.granularities.split(",")]:
             for validate in validations:
                 key = (granularity, validate)
-                results[key], noises[key] = {}, None
-                for index, group in enumerate(_groups(models)):
-                    label = f"g{granularity}-{'validate' if validate else 'plain'}-{index}"
-                    rows, noise = _session(cache, group, granularity, validate, args, ini, kept, label)
-                    results[key].update(rows)
-                    noises[key] = noise if noises[key] is None else noises[key]
+                label = f"g{granularity}-{'validate' if validate else 'plain'}"
+                results[key], noises[key] = _session(cache, models, granularity, validate, args, ini, kept, label)
     print(_render(models, results, noises))
     if args.check:
         sys.exit(_check(cache, models, results))
-
-
-def _groups(models: list[dict]) -> list[list[dict]]:
-    """Models split into as few sessions as their dimension values allow."""
-    groups: list[tuple[dict[str, int], list[dict]]] = []
-    for model in models:
-        for dims, members in groups:
-            if all(dims.get(name, value) == value for name, value in model["dims"].items()):
-                dims.update(model["dims"])
-                members.append(model)
-                break
-        else:
-            groups.append((dict(model["dims"]), [model]))
-    return [members for _, members in groups]
 
 
 def _session(
@@ -100,13 +83,18 @@ def _session(
 ) -> tuple[dict[str, dict], float | None]:
     """One pytest session of the plugin on some models; per model name its row, and the noise figure."""
     report, junit, store = kept / f"{label}.json", kept / f"{label}.xml", Path(tempfile.mkdtemp(dir=kept))
-    dims = {name: value for model in models for name, value in model["dims"].items()}
+    dims = [
+        f"{Path(model['path']).parent.name}/{Path(model['path']).name}: "
+        + " ".join(f"{name}={value}" for name, value in model["dims"].items())
+        for model in models
+        if model["dims"]
+    ]
     command = [
         sys.executable, "-m", "pytest", *[str(cache / model["path"]) for model in models],
         "-c", str(ini), f"--rootdir={cache}", "-p", "no:cacheprovider", "-q", "-rN",
         f"--dlbricks-granularity={granularity}", f"--dlbricks-json={report}", f"--dlbricks-store={store}",
         f"--dlbricks-precision={args.precision}", f"--benchmark-max-time={args.max_time}", f"--junitxml={junit}",
-        *[f"--dlbricks-dim={name}={value}" for name, value in dims.items()],
+        *[f"--dlbricks-dim={entry}" for entry in dims],
         *(["--dlbricks-validate"] if validate else []), *args.pytest_args,
     ]
     start = time.perf_counter()
@@ -222,7 +210,8 @@ def _check(cache: Path, models: list[dict], results: dict[tuple[int, bool], dict
 
 def onnxruntime_runs(path: Path, dims: dict[str, int], samples: Path | None = None) -> str | None:
     """None when onnxruntime loads the model and runs it on synthetic inputs as the plugin makes them
-    (floats in [0.5, 1.5), integers and booleans zero, unnamed dimensions 1), or on the sample inputs
+    (floats in [0.5, 1.5), integers and booleans zero, dimensions by input axis or name, else 1), or on the
+    sample inputs
     (ONNX's test_data_set layout) when given; else onnxruntime's message."""
     import numpy as np
     import onnx
@@ -239,8 +228,8 @@ def onnxruntime_runs(path: Path, dims: dict[str, int], samples: Path | None = No
         feed = {}
         rng = np.random.default_rng(0)
         for value in session.get_inputs():
-            shape = [d if isinstance(d, int) and d > 0 else dims.get(d, 1) if isinstance(d, str) else 1
-                     for d in value.shape]
+            shape = [d if isinstance(d, int) and d > 0 else dims.get(f"{value.name}[{axis}]", dims.get(d, 1))
+                     for axis, d in enumerate(value.shape)]
             dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}.get(
                 value.type)
             if dtype is not None:

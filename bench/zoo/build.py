@@ -78,12 +78,11 @@ class Entry:
     source: str
     reason: str
     make: Callable[[Path, "Entry"], None]
-    #: Values of the model's symbolic input dimensions (what a user of the model feeds).
+    #: Values of the model's symbolic input dimensions (what a user of the model feeds), by name or, for
+    #: dimensions without a usable name, by input axis (``x[2]``), as --dlbricks-dim takes them.
     dims: dict[str, int] = field(default_factory=dict)
     #: Inputs whose values decide the work done (index, condition, sample rate...), with what they mean.
     meaningful_inputs: dict[str, str] = field(default_factory=dict)
-    #: Notes on dimensions that cannot be named (no dim_param), so no --dlbricks-dim reaches them.
-    unnamed_dims: str = ""
     subsets: tuple[str, ...] = ("all",)
     #: Wheel member for models taken from a wheel.
     member: str = ""
@@ -131,8 +130,7 @@ wheel_entry(
     "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
     "Text recognition (SVTR-LCNet, paddle2onnx): transformer blocks on CNN features; the height is an"
     " unnamed dimension that must be 48.",
-    dims={"p2o.DynamicDimension.0": 1, "p2o.DynamicDimension.1": 320},
-    unnamed_dims="x: dimension 2 (height) has no name and must be 48",
+    dims={"p2o.DynamicDimension.0": 1, "p2o.DynamicDimension.1": 320, "x[2]": 48},  # height: no name, must be 48
 )
 wheel_entry(
     "ppocr_mobile_cls",
@@ -140,7 +138,7 @@ wheel_entry(
     "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
     "Text direction classifier (MobileNetV3, paddle2onnx), 0.6 MB: small and fast; every input dimension"
     " is -1 or unnamed (the exporter's way of saying dynamic).",
-    unnamed_dims="x: dimensions 0, 2, 3 have no name; it is fed [1, 3, 48, 192]",
+    dims={"x[0]": 1, "x[2]": 48, "x[3]": 192},  # no names: -1, ?, ?
     subsets=("ci", "all"),
 )
 wheel_entry(
@@ -157,7 +155,7 @@ wheel_entry(
     "Voice activity detection: the whole model lies in If branches chosen by the sample rate input"
     " (16000 or 8000), with STFT weights stored inside the branches; a scalar int64 input.",
     meaningful_inputs={"sr": "sample rate, 16000 or 8000: chooses the If branch", "state": "LSTM state, zeros at start"},
-    unnamed_dims="input: [batch, samples] both unnamed, fed [1, 512] at 16 kHz; state: [2, batch, 128]",
+    dims={"input[0]": 1, "input[1]": 512, "state[1]": 1},  # [batch, samples] at 16 kHz, state [2, batch, 128]
     subsets=("ci", "all"),
 )
 wheel_entry(
@@ -335,7 +333,7 @@ def _skl_save(estimator, folder: Path, item: Entry, features: int = 8, **options
     "scikit-learn Pipeline(StandardScaler, LogisticRegression) on make_classification, skl2onnx defaults",
     "The scikit-learn pipeline as most users convert it: ZipMap on (a sequence of maps as second output),"
     " an unnamed batch dimension.",
-    unnamed_dims="features: dimension 0 (batch) has no name",
+    dims={"features[0]": 1},  # the batch, unnamed
     subsets=("ci", "all"),
 )
 def _skl_scaler_logreg(folder: Path, item: Entry, downloads: Path) -> None:
@@ -351,7 +349,7 @@ def _skl_scaler_logreg(folder: Path, item: Entry, downloads: Path) -> None:
     "skl_random_forest",
     "scikit-learn RandomForestClassifier(50 trees, depth 8), skl2onnx with zipmap=False",
     "TreeEnsembleClassifier of ai.onnx.ml: a single heavy node that onnx shape inference knows little about.",
-    unnamed_dims="features: dimension 0 (batch) has no name",
+    dims={"features[0]": 1},  # the batch, unnamed
 )
 def _skl_random_forest(folder: Path, item: Entry, downloads: Path) -> None:
     from sklearn.ensemble import RandomForestClassifier
@@ -365,7 +363,7 @@ def _skl_random_forest(folder: Path, item: Entry, downloads: Path) -> None:
     "skl_mlp",
     "scikit-learn Pipeline(StandardScaler, MLPClassifier(64, 32)), skl2onnx with zipmap=False",
     "A tiny MLP of a few microseconds: per-call costs decide its estimate.",
-    unnamed_dims="features: dimension 0 (batch) has no name",
+    dims={"features[0]": 1},  # the batch, unnamed
 )
 def _skl_mlp(folder: Path, item: Entry, downloads: Path) -> None:
     from sklearn.neural_network import MLPClassifier
@@ -381,7 +379,7 @@ def _skl_mlp(folder: Path, item: Entry, downloads: Path) -> None:
     "skl_gbr",
     "scikit-learn GradientBoostingRegressor(100 trees, depth 3), skl2onnx",
     "TreeEnsembleRegressor: a regressor of ai.onnx.ml with a float output of shape [N, 1].",
-    unnamed_dims="features: dimension 0 (batch) has no name",
+    dims={"features[0]": 1},  # the batch, unnamed
 )
 def _skl_gbr(folder: Path, item: Entry, downloads: Path) -> None:
     from sklearn.ensemble import GradientBoostingRegressor
@@ -828,7 +826,6 @@ def _describe(item: Entry, models: Path) -> dict:
         "source": item.source,
         "reason": item.reason,
         "dims": item.dims,
-        "unnamed_dims": item.unnamed_dims,
         "inputs": inputs,
         "meaningful_inputs": item.meaningful_inputs,
         "samples": _samples(item, folder),
@@ -879,6 +876,7 @@ def _inside(args: argparse.Namespace) -> None:
     for item in chosen:
         path = models / item.name / f"{item.name}.onnx"
         if path.exists() and not args.force and item.name in described:
+            described[item.name]["dims"] = item.dims  # the recipe's, which may have changed since
             print(f"  kept   {item.name}", flush=True)
             continue
         try:
