@@ -67,7 +67,7 @@ def run_dlbricks(
 ) -> pytest.RunResult:
     """pytest run in-process as a user runs it on the sample models, with quick timing unless told otherwise.
 
-    The sample models' dimensions are given to runs on any of them: no warning that some model lacks them.
+    ``dims`` are given to runs on any of the models: no warning that some model lacks them.
     """
-    quiet = ("-W", f"ignore:dlbricks:{DLBricksWarning.__module__}.DLBricksWarning") if dims == SAMPLE_DIMS else ()
+    quiet = ("-W", f"ignore:dlbricks:{DLBricksWarning.__module__}.DLBricksWarning") if dims else ()
     return pytester.runpytest("-p", "no:cacheprovider", *dims, *quiet, *timing, *args)
