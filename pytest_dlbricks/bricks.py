@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +41,9 @@ class BrickSpec:
     ir_version: int
     functions: tuple[onnx.FunctionProto, ...]
     signature: str
+    #: Kept values that are activations (read by an operator whose work depends on their data), not
+    #: steering values: a suite withholds them unless told otherwise; the signature counts their presence.
+    activations: frozenset[str] = frozenset()
 
     @property
     def ops(self) -> tuple[str, ...]:
@@ -75,6 +78,7 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
     inputs: list[tuple[str, TensorSpec]] = []
     weights: list[tuple[str, TensorSpec]] = []
     values: dict[str, np.ndarray] = {}
+    activations: set[str] = set()
 
     def boundary_spec(name: str) -> TensorSpec:
         spec = graph.specs.get(name)
@@ -92,6 +96,8 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
             group.append((renames[name], spec))
             if name in graph.kept_values:
                 values[renames[name]] = graph.kept_values[name]
+            if name in graph.activations:
+                activations.add(renames[name])
         for name in layer.output:
             if name:
                 renames[name] = f"value_{sum(1 for v in renames.values() if v.startswith('value_'))}"
@@ -104,7 +110,8 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
     functions = tuple(
         _anonymous(f) for f in graph.functions if any((n.domain, n.op_type) == (f.domain, f.name) for n in nodes)
     )
-    signature = _signature(nodes, inputs, weights, outputs, values, _used_opsets(nodes, graph.opset_imports), functions)
+    opsets = _used_opsets(nodes, graph.opset_imports)
+    signature = _signature(nodes, inputs, weights, outputs, values, opsets, functions, activations)
     return BrickSpec(
         nodes=nodes,
         inputs=tuple(inputs),
@@ -115,13 +122,23 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
         ir_version=graph.ir_version,
         functions=functions,
         signature=signature,
+        activations=frozenset(activations),
     )
 
 
 def brick_signature(brick: BrickSpec) -> str:
     """The signature ``brick``'s parts give, computed again (a brick read back from a file, for example)."""
     opsets = _used_opsets(brick.nodes, brick.opset_imports)
-    return _signature(brick.nodes, brick.inputs, brick.weights, brick.outputs, brick.values, opsets, brick.functions)
+    return _signature(
+        brick.nodes,
+        brick.inputs,
+        brick.weights,
+        brick.outputs,
+        brick.values,
+        opsets,
+        brick.functions,
+        brick.activations,
+    )
 
 
 def _used_opsets(nodes: Sequence[onnx.NodeProto], opset_imports: dict[str, int]) -> dict[str, int]:
@@ -218,12 +235,20 @@ def _signature(
     values: dict[str, np.ndarray],
     opsets: dict[str, int],
     functions: Sequence[onnx.FunctionProto],
+    activations: Iterable[str] = (),
 ) -> str:
-    """SHA-256 of a canonical JSON of everything that determines the brick's work, never weight values."""
+    """SHA-256 of a canonical JSON of everything that determines the brick's work, never weight values.
+
+    Kept activations count by their presence only (their effect shows in the output shapes), so a
+    suite that withholds them still checks its bricks; text values count by their text.
+    """
+    activations = frozenset(activations)
 
     def tensor(name: str, spec: TensorSpec) -> list[object]:
         kept = values.get(name)
-        digest = hashlib.sha256(np.ascontiguousarray(kept).tobytes()).hexdigest() if kept is not None else None
+        if name in activations:
+            return [name, spec.dtype, list(spec.shape), "activation"]
+        digest = _value_digest(kept) if kept is not None else None
         return [name, spec.dtype, list(spec.shape), digest]
 
     document = {
@@ -247,6 +272,12 @@ def _signature(
         "functions": [_digest(f.SerializeToString(deterministic=True)) for f in functions],
     }
     return _digest(json.dumps(document, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _value_digest(value: np.ndarray) -> str:
+    if value.dtype.kind == "O":
+        return _digest(json.dumps([str(item) for item in value.ravel()]).encode() + repr(value.shape).encode())
+    return _digest(np.ascontiguousarray(value).tobytes())
 
 
 def _digest(data: bytes) -> str:

@@ -14,6 +14,7 @@ import pytest
 
 from .cutting import ModelPlan
 from .engine import DLBricksRun
+from .errors import ModelError
 from .report import BrickResult
 from .running import BrickError, BrickRunner, UnsupportedByProvider
 from .validation import BrickRounds, Validation, rounds_for
@@ -87,15 +88,8 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
     def test_model(request: pytest.FixtureRequest) -> None:
         if plan.unsupported:
             pytest.skip(f"{plan.path}: {len(plan.unsupported)} of its bricks are not supported here; no estimate")
-        if plan.whole is None:
-            pytest.fail(
-                f"{plan.path}: the model's outputs are not all tensors; it cannot be timed whole", pytrace=False
-            )
         try:
-            optimized = run.settings.cut == "optimized"
-            model = BrickRunner(
-                plan.whole, run.settings, parallel=executor == "parallel", whole_model=True, optimized=optimized
-            )
+            model = run.whole_model_runner(plan, parallel=executor == "parallel")
             model.check()
             runners = {
                 signature: BrickRunner(run.bricks[signature], run.settings, optimized=run.already_optimized(signature))
@@ -103,8 +97,9 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
             }
         except UnsupportedByProvider as error:
             pytest.skip(f"{plan.path}: the whole model is not supported here: {error}")
-        except BrickError as error:
-            raise pytest.fail.Exception(f"{plan.path}: cannot time the whole model: {error}", pytrace=False) from None
+        except (BrickError, ModelError) as error:
+            cause = error.cause if isinstance(error, ModelError) else error
+            raise pytest.fail.Exception(f"{plan.path}: cannot time the whole model: {cause}", pytrace=False) from None
         benchmark = request.getfixturevalue("benchmark")
         bricks = BrickRounds(runners, model)
         run.measure_overhead(parallel=executor == "parallel")

@@ -2,8 +2,11 @@
 
 Weights are everything a model can compute without its inputs (initializers, Constant nodes and
 constant subgraphs such as old exporters' ConstantOfShape weights); they are not layers. Values
-that steer computation (integer and boolean tensors, tiny tensors) keep their real values so that
-every brick does the same work as inside the model.
+that steer computation (integer, boolean and string tensors, tiny tensors, and whatever feeds a
+shape, size or scale slot such as Resize's scales) keep their real values, so that every brick does
+the same work as inside the model; so do the activations read near an operator whose work depends
+on its data (If, NonZero, ...), as the reference run computed them. Inputs are the user's sample
+inputs where given (see :mod:`.samples`), else synthetic; the reference run runs on them.
 """
 
 from __future__ import annotations
@@ -19,11 +22,23 @@ import onnx
 from onnx import external_data_helper, numpy_helper, shape_inference
 
 from .errors import ModelError, describe_error
-from .graph import MIN_IR_VERSION, ModelGraph, TensorSpec, is_tensor_type, node_inputs
+from .graph import (
+    DATA_DEPENDENT_OPS,
+    MAX_KEPT_INTEGER_ELEMENTS,
+    MIN_IR_VERSION,
+    ModelGraph,
+    TensorSpec,
+    data_dependent_ops,
+    is_tensor_type,
+    node_inputs,
+    steering_slot_values,
+)
 from .ordering import canonical_order, content_keys
 from .runtime import optimize_model, run_reference
+from .samples import SampleInputs, match_inputs
 from .screening import check_runtime_accepts, check_text, check_values, check_weights
 from .settings import DEFAULT_DIM, Settings
+from .synthetic import model_feeds
 
 #: Operators whose output changes from run to run: never folded into weights.
 NONDETERMINISTIC_OPS = frozenset(
@@ -39,6 +54,8 @@ def load_model(
     dims: Mapping[str, int] | None = None,
     optimize: Settings | None = None,
     convert: Callable[[onnx.ModelProto, Path], onnx.ModelProto] | None = None,
+    sample: SampleInputs | None = None,
+    reach: int = 1,
 ) -> ModelGraph:
     """Parse ``path`` into a :class:`ModelGraph`; raises :class:`ModelError` for anything unusable.
 
@@ -46,27 +63,55 @@ def load_model(
     settings (fusions, eliminated nodes, layout changes): what actually runs, at the price of bricks
     specific to the runtime, provider and machine. ``convert(model, data_dir)``, given, turns the
     model (its inputs sized) into another before it is optimized and cut, for example to int8; it
-    raises ``ValueError`` when it cannot.
+    raises ``ValueError`` when it cannot. ``sample`` gives real values to some or all inputs, and
+    their sizes to the symbolic dimensions they fill; ``reach`` is how many layers around an operator
+    whose work depends on its data keep the real values of what they read (the granularity).
     """
-    loader = _ModelLoader(path, _read(path), dict(dims or {}), data_dir=path.parent)
-    loader.prepare()
-    if convert is not None:
-        guessed = loader.guessed
-        try:
-            converted = convert(loader.runnable_model(), path.parent)
-        except ValueError as error:
-            raise ModelError(path, str(error)) from error
-        loader = _ModelLoader(path, converted, {}, data_dir=path.parent)
-        loader.prepare()
-        loader.guessed = guessed
+    loader = _converted(path, _prepared(path, dims, sample), convert)
     if optimize is None:
-        return loader.load()
+        return loader.load(reach)
     with tempfile.TemporaryDirectory(prefix="dlbricks-") as folder:
         optimized = optimize_model(path, loader.runnable_model(), path.parent, Path(folder), optimize)
-        runtime_loader = _ModelLoader(path, optimized, {}, data_dir=Path(folder))
+        runtime_loader = _ModelLoader(path, optimized, {}, Path(folder), loader.sample, sample_matched=True)
         runtime_loader.prepare()
         runtime_loader.guessed = loader.guessed
-        return runtime_loader.load()
+        return runtime_loader.load(reach)
+
+
+def whole_model(
+    path: Path,
+    dims: Mapping[str, int] | None = None,
+    convert: Callable[[onnx.ModelProto, Path], onnx.ModelProto] | None = None,
+    sample: SampleInputs | None = None,
+) -> tuple[onnx.ModelProto | Path, dict[str, np.ndarray]]:
+    """The model as the user runs it, with its real weights, and its inputs: the file itself (onnxruntime
+    reads it), or the converted model for another numeric type; sample values where given, else synthetic."""
+    loader = _prepared(path, dims, sample)
+    if convert is None:
+        return path, loader.feeds()
+    converted = _converted(path, loader, convert)
+    return converted.runnable_model(), converted.feeds()
+
+
+def _prepared(path: Path, dims: Mapping[str, int] | None, sample: SampleInputs | None) -> _ModelLoader:
+    loader = _ModelLoader(path, _read(path), dict(dims or {}), path.parent, sample)
+    loader.prepare()
+    return loader
+
+
+def _converted(
+    path: Path, loader: _ModelLoader, convert: Callable[[onnx.ModelProto, Path], onnx.ModelProto] | None
+) -> _ModelLoader:
+    if convert is None:
+        return loader
+    try:
+        converted = convert(loader.runnable_model(), path.parent)
+    except ValueError as error:
+        raise ModelError(path, str(error)) from error
+    result = _ModelLoader(path, converted, {}, path.parent, loader.sample, sample_matched=True)
+    result.prepare()
+    result.guessed = loader.guessed
+    return result
 
 
 def _read(path: Path) -> onnx.ModelProto:
@@ -89,8 +134,21 @@ def _read(path: Path) -> onnx.ModelProto:
 class _ModelLoader:
     """One load of one model; split into steps so each stays short."""
 
-    def __init__(self, path: Path, model: onnx.ModelProto, dims: dict[str, int], data_dir: Path) -> None:
+    def __init__(
+        self,
+        path: Path,
+        model: onnx.ModelProto,
+        dims: dict[str, int],
+        data_dir: Path,
+        sample: SampleInputs | None,
+        *,
+        sample_matched: bool = False,
+    ) -> None:
         self.path = path
+        #: The user's input values, checked against the model's inputs by :meth:`prepare` unless
+        #: ``sample_matched`` (a model made from one they were checked against: optimized or converted).
+        self.sample = sample
+        self.sample_matched = sample_matched
         #: Folder external data locations are relative to.
         self.data_dir = data_dir
         self.model = model
@@ -112,10 +170,26 @@ class _ModelLoader:
         check_runtime_accepts(self.path, self.model.ir_version, self._opset_imports())
         self._check_structure()
         self._check_external_data()
+        if self.sample is not None and not self.sample_matched:
+            real_inputs = [value for value in self.model.graph.input if value.name not in self.initializers]
+            self.sample = match_inputs(self.path, self.sample, real_inputs)
         self._fix_input_dims()
-        check_values(self.path, self._declared_specs(), self.inputs, self.initializers)
+        given = self.sample.values if self.sample is not None else {}
+        check_values(self.path, self._declared_specs(), self.inputs, self.initializers, given)
         self.specs = self._infer_specs()
-        check_values(self.path, self.specs, self.inputs, self.initializers)
+        check_values(self.path, self.specs, self.inputs, self.initializers, given)
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        """The model's inputs: the sample's values (in the type this model takes them), else synthetic."""
+        given = self.sample.values if self.sample is not None else {}
+        for name in self.inputs:
+            if name not in self.specs:
+                raise ModelError(self.path, f"model input {name!r} is not a tensor; only tensor inputs are supported")
+        feeds = model_feeds([(name, self.specs[name]) for name in self.inputs if name not in given])
+        for name, value in given.items():
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(self.specs[name].dtype)
+            feeds[name] = value if value.dtype == dtype or dtype.kind == "O" else value.astype(dtype)
+        return {name: feeds[name] for name in self.inputs}
 
     def runnable_model(self) -> onnx.ModelProto:
         """The prepared model as runtimes want it: initializers no longer listed as inputs."""
@@ -126,7 +200,7 @@ class _ModelLoader:
         self.model.ir_version = max(self.model.ir_version, MIN_IR_VERSION)
         return self.model
 
-    def load(self) -> ModelGraph:
+    def load(self, reach: int = 1) -> ModelGraph:
         nodes = list(self.model.graph.node)
         weights, constant_nodes = self._fold_constants(nodes)
         layers = self._live([node for index, node in enumerate(nodes) if index not in constant_nodes])
@@ -135,15 +209,20 @@ class _ModelLoader:
         specs = self.specs
         needed = self._values_layers_touch(layers)
         missing = [name for name in needed if name not in specs]
-        wanted_values = [
-            name
-            for name in needed
-            if name in specs and name not in self.inputs and specs[name].steers(constant=name in weights)
-        ]
-        kept = self._read_constant_values([n for n in wanted_values if n in weights])
-        to_run = missing + [n for n in wanted_values if n not in kept]
+        slots = steering_slot_values(layers)
+        near = self._near_data_dependent(layers, reach, weights)
+
+        def steers(name: str) -> bool:
+            return specs[name].steers(constant=name in weights) or name in slots
+
+        keep = {name for name in needed if name in specs and (steers(name) or name in near)}
+        feeds = self.feeds()
+        kept = {name: feeds[name] for name in self.inputs if name in keep}
+        kept.update(self._read_constant_values([n for n in keep if n in weights]))
+        to_run = missing + [n for n in keep if n not in kept]
         if to_run:
-            specs, kept = self._reference_run(to_run, specs, kept, weights)
+            specs, kept = self._reference_run(to_run, specs, kept, feeds, keep)
+        activations = {name for name in kept if name in near and not steers(name)}
         # Values still without a spec are not tensors (sequences, optionals): a brick may hold them
         # inside, never at its boundary (see bricks.describe_brick).
         return ModelGraph(
@@ -158,7 +237,19 @@ class _ModelLoader:
             inputs=self.inputs,
             outputs=self.outputs,
             guessed_dims=self.guessed,
+            activations=frozenset(activations),
+            data_dependent=tuple(sorted(set().union(*(data_dependent_ops(layer) for layer in layers)))),
         )
+
+    def _near_data_dependent(self, layers: list[onnx.NodeProto], reach: int, weights: set[str]) -> set[str]:
+        """Activations read by layers less than ``reach`` layers from one whose work depends on its data:
+        a brick holding that layer may read them, and its work depends on their values."""
+        marked = [index for index, layer in enumerate(layers) if data_dependent_ops(layer) & DATA_DEPENDENT_OPS]
+        near: set[str] = set()
+        for index in marked:
+            for layer in layers[max(0, index - reach + 1) : index + reach]:
+                near.update(name for name in node_inputs(layer) if name not in weights)
+        return near
 
     def _opset_imports(self) -> dict[str, int]:
         return {o.domain or "": o.version for o in self.model.opset_import}
@@ -249,18 +340,28 @@ class _ModelLoader:
             )
 
     def _fix_input_dims(self) -> None:
-        """Replace the symbolic dimensions of the model inputs by the user's values or the default."""
-        for value in self.model.graph.input:
-            if value.name in self.initializers or not value.type.HasField("tensor_type"):
-                continue
+        """Replace the symbolic dimensions of the model inputs by the sample's sizes, then the user's values,
+        then the default: sample data decides the sizes of the inputs it gives, and of the dimensions
+        of the same name elsewhere."""
+        given = self.sample.values if self.sample is not None else {}
+        inputs = [
+            value
+            for value in self.model.graph.input
+            if value.name not in self.initializers and value.type.HasField("tensor_type")
+        ]
+        sizes = dict(self.dims)
+        for value in sorted(inputs, key=lambda value: value.name not in given):
+            sample = given.get(value.name)
             for axis, dim in enumerate(value.type.tensor_type.shape.dim):
                 if dim.HasField("dim_value") and dim.dim_value > 0:
                     continue
                 name = dim.dim_param or f"{value.name}[{axis}]"
-                if name not in self.dims:
+                if sample is not None:
+                    sizes[name] = sample.shape[axis]
+                elif name not in sizes:
                     self.guessed[name] = DEFAULT_DIM
                 dim.Clear()
-                dim.dim_value = self.dims.get(name, DEFAULT_DIM)
+                dim.dim_value = sizes.get(name, DEFAULT_DIM)
 
     def _sort_nodes(self) -> None:
         """Put the model's nodes in the topological order of :mod:`.ordering`, whatever the file's order."""
@@ -369,16 +470,22 @@ class _ModelLoader:
         names: list[str],
         specs: dict[str, TensorSpec],
         kept: dict[str, np.ndarray],
-        weights: set[str],
+        feeds: dict[str, np.ndarray],
+        keep: set[str],
     ) -> tuple[dict[str, TensorSpec], dict[str, np.ndarray]]:
-        """Run the model once on synthetic inputs to learn what shape inference could not tell."""
-        results = run_reference(self.path, self.runnable_model(), self.data_dir, names)
+        """Run the model once on its inputs to learn what shape inference could not tell, and the values of
+        ``keep`` (float activations only up to :data:`MAX_KEPT_INTEGER_ELEMENTS` elements)."""
+        results = run_reference(self.path, self.runnable_model(), self.data_dir, names, feeds)
         specs = dict(specs)
         kept = dict(kept)
         for name, array in results.items():
             spec = TensorSpec(onnx.helper.np_dtype_to_tensor_dtype(array.dtype), tuple(array.shape))
             specs[name] = spec
-            if name not in self.inputs and spec.steers(constant=name in weights):
+            if (
+                name in keep
+                and name not in self.inputs
+                and (not spec.is_float or spec.numel <= MAX_KEPT_INTEGER_ELEMENTS)
+            ):
                 kept[name] = array
         return specs, kept
 

@@ -3,11 +3,11 @@
 Collecting a model costs far more than skipping its bricks: onnxruntime optimizes it (with the
 default ``--dlbricks-cut=optimized``), a reference run learns the shapes inference leaves unknown,
 then it is cut and its work counted. A run whose bricks all come from the store would spend most of
-its time there, so each model's plan (its bricks, brick graph, guessed dimensions, the whole model
-when validating) and its bricks' work are kept beside the brick times of the machine and settings
+its time there, so each model's plan (its bricks, brick graph, guessed dimensions, what it ran on)
+and its bricks' work are kept beside the brick times of the machine and settings
 they were cut for, one JSON file per model. A plan is found again by a key over everything that
 decides it: the model file's bytes (and the size and modification time of its external data), the
-sweep point (dimensions and numeric type), granularity, cut and validation, onnx's version, and
+sweep point (dimensions and numeric type), the sample inputs, granularity, cut and validation, onnx's version, and
 pytest-dlbricks' own source, so that any change to the code that loads and cuts models makes new
 plans. The shelf already stands for the machine, onnxruntime's version, providers, threads and
 optimization level.
@@ -44,7 +44,7 @@ from .sweeps import SweepPoint
 #: The point of a run that sweeps nothing.
 ONE_POINT = SweepPoint()
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,12 @@ class PlanCache:
         self.folder = folder
         self.settings = settings
 
-    def get(self, path: Path, display_path: str, point: SweepPoint = ONE_POINT) -> CutModel | None:
+    def get(
+        self, path: Path, display_path: str, point: SweepPoint = ONE_POINT, samples: str | None = None
+    ) -> CutModel | None:
         """The model at ``path`` as cut before at ``point`` with these settings, under its current name
-        (``display_path`` as pytest shows the file); None if never."""
-        key = self.key(path, point)
+        (``display_path`` as pytest shows the file), on the sample inputs of digest ``samples``; None if never."""
+        key = self.key(path, point, samples)
         if key is None:
             return None
         try:
@@ -76,9 +78,9 @@ class PlanCache:
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             return None
 
-    def put(self, path: Path, point: SweepPoint, cut: CutModel) -> None:
+    def put(self, path: Path, point: SweepPoint, cut: CutModel, samples: str | None = None) -> None:
         """Keep a cut model; one that cannot be written as plain data (an object array) is not kept."""
-        key = self.key(path, point)
+        key = self.key(path, point, samples)
         try:
             data = cut_model_to_json(cut)
         except ValueError:
@@ -90,7 +92,7 @@ class PlanCache:
         except OSError:
             return  # a cache that cannot be written only costs the next run the time to cut again
 
-    def key(self, path: Path, point: SweepPoint = ONE_POINT) -> str | None:
+    def key(self, path: Path, point: SweepPoint = ONE_POINT, samples: str | None = None) -> str | None:
         """Digest of everything that decides how the model at ``path`` is cut at ``point``; None if it
         cannot be read."""
         try:
@@ -104,6 +106,7 @@ class PlanCache:
                 "model": hashlib.sha256(content).hexdigest(),
                 "external": external,
                 "point": {**dict(sorted(point.dims.items())), "dtype": point.dtype},
+                "samples": samples,
                 "granularity": self.settings.granularity,
                 "cut": self.settings.cut,
                 "validate": self.settings.validate,
@@ -155,7 +158,8 @@ def cut_model_to_json(cut: CutModel) -> dict[str, Any]:
         "edges": [[int(a), int(b)] for a, b in plan.graph.edges],
         "guessed_dims": dict(plan.guessed_dims),
         "io": list(plan.io),
-        "whole": _spec_to_json(plan.whole) if plan.whole is not None else None,
+        "inputs": plan.inputs,
+        "data_dependent": list(plan.data_dependent),
         "unsupported": {str(index): reason for index, reason in plan.unsupported.items()},
         "work": {signature: _work_to_json(work) for signature, work in cut.work.items()},
     }
@@ -174,10 +178,11 @@ def cut_model_from_json(data: Mapping[str, Any], display_path: str, point: Sweep
         graph=graph,
         guessed_dims={str(name): int(size) for name, size in data["guessed_dims"].items()},
         io=(int(inputs), int(outputs)),
-        whole=_spec_from_json(data["whole"]) if data["whole"] is not None else None,
         file=display_path,
         point=point.describe(),
         unsupported={int(index): str(reason) for index, reason in data["unsupported"].items()},
+        inputs=str(data["inputs"]),
+        data_dependent=tuple(str(op) for op in data["data_dependent"]),
     )
     work = {str(signature): _work_from_json(entry) for signature, entry in data["work"].items()}
     return CutModel(plan, work)
@@ -207,6 +212,7 @@ def _spec_to_json(spec: BrickSpec) -> dict[str, Any]:
         "ir_version": spec.ir_version,
         "functions": [_message(function) for function in spec.functions],
         "signature": spec.signature,
+        "activations": sorted(spec.activations),
     }
 
 
@@ -223,6 +229,7 @@ def _spec_from_json(data: Mapping[str, Any]) -> BrickSpec:
         ir_version=int(data["ir_version"]),
         functions=tuple(onnx.FunctionProto.FromString(_bytes(function)) for function in data["functions"]),
         signature=str(data["signature"]),
+        activations=frozenset(str(name) for name in data["activations"]),
     )
 
 

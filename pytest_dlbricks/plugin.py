@@ -22,6 +22,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Declare the hooks conftest files may implement (see :mod:`.hooks`)."""
+    from . import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     settings = read_settings(config)
     if settings is None:

@@ -123,6 +123,10 @@ class ModelEntry:
     #: Windows without a time because the provider cannot run them.
     unsupported: list[dict[str, object]]
     composition: dict[str, Any]
+    #: What the model ran on (its sample inputs' source, or ``synthetic``), and its operators whose work
+    #: depends on their data: both together mark an estimate made on synthetic data that may mislead.
+    inputs: str = "synthetic"
+    data_dependent_ops: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -136,6 +140,8 @@ class ModelEntry:
             "critical_path_s": self.critical_path_s,
             "complete": self.complete,
             "guessed_dims": dict(self.guessed_dims),
+            "inputs": self.inputs,
+            "data_dependent_ops": list(self.data_dependent_ops),
             "unbuildable_layers": list(self.unbuildable_layers),
             **self.validation,
             **self.analysis.as_json(),
@@ -277,6 +283,8 @@ def build_report(
                 point=plan.point,
                 unsupported=unsupported_windows(composition, unsupported),
                 composition=composition,
+                inputs=plan.inputs,
+                data_dependent_ops=list(plan.data_dependent),
             )
         )
     models.extend(failed)

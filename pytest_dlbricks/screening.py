@@ -115,17 +115,25 @@ def check_runtime_accepts(path: Path, ir_version: int, opsets: Mapping[str, int]
         )
 
 
-def check_values(path: Path, specs: Mapping[str, TensorSpec], inputs: Iterable[str], weights: Iterable[str]) -> None:
-    """Inputs can be given synthetic values, and no tensor needs more than :func:`memory_limit` bytes."""
+def check_values(
+    path: Path,
+    specs: Mapping[str, TensorSpec],
+    inputs: Iterable[str],
+    weights: Iterable[str],
+    given: Iterable[str] = (),
+) -> None:
+    """Inputs not ``given`` sample values can be given synthetic ones, and no tensor needs more than
+    :func:`memory_limit` bytes."""
     inputs = set(inputs)
     weights = set(weights)
-    for name in inputs:
+    for name in inputs - set(given):
         spec = specs.get(name)
         if spec is not None and not can_synthesise(spec.dtype):
             raise ModelError(
                 path,
-                f"input {name!r} is a tensor of {spec.describe()}; dlbricks can only feed models synthetic numbers"
-                " and booleans",
+                f"input {name!r} is a tensor of {spec.describe()}; dlbricks can only make synthetic numbers and"
+                " booleans: give it sample inputs (a test_data_set_0 folder, a .npz beside the model, or the"
+                " pytest_dlbricks_model_inputs hook)",
             )
     limit = memory_limit()
     for name, spec in specs.items():

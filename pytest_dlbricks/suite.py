@@ -3,7 +3,10 @@
 A suite is meant to leave the owner's hands, so a brick file holds only what the brick's work needs:
 its operators and attributes, canonical value names (``input_0``, ``weight_0``, ``value_0``),
 synthetic weights, and the real values of the few tensors that steer computation (integer tensors
-such as shapes and indices, float scalars such as epsilons). No node, graph or value name of the
+such as shapes and indices, float scalars such as epsilons, scales, conditions), each listed in the
+manifest with its type and shape so the owner sees what leaves. Activations kept because an
+operator's work depends on their data (a NonZero's input, say: with sample inputs, the user's real
+data) are withheld unless the export asks for them; the manifest names them. No node, graph or value name of the
 model, no documentation string, no metadata, no producer of its own, and only the opsets the brick
 uses. Those steering values that are activations inside the model are stored as initializers that
 are also graph inputs (ONNX's default values), so a brick file runs as it is in any runtime.
@@ -16,6 +19,7 @@ suite exported at any granularity times exactly its bricks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -47,8 +51,15 @@ def brick_file_name(brick: BrickSpec) -> str:
     return f"{brick.label.rsplit('-', 1)[0]}-{brick.signature[:FILE_SIGNATURE_DIGITS]}.onnx"
 
 
-def suite_model(brick: BrickSpec) -> onnx.ModelProto:
+def shipped_values(brick: BrickSpec, activations: bool) -> list[str]:
+    """Names of the kept values a suite file holds: all steering values, and activations if asked."""
+    return sorted(name for name in brick.values if activations or name not in brick.activations)
+
+
+def suite_model(brick: BrickSpec, activations: bool = False) -> onnx.ModelProto:
     """The standalone model of ``brick`` as a suite ships it (see the module's description)."""
+    shipped = shipped_values(brick, activations)
+    brick = dataclasses.replace(brick, values={name: brick.values[name] for name in shipped})
     model = build_brick_model(brick)
     used = _domains(model.graph) | {function.domain for function in model.functions}
     for function in model.functions:
@@ -74,8 +85,13 @@ def _domains(graph: onnx.GraphProto) -> set[str]:
     return found
 
 
-def manifest_entry(brick: BrickSpec, file_name: str, model: onnx.ModelProto) -> dict[str, object]:
-    """What the manifest says of one brick, written to ``file_name`` as ``model``."""
+def manifest_entry(
+    brick: BrickSpec, file_name: str, model: onnx.ModelProto, activations: bool = False
+) -> dict[str, object]:
+    """What the manifest says of one brick, written to ``file_name`` as ``model``: ``real_values`` are the
+    kept values the file carries, described in ``kept_values``; ``withheld_values``, the activations it does not."""
+    shipped = shipped_values(brick, activations)
+    specs = dict((*brick.inputs, *brick.weights))
     return {
         "file": file_name,
         "signature": brick.signature,
@@ -84,7 +100,13 @@ def manifest_entry(brick: BrickSpec, file_name: str, model: onnx.ModelProto) -> 
         "inputs": [_tensor(name, spec) for name, spec in brick.inputs],
         "weights": [_tensor(name, spec) for name, spec in brick.weights],
         "outputs": [_tensor(name, spec) for name, spec in brick.outputs],
-        "real_values": sorted(brick.values),
+        "real_values": shipped,
+        "kept_values": [
+            {**_tensor(name, specs[name]), "kind": "activation" if name in brick.activations else "steering"}
+            for name in shipped
+        ],
+        "activations": sorted(brick.activations),
+        "withheld_values": sorted(set(brick.values) - set(shipped)),
     }
 
 
@@ -92,8 +114,11 @@ def _tensor(name: str, spec: TensorSpec) -> dict[str, object]:
     return {"name": name, "dtype": onnx.TensorProto.DataType.Name(spec.dtype).lower(), "shape": list(spec.shape)}
 
 
-def export_suite(folder: Path, bricks: Iterable[BrickSpec], settings: Mapping[str, object]) -> int:
-    """Write the suite of ``bricks`` to ``folder``; returns how many bricks it holds.
+def export_suite(
+    folder: Path, bricks: Iterable[BrickSpec], settings: Mapping[str, object], *, activations: bool = False
+) -> int:
+    """Write the suite of ``bricks`` to ``folder``; returns how many bricks it holds. ``activations``
+    writes the kept activations too (see the module's description).
 
     Brick files come first and the manifest last (atomically), so the manifest only ever lists
     files that are complete. Files a previous export listed and this one does not are removed.
@@ -103,9 +128,9 @@ def export_suite(folder: Path, bricks: Iterable[BrickSpec], settings: Mapping[st
     entries = []
     for brick in bricks:
         name = brick_file_name(brick)
-        model = suite_model(brick)
+        model = suite_model(brick, activations)
         (folder / name).write_bytes(model.SerializeToString())
-        entries.append(manifest_entry(brick, name, model))
+        entries.append(manifest_entry(brick, name, model, activations))
     manifest = {
         "kind": KIND,
         "version": SUITE_VERSION,
@@ -174,6 +199,7 @@ def read_brick(path: Path, entry: Mapping[str, Any]) -> BrickSpec:
             ir_version=model.ir_version,
             functions=tuple(model.functions),
             signature=str(entry["signature"]),
+            activations=frozenset(str(name) for name in entry.get("activations", ())),
         )
     except (KeyError, ValueError) as error:
         raise SuiteError(f"{path.name} does not hold what its manifest entry describes ({error})") from error

@@ -158,9 +158,9 @@ def format_table(rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> s
     return "\n".join(lines)
 
 
-_COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path", "Complete")
+_COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path", "Inputs", "Complete")
 _VALIDATION_COLUMNS = ("Measured", "Ratio")
-_LEFT_ALIGNED = ("Model", "Complete")
+_LEFT_ALIGNED = ("Model", "Complete", "Inputs")
 
 
 def render_table(report: Mapping[str, object]) -> str:
@@ -185,7 +185,7 @@ def render_table(report: Mapping[str, object]) -> str:
 
 def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
     if "error" in model:
-        return (str(model["path"]), "-", "-", "-", "-", "-", "error") + (("-", "-") if validated else ())
+        return (str(model["path"]), "-", "-", "-", "-", "-", "-", "error") + (("-", "-") if validated else ())
     unsupported = len(model.get("unsupported") or ())  # type: ignore[arg-type]
     missing = f"{model['measured_bricks']}/{model['bricks']}" + (f", {unsupported} unsupported" if unsupported else "")
     complete = "yes" if model["complete"] else f"no ({missing})"
@@ -196,6 +196,7 @@ def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
         str(model["unique_bricks"]),
         format_seconds(model["sequential_s"]),  # type: ignore[arg-type]
         format_seconds(model["critical_path_s"]),  # type: ignore[arg-type]
+        describe_inputs(model),
         complete,
     )
     if not validated:
@@ -207,6 +208,15 @@ def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
         format_seconds(measured if isinstance(measured, float) else None),
         f"{ratio:.3f}" if isinstance(ratio, float) else "-",
     )
+
+
+def describe_inputs(model: Mapping[str, object]) -> str:
+    """What a model ran on; on synthetic inputs, the operators whose work depends on data, as a warning."""
+    inputs = str(model.get("inputs", "synthetic"))
+    ops: Sequence[str] = model.get("data_dependent_ops") or ()  # type: ignore[assignment]
+    if inputs == "synthetic" and ops:
+        return f"synthetic, but {', '.join(ops)} depend on data: give sample inputs"
+    return inputs
 
 
 def _accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, object]) -> list[str]:

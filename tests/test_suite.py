@@ -89,9 +89,26 @@ def test_a_brick_read_back_is_the_brick_written(tmp_path: Path) -> None:
         assert again.signature == brick.signature == brick_signature(again)
         assert [n.SerializeToString() for n in again.nodes] == [n.SerializeToString() for n in brick.nodes]
         assert (again.inputs, again.weights, again.outputs) == (brick.inputs, brick.weights, brick.outputs)
-        assert sorted(again.values) == sorted(brick.values)
+        assert sorted(again.values) == sorted(set(brick.values) - brick.activations)
+        assert entries[name]["withheld_values"] == sorted(brick.activations)
         assert build_brick_model(again).graph == build_brick_model(brick).graph
         BrickRunner(again, SETTINGS).check()
+    assert any(brick.activations for brick in bricks), "the Loop's outer-scope input is an activation"
+
+
+def test_activations_leave_only_when_asked_and_the_manifest_lists_what_leaves(tmp_path: Path) -> None:
+    bricks = distinct(tiny_models.loop_outer_scope(tmp_path, body_seed=3))
+    (loop,) = (brick for brick in bricks if brick.activations)
+    for asked in (False, True):
+        export_suite(tmp_path / f"suite{asked}", [loop], SETTINGS.describe(), activations=asked)
+        (entry,) = (read_manifest(tmp_path / f"suite{asked}") or {}).values()
+        carried = sorted(loop.values) if asked else sorted(set(loop.values) - loop.activations)
+        assert entry["real_values"] == [value["name"] for value in entry["kept_values"]] == carried
+        assert {value["kind"] for value in entry["kept_values"]} == (
+            {"steering", "activation"} if asked else {"steering"}
+        )
+        again = read_brick(tmp_path / f"suite{asked}" / entry["file"], entry)
+        assert again.signature == loop.signature
 
 
 def test_a_brick_file_runs_as_it_is_with_its_steering_values(tmp_path: Path) -> None:
