@@ -282,6 +282,9 @@ class DLBricksRun:
         except OSError as error:
             self.messages.append((f"dlbricks: cannot export to {error.filename}: {error.strerror or error}", True))
             return
+        except SuiteError as error:
+            self.messages.append((f"dlbricks: cannot export: {error}", True))
+            return
         self.messages.append(
             (
                 f"dlbricks: exported {bricks} bricks to {suite} (the suite to share) and the maps of {models}"

@@ -273,12 +273,18 @@ def write_json(path: Path, data: object) -> None:
 
 def write_text(path: Path, text: str) -> None:
     """Write ``text`` so that readers never see a half-written file (temporary file, then rename)."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` so that readers never see a half-written file (temporary file, then rename);
+    a link at ``path`` is replaced, never written through."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; a report is not
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
