@@ -37,6 +37,7 @@ from .bricks import BrickSpec
 from .cutting import Brick, BrokenBrick, ModelPlan
 from .graph import TensorSpec
 from .identity import digest
+from .screening import check_model_file
 from .settings import Settings
 from .store import write_json
 from .sweeps import SweepPoint
@@ -94,9 +95,10 @@ class PlanCache:
         """Digest of everything that decides how the model at ``path`` is cut at ``point``; None if it
         cannot be read."""
         try:
+            check_model_file(path)  # nothing but a model file is read, here as when loading
             content = path.read_bytes()
             external = _external_files(content, path.parent)
-        except Exception:  # unreadable, or no model at all: loading it says why
+        except Exception:  # unreadable, refused, or no model at all: loading it says why
             return None
         return digest(
             {

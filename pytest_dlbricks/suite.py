@@ -27,7 +27,9 @@ from onnx import numpy_helper
 
 from . import __version__
 from .bricks import BrickSpec, brick_signature
+from .errors import ModelError
 from .graph import TensorSpec
+from .screening import check_model_file
 from .store import write_bytes, write_json
 from .synthesis import build_brick_model
 
@@ -174,11 +176,16 @@ def read_manifest(folder: Path) -> dict[str, dict[str, Any]] | None:
 
 
 def read_brick(path: Path, entry: Mapping[str, Any]) -> BrickSpec:
-    """The brick a suite file holds, checked against its manifest entry."""
+    """The brick a suite file holds, checked against its manifest entry; a suite never refers to other files."""
     try:
-        model = onnx.load(str(path))
+        check_model_file(path)
+        model = onnx.load(str(path), load_external_data=False)
+    except ModelError as error:
+        raise SuiteError(f"{path.name}: {error.cause}") from None
     except Exception as error:  # protobuf and onnx raise several types
         raise SuiteError(f"{path.name} is not a readable ONNX model: {error}") from error
+    if any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in model.graph.initializer):
+        raise SuiteError(f"{path.name} refers to external data, which no exported brick does; refused, not read")
     graph = model.graph
     initializers = {tensor.name: tensor for tensor in graph.initializer}
     input_names = {value.name for value in graph.input}

@@ -206,3 +206,19 @@ def test_an_export_writes_no_file_through_a_link_in_its_folder(tmp_path: Path) -
     export_suite(suite, [chain], SETTINGS.describe())
     assert victim.read_text() == "keep me"
     assert not (suite / brick_file_name(chain)).is_symlink()
+
+
+def test_a_brick_file_referring_to_external_data_is_refused_unread(tmp_path: Path) -> None:
+    (chain,) = distinct(tiny_models.chain(tmp_path))
+    suite = tmp_path / "suite"
+    export_suite(suite, [chain], SETTINGS.describe())
+    path = suite / brick_file_name(chain)
+    model = onnx.load(str(path))
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 4096)
+    for tensor in model.graph.initializer:
+        onnx.external_data_helper.set_external_data(tensor, "../secret.bin")
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        tensor.ClearField("raw_data")
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(SuiteError, match="refers to external data, which no exported brick does; refused, not read"):
+        read_brick(path, (read_manifest(suite) or {})[path.name])
