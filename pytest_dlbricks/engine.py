@@ -34,6 +34,12 @@ from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
 from .validation import Validation, has_parallel_branches
 
 
+def readable(name: str) -> str:
+    """A file name as text every report can hold: the bytes of a name that is not UTF-8, which Python
+    keeps as lone surrogates that no UTF-8 file can hold, are written ``\\xff``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 class DLBricksRun:
     """Created by :class:`~pytest_dlbricks.session.DLBricksSession` for one pytest session.
 
@@ -110,6 +116,7 @@ class DLBricksRun:
     ) -> tuple[ModelPlan, list[BrickSpec]]:
         """Cut the model at ``path`` at ``point``, or take it from the plan cache; returns its plan and the
         bricks no earlier model had."""
+        display_path = readable(display_path)
         point = point or self.points[0]
         name = display_path + point.suffix
         cut = self.plan_cache.get(path, display_path, point) if self.plan_cache is not None else None
