@@ -83,6 +83,8 @@ class DLBricksRun:
         self.messages: list[tuple[str, bool]] = []
         self.write_errors: list[str] = []
         self.written: list[Path] = []
+        #: Damaged records of the brick store, discarded or repaired, when the store is on.
+        self.store_damage: dict[str, dict[str, int]] | None = None
 
     # Cutting
 
@@ -243,6 +245,7 @@ class DLBricksRun:
             measured=self._measure_run() if measure else None,
             unsupported=self.unsupported,
             placements=self.placements,
+            store_damage=self.store_damage,
         )
         self.report = self.composed.as_json()
         return self.report
@@ -276,6 +279,8 @@ class DLBricksRun:
             write(path, content)
         except OSError as error:
             self.write_errors.append(f"cannot write {path}: {error.strerror or error}")
+        except ValueError as error:  # a number JSON cannot hold (NaN, infinity): never written as such
+            self.write_errors.append(f"cannot write {path}: {error}")
         else:
             self.written.append(path)
 
