@@ -217,7 +217,9 @@ class _ModelLoader:
         specs = {}
         for name, sparse in self.sparse.items():
             if any(dim < 0 for dim in sparse.dims):
-                raise ModelError(self.path, f"weight {name!r} has a negative dimension in its shape {list(sparse.dims)}")
+                raise ModelError(
+                    self.path, f"weight {name!r} has a negative dimension in its shape {list(sparse.dims)}"
+                )
             specs[name] = TensorSpec(sparse.values.data_type, tuple(sparse.dims))
         return specs
 

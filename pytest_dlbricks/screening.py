@@ -1,11 +1,12 @@
 """Refuse what the plugin could not use safely, before any memory or time is spent on it.
 
-Models come from people the user may not trust. Loading checks, in this order: the file is a
-regular file no larger than protobuf can parse, and no link into the system's pseudo-file folders
-(checked before a byte of it is read); names and other text are UTF-8 (ONNX requires it; protobuf hands invalid text over as bytes); weights have an ONNX
-element type and no negative dimension; the installed onnxruntime accepts the IR version and
-opsets; model inputs have a type that can be given synthetic values; and no tensor the model
-declares or shape inference derives needs more than :func:`memory_limit` bytes.
+Models come from people the user may not trust. Loading checks, in this order: the file is a regular
+file no larger than protobuf can parse, and no link into the system's pseudo-file folders (checked
+before a byte of it is read); names and other text are UTF-8 (ONNX requires it; protobuf hands
+invalid text over as bytes); weights have an ONNX element type and no negative dimension; the
+installed onnxruntime accepts the IR version and opsets; model inputs have a type that can be given
+synthetic values; and no tensor the model declares or shape inference derives needs more than
+:func:`memory_limit` bytes.
 """
 
 from __future__ import annotations

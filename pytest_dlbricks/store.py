@@ -103,7 +103,6 @@ class StoredBrick:
         )
 
 
-
 @dataclass(frozen=True)
 class ModelManifest:
     """A model as cut into bricks: what composing its estimate needs, without the model itself."""
@@ -211,7 +210,11 @@ class Shelf:
         """Write the shelf's identity unless it holds it already: once per shelf object, on its first write."""
         if self._identified:
             return
-        expected = {"version": STORE_VERSION, "machine": dict(self.identity.machine), "timing": dict(self.identity.timing)}
+        expected = {
+            "version": STORE_VERSION,
+            "machine": dict(self.identity.machine),
+            "timing": dict(self.identity.timing),
+        }
         path = self.path / _IDENTITY
         if _read(path) != json.loads(json.dumps(expected)):
             if path.exists():
@@ -238,8 +241,12 @@ class Shelf:
             names = [field.name for field in dataclasses.fields(CallOverhead)]
             if not isinstance(recorded, dict) or sorted(recorded) != sorted(names):
                 raise ValueError("not the fields of a call overhead")
+            parallel = recorded["parallel_fixed_s"]
             return CallOverhead(
-                **{name: None if value is None and name == "parallel_fixed_s" else _seconds(value) for name, value in recorded.items()}
+                fixed_s=_seconds(recorded["fixed_s"]),
+                per_input_s=_seconds(recorded["per_input_s"]),
+                per_output_s=_seconds(recorded["per_output_s"]),
+                parallel_fixed_s=None if parallel is None else _seconds(parallel),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             self.discarded["call overhead"] += 1

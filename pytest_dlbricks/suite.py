@@ -171,7 +171,9 @@ def read_manifest(folder: Path) -> dict[str, dict[str, Any]] | None:
         raise SuiteError(f"{path} does not list its bricks as a suite manifest does")
     for entry in entries:
         if not is_plain_file_name(entry.get("file")):
-            raise SuiteError(f"{path} names a file outside its folder, {entry.get('file')!r}; nothing was read or removed")
+            raise SuiteError(
+                f"{path} names a file outside its folder, {entry.get('file')!r}; nothing was read or removed"
+            )
     return {entry["file"]: entry for entry in entries}
 
 

@@ -308,7 +308,10 @@ def describe_damage(damage: Mapping[str, Mapping[str, int]]) -> str:
         parts.append(f"discarded {sum(discarded.values())} damaged records ({kinds}), measured or cut again")
     repaired = damage.get("repaired") or {}
     if repaired:
-        parts.append("repaired " + ", ".join(f"{kind}" + (f" ({count})" if count > 1 else "") for kind, count in sorted(repaired.items())))
+        parts.append(
+            "repaired "
+            + ", ".join(f"{kind}" + (f" ({count})" if count > 1 else "") for kind, count in sorted(repaired.items()))
+        )
     return "; ".join(parts)
 
 

@@ -525,7 +525,12 @@ CASES: tuple[Case, ...] = (
     Case("unknown_weight_type", _model_bytes(_bad_weight(_set_type(99))), "load", "*'w'*type*"),
     Case("string_between_layers", _model_bytes(_string_cast()), "runs"),
     Case("absurd_input_shape", _model_bytes(_relu(shape=ABSURD_SHAPE)), "load", "*'x'*4.0 EiB*memory*"),
-    Case("absurd_weight_shape", _model_bytes(_bad_weight(_set_dims(*ABSURD_SHAPE))), "load", "*'w' declares*stores at most*"),
+    Case(
+        "absurd_weight_shape",
+        _model_bytes(_bad_weight(_set_dims(*ABSURD_SHAPE))),
+        "load",
+        "*'w' declares*stores at most*",
+    ),
     Case("absurd_computed_shape", _model_bytes(_expand_to(ABSURD_SHAPE)), "load", "*'y'*4.0 EiB*"),
     Case(
         "weight_shape_without_data",
@@ -537,7 +542,12 @@ CASES: tuple[Case, ...] = (
     Case("shape_data_short", _model_bytes(_reshape_short_shape()), "load", "*'shape'*"),
     Case("zero_size_weight", _model_bytes(_zero_size_weight()), "runs"),
     Case("sparse_initializer", _sparse_weights, "runs"),
-    Case("float_weight_claims_2_gib", _model_bytes(_float_claim(2)), "load", "weight 'w' declares * stores at most ?? bytes of them"),
+    Case(
+        "float_weight_claims_2_gib",
+        _model_bytes(_float_claim(2)),
+        "load",
+        "weight 'w' declares * stores at most ?? bytes of them",
+    ),
     # External data.
     Case("external_missing", _external_then(Path.unlink), "load", "external data file*is missing"),
     Case("external_truncated", _external_then(_truncate), "load", "external data file*holds 100 bytes*"),

@@ -6,9 +6,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import hostile_models
 import numpy as np
 import onnx
-import hostile_models
 import pytest
 import tiny_models
 from onnx import helper
@@ -327,7 +327,9 @@ def test_a_file_over_protobufs_limit_is_refused_before_it_is_read(
         raise AssertionError("the file was read")
 
     monkeypatch.setattr(Path, "read_bytes", never)
-    with pytest.raises(ModelError, match=r"holds 2\.0 GiB, more than the 2 GiB protobuf can parse; refused, the file was not read"):
+    with pytest.raises(
+        ModelError, match=r"holds 2\.0 GiB, more than the 2 GiB protobuf can parse; refused, the file was not read"
+    ):
         load_model(path)
 
 
@@ -375,8 +377,14 @@ def test_float_weights_claiming_more_raw_data_than_the_file_holds_are_refused(tm
     weight = tiny_models.array("w", np.ones(4, np.float32))
     weight.ClearField("dims")
     weight.dims.extend([1 << 29])  # 2 GiB of float32 claimed, 16 bytes stored
-    model = tiny_models.finish([helper.make_node("Add", ["x", "w"], ["y"])], [tiny_models.tensor("x", [1 << 29])],
-                               [tiny_models.tensor("y", [1 << 29])], [weight])
+    model = tiny_models.finish(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [tiny_models.tensor("x", [1 << 29])],
+        [tiny_models.tensor("y", [1 << 29])],
+        [weight],
+    )
     path = tiny_models.save(model, tmp_path, "claims.onnx")
-    with pytest.raises(ModelError, match=r"weight 'w' declares 536870912 values .* but the file stores at most \d\d bytes of them"):
+    with pytest.raises(
+        ModelError, match=r"weight 'w' declares 536870912 values .* but the file stores at most \d\d bytes of them"
+    ):
         load_model(path)

@@ -123,15 +123,25 @@ def test_a_record_without_the_statistic_asked_for_is_discarded(tmp_path: Path) -
     assert shelf.discarded == {"brick times": 1}
 
 
-@pytest.mark.parametrize("overhead", [{"fixed_s": "fast"}, {"fixed_s": -1.0}, {"fixed_s": float("nan")}, {}, []])
+RECORDED_OVERHEAD = {"fixed_s": 2e-6, "per_input_s": 0.0, "per_output_s": 0.0, "parallel_fixed_s": None}
+
+
+@pytest.mark.parametrize(
+    "overhead",
+    [
+        {**RECORDED_OVERHEAD, "fixed_s": "fast"},
+        {**RECORDED_OVERHEAD, "fixed_s": -1.0},
+        {**RECORDED_OVERHEAD, "fixed_s": float("nan")},
+        {**RECORDED_OVERHEAD, "parallel_fixed_s": float("inf")},
+        {name: value for name, value in RECORDED_OVERHEAD.items() if name != "fixed_s"},
+        {**RECORDED_OVERHEAD, "extra_s": 1.0},
+        [],
+    ],
+)
 def test_an_unusable_call_overhead_is_discarded_and_counted(tmp_path: Path, overhead: object) -> None:
     shelf = BrickStore(tmp_path).shelf(IDENTITY)
     shelf.put_overhead(CallOverhead(fixed_s=2e-6))
-    recorded = {"fixed_s": 2e-6, "per_input_s": 0.0, "per_output_s": 0.0, "parallel_fixed_s": None}
-    data = {"version": STORE_VERSION, "overhead": {**recorded, **overhead} if isinstance(overhead, dict) else overhead}
-    if overhead == {}:
-        del data["overhead"]["fixed_s"]
-    (shelf.path / "overhead.json").write_text(json.dumps(data))
+    (shelf.path / "overhead.json").write_text(json.dumps({"version": STORE_VERSION, "overhead": overhead}))
     assert shelf.get_overhead() is None
     assert shelf.discarded == {"call overhead": 1}
 

@@ -345,4 +345,3 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "if": if_outer_scope,
     "sparse": sparse_weights,
 }
-
