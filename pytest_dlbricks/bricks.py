@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .graph import ModelGraph, TensorSpec
+from .graph import ModelGraph, TensorSpec, format_bytes, memory_limit
 
 #: Operator names shown in a brick's label before the rest is summarised.
 LABEL_OPS = 4
@@ -69,7 +69,9 @@ class UnbuildableBrick(Exception):
 def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
     """Describe layers ``[begin, end)`` of ``graph`` as a standalone brick.
 
-    Raises :class:`UnbuildableBrick` when a value crossing the brick's boundary has no tensor spec.
+    Raises :class:`UnbuildableBrick` when a value crossing the brick's boundary has no tensor spec, or
+    when its inputs, weights and outputs together need more than :func:`memory_limit` bytes (running it
+    allocates them all at once; a tensor alone is checked when the model is loaded).
     """
     layers = graph.layers[begin:end]
     produced = {name for layer in layers for name in layer.output if name}
@@ -106,6 +108,12 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
     ]
     if not outputs:
         raise UnbuildableBrick("the layers produce nothing that the rest of the model reads")
+    needed = sum(spec.nbytes for _, spec in (*inputs, *weights, *outputs))
+    if needed > (limit := memory_limit()):
+        raise UnbuildableBrick(
+            f"its inputs, weights and outputs together would need {format_bytes(needed)}, more than the"
+            f" {format_bytes(limit)} memory limit; refused before allocating them"
+        )
     nodes = tuple(_renamed(layer, renames, f"body{index}_") for index, layer in enumerate(layers))
     functions = tuple(
         _anonymous(f) for f in graph.functions if any((n.domain, n.op_type) == (f.domain, f.name) for n in nodes)

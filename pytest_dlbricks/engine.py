@@ -36,6 +36,12 @@ from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
 from .validation import Validation, has_parallel_branches
 
 
+def readable(name: str) -> str:
+    """A file name as text every report can hold: the bytes of a name that is not UTF-8, which Python
+    keeps as lone surrogates that no UTF-8 file can hold, are written ``\\xff``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 class DLBricksRun:
     """Created by :class:`~pytest_dlbricks.session.DLBricksSession` for one pytest session.
 
@@ -83,6 +89,8 @@ class DLBricksRun:
         self.messages: list[tuple[str, bool]] = []
         self.write_errors: list[str] = []
         self.written: list[Path] = []
+        #: Damaged records of the brick store, discarded or repaired, when the store is on.
+        self.store_damage: dict[str, dict[str, int]] | None = None
 
     # Cutting
 
@@ -117,6 +125,7 @@ class DLBricksRun:
         """Cut the model at ``path`` at ``point``, or take it from the plan cache; returns its plan and the
         bricks no earlier model had. ``hooked`` is what the ``pytest_dlbricks_model_inputs`` hook
         returned for it (None: the sample inputs the conventions find, if any)."""
+        display_path = readable(display_path)
         point = point or self.points[0]
         name = display_path + point.suffix
         try:
@@ -261,6 +270,7 @@ class DLBricksRun:
             measured=self._measure_run() if measure else None,
             unsupported=self.unsupported,
             placements=self.placements,
+            store_damage=self.store_damage,
         )
         self.report = self.composed.as_json()
         return self.report
@@ -294,6 +304,8 @@ class DLBricksRun:
             write(path, content)
         except OSError as error:
             self.write_errors.append(f"cannot write {path}: {error.strerror or error}")
+        except ValueError as error:  # a number JSON cannot hold (NaN, infinity): never written as such
+            self.write_errors.append(f"cannot write {path}: {error}")
         else:
             self.written.append(path)
 
@@ -308,6 +320,9 @@ class DLBricksRun:
             models = write_maps(maps, report, self.plans)
         except OSError as error:
             self.messages.append((f"dlbricks: cannot export to {error.filename}: {error.strerror or error}", True))
+            return
+        except SuiteError as error:
+            self.messages.append((f"dlbricks: cannot export: {error}", True))
             return
         self.messages.append(
             (

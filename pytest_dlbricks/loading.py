@@ -11,6 +11,7 @@ inputs where given (see :mod:`.samples`), else synthetic; the reference run runs
 
 from __future__ import annotations
 
+import math
 import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -36,7 +37,7 @@ from .graph import (
 from .ordering import canonical_order, content_keys
 from .runtime import optimize_model, run_reference
 from .samples import SampleInputs, match_inputs
-from .screening import check_runtime_accepts, check_text, check_values, check_weights
+from .screening import check_model_file, check_runtime_accepts, check_text, check_values, check_weights
 from .settings import DEFAULT_DIM, Settings
 from .synthetic import model_feeds
 
@@ -115,6 +116,7 @@ def _converted(
 
 
 def _read(path: Path) -> onnx.ModelProto:
+    check_model_file(path)
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -158,15 +160,19 @@ class _ModelLoader:
         self.specs: dict[str, TensorSpec] = {}
         graph = model.graph
         self.initializers = {t.name: t for t in graph.initializer}
-        self.inputs = [v.name for v in graph.input if v.name not in self.initializers]
+        #: Weights stored as ``sparse_initializer``, by name: weights like the others, densified only
+        #: where their values are read.
+        self.sparse = {t.values.name: t for t in graph.sparse_initializer}
+        self.inputs = [v.name for v in graph.input if v.name not in self.initializers and v.name not in self.sparse]
         self.outputs = [v.name for v in graph.output]
 
     def prepare(self) -> None:
         """Check and order the model, and give its inputs concrete dimensions; refuse, before onnxruntime
         or anything else allocates for it, what cannot be used (see :mod:`.screening`)."""
         check_text(self.path, self.model)
+        self._check_subgraphs(self.model.graph.node)
         self._sort_nodes()
-        check_weights(self.path, self.initializers.values())
+        check_weights(self.path, [*self.initializers.values(), *self._sparse_parts()])
         check_runtime_accepts(self.path, self.model.ir_version, self._opset_imports())
         self._check_structure()
         self._check_external_data()
@@ -175,9 +181,10 @@ class _ModelLoader:
             self.sample = match_inputs(self.path, self.sample, real_inputs)
         self._fix_input_dims()
         given = self.sample.values if self.sample is not None else {}
-        check_values(self.path, self._declared_specs(), self.inputs, self.initializers, given)
+        weights = [*self.initializers, *self.sparse]
+        check_values(self.path, self._declared_specs(), self.inputs, weights, given)
         self.specs = self._infer_specs()
-        check_values(self.path, self.specs, self.inputs, self.initializers, given)
+        check_values(self.path, self.specs, self.inputs, weights, given)
 
     def feeds(self) -> dict[str, np.ndarray]:
         """The model's inputs: the sample's values (in the type this model takes them), else synthetic."""
@@ -194,7 +201,7 @@ class _ModelLoader:
     def runnable_model(self) -> onnx.ModelProto:
         """The prepared model as runtimes want it: initializers no longer listed as inputs."""
         graph = self.model.graph
-        real_inputs = [value for value in graph.input if value.name not in self.initializers]
+        real_inputs = [value for value in graph.input if value.name in self.inputs]
         graph.ClearField("input")
         graph.input.extend(real_inputs)
         self.model.ir_version = max(self.model.ir_version, MIN_IR_VERSION)
@@ -262,7 +269,7 @@ class _ModelLoader:
         except Exception as error:
             raise ModelError(self.path, f"invalid ONNX model: {describe_error(error)}") from error
 
-    def _structure(self, keep_data: Callable[[onnx.TensorProto], bool] = lambda tensor: False) -> onnx.ModelProto:
+    def _structure(self, keep_data: Callable[[TensorSpec], bool] = lambda spec: False) -> onnx.ModelProto:
         """The model with its initializers declared as inputs and no weight data, but for those ``keep_data``
         accepts: what the checker and shape inference need.
 
@@ -279,20 +286,54 @@ class _ModelLoader:
         skeleton.graph.input.extend(graph.input)
         skeleton.graph.output.extend(graph.output)
         skeleton.graph.value_info.extend(graph.value_info)
-        kept = [tensor for tensor in graph.initializer if keep_data(tensor)]
+        kept = [tensor for tensor in graph.initializer if keep_data(TensorSpec(tensor.data_type, tuple(tensor.dims)))]
+        kept += [self._dense(name) for name, spec in self._sparse_specs().items() if keep_data(spec)]
         skeleton.graph.initializer.extend(kept)
         declared = {value.name for value in graph.input} | {tensor.name for tensor in kept}
+        weights = {tensor.name: TensorSpec(tensor.data_type, tuple(tensor.dims)) for tensor in graph.initializer}
+        weights.update(self._sparse_specs())
         skeleton.graph.input.extend(
-            onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
-            for tensor in graph.initializer
-            if tensor.name not in declared
+            onnx.helper.make_tensor_value_info(name, spec.dtype, list(spec.shape))
+            for name, spec in weights.items()
+            if name not in declared
         )
         return skeleton
+
+    def _sparse_parts(self) -> list[onnx.TensorProto]:
+        """The values and indices of the sparse weights, each checked as a weight of its own."""
+        return [part for sparse in self.sparse.values() for part in (sparse.values, sparse.indices)]
+
+    def _sparse_specs(self) -> dict[str, TensorSpec]:
+        """The sparse weights as the dense tensors they stand for; a negative dimension is refused."""
+        specs = {}
+        for name, sparse in self.sparse.items():
+            if any(dim < 0 for dim in sparse.dims):
+                raise ModelError(
+                    self.path, f"weight {name!r} has a negative dimension in its shape {list(sparse.dims)}"
+                )
+            specs[name] = TensorSpec(sparse.values.data_type, tuple(sparse.dims))
+        return specs
+
+    def _dense(self, name: str) -> onnx.TensorProto:
+        """A sparse weight as a dense tensor (only ever one whose values are read: small, see ``steers``)."""
+        sparse = self.sparse[name]
+        base_dir = str(self.data_dir)
+        try:
+            values = numpy_helper.to_array(sparse.values, base_dir)
+            indices = numpy_helper.to_array(sparse.indices, base_dir).astype(np.int64)
+            shape = tuple(sparse.dims)
+            dense = np.zeros(math.prod(shape), values.dtype)
+            # Indices are linear positions ([NNZ]) or coordinates ([NNZ, rank]), as ONNX allows.
+            flat = indices if indices.ndim == 1 else np.ravel_multi_index(tuple(indices.T), shape)
+            dense[flat] = values
+        except (ValueError, TypeError, IndexError, OSError) as error:
+            raise ModelError(self.path, f"sparse weight {name!r} cannot be read: {describe_error(error)}") from None
+        return numpy_helper.from_array(dense.reshape(shape), name)
 
     def _check_external_data(self) -> None:
         """Every external weight file lies in the model's folder and is long enough; none is read here."""
         folder = self.data_dir.resolve()
-        for tensor in self.initializers.values():
+        for tensor in [*self.initializers.values(), *self._sparse_parts()]:
             if external_data_helper.uses_external_data(tensor):
                 self._check_external_tensor(folder, tensor)
 
@@ -363,6 +404,21 @@ class _ModelLoader:
                 dim.Clear()
                 dim.dim_value = sizes.get(name, DEFAULT_DIM)
 
+    def _check_subgraphs(self, nodes: Iterable[onnx.NodeProto]) -> None:
+        """No subgraph (If, Loop, Scan body), at any depth, has a cycle: its real cause, before the
+        outer graph reads the body's cyclic names as values of the enclosing scope."""
+        for node in nodes:
+            for attribute in node.attribute:
+                bodies = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs
+                for body in bodies:
+                    if _has_cycle(body.node):
+                        raise ModelError(
+                            self.path,
+                            f"the {attribute.name} of node {node.name or node.op_type!r} has a cycle, so it cannot"
+                            " be executed",
+                        )
+                    self._check_subgraphs(body.node)
+
     def _sort_nodes(self) -> None:
         """Put the model's nodes in the topological order of :mod:`.ordering`, whatever the file's order."""
         nodes = list(self.model.graph.node)
@@ -374,7 +430,7 @@ class _ModelLoader:
                 producer[name] = index
         graph = nx.DiGraph()
         graph.add_nodes_from(range(len(nodes)))
-        known = set(self.initializers) | set(self.inputs)
+        known = set(self.initializers) | set(self.sparse) | set(self.inputs)
         reads = [node_inputs(node) for node in nodes]
         for index, node in enumerate(nodes):
             for name in reads[index]:
@@ -386,6 +442,7 @@ class _ModelLoader:
                     )
         sources = {name: f"input{position}" for position, name in enumerate(self.inputs)}
         sources.update({t.name: f"weight:{t.data_type}:{list(t.dims)}" for t in self.initializers.values()})
+        sources.update({name: f"weight:{spec.dtype}:{list(spec.shape)}" for name, spec in self._sparse_specs().items()})
         try:
             order = canonical_order(graph, content_keys(nodes, graph, reads, sources, self.outputs))
         except nx.NetworkXUnfeasible as error:
@@ -397,7 +454,7 @@ class _ModelLoader:
 
     def _fold_constants(self, nodes: list[onnx.NodeProto]) -> tuple[set[str], set[int]]:
         """Names of all constant values and the indices of the nodes that only compute constants."""
-        constants = set(self.initializers)
+        constants = set(self.initializers) | set(self.sparse)
         constant_nodes: set[int] = set()
         for index, node in enumerate(nodes):
             if node.op_type in NONDETERMINISTIC_OPS:
@@ -430,6 +487,7 @@ class _ModelLoader:
         """Specs of the model's inputs (with concrete dimensions) and weights, as the file declares them."""
         specs = {value.name: _spec_of(value.type) for value in self.model.graph.input}
         specs.update((t.name, TensorSpec(t.data_type, tuple(t.dims))) for t in self.initializers.values())
+        specs.update(self._sparse_specs())
         return {name: spec for name, spec in specs.items() if spec is not None}
 
     def _infer_specs(self) -> dict[str, TensorSpec]:
@@ -444,6 +502,7 @@ class _ModelLoader:
                 specs[value.name] = spec
         for tensor in self.initializers.values():
             specs[tensor.name] = TensorSpec(tensor.data_type, tuple(tensor.dims))
+        specs.update(self._sparse_specs())
         return specs
 
     def _read_constant_values(self, names: Iterable[str]) -> dict[str, np.ndarray]:
@@ -459,6 +518,8 @@ class _ModelLoader:
             try:
                 if name in self.initializers:
                     values[name] = numpy_helper.to_array(self.initializers[name], base_dir)
+                elif name in self.sparse:
+                    values[name] = numpy_helper.to_array(self._dense(name))
                 elif name in constant_attributes and constant_attributes[name].name == "value":
                     values[name] = numpy_helper.to_array(constant_attributes[name].t)
             except (ValueError, TypeError, KeyError, OSError) as error:  # data that does not match its type or shape
@@ -490,9 +551,19 @@ class _ModelLoader:
         return specs, kept
 
 
-def _may_decide_shapes(tensor: onnx.TensorProto) -> bool:
+def _has_cycle(nodes: Iterable[onnx.NodeProto]) -> bool:
+    """Whether the nodes of one graph read, through each other, their own outputs."""
+    nodes = list(nodes)
+    producer = {name: index for index, node in enumerate(nodes) for name in node.output if name}
+    graph = nx.DiGraph()
+    graph.add_edges_from(
+        (producer[name], index) for index, node in enumerate(nodes) for name in node_inputs(node) if name in producer
+    )
+    return not nx.is_directed_acyclic_graph(graph)
+
+
+def _may_decide_shapes(spec: TensorSpec) -> bool:
     """Whether shape inference may need the weight's values: integers (shapes, axes) and small floats (scales)."""
-    spec = TensorSpec(tensor.data_type, tuple(tensor.dims))
     return spec.steers(constant=True) or (spec.is_float and spec.numel <= MAX_INFERENCE_FLOAT_ELEMENTS)
 
 

@@ -13,7 +13,9 @@ plans. The shelf already stands for the machine, onnxruntime's version, provider
 optimization level.
 
 The files hold no code: protobuf messages as base64 of their bytes, arrays in numpy's ``.npy``
-format read without pickle. A file that cannot be read is a miss: the model is loaded as usual.
+format read without pickle. A file that cannot be read, or whose bricks do not match their
+signatures, work and graph, is a miss, counted in :attr:`PlanCache.discarded`: the model is loaded
+as usual.
 """
 
 from __future__ import annotations
@@ -31,20 +33,24 @@ from typing import Any
 import networkx as nx
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 
 from .analysis import BrickWork, LayerWork
-from .bricks import BrickSpec
+from .bricks import BrickSpec, brick_signature
 from .cutting import Brick, BrokenBrick, ModelPlan
 from .graph import TensorSpec
 from .identity import digest
+from .screening import check_model_file
 from .settings import Settings
-from .store import write_json
+from .store import is_brick_graph, write_json
 from .sweeps import SweepPoint
 
 #: The point of a run that sweeps nothing.
 ONE_POINT = SweepPoint()
 
 PLAN_VERSION = 2
+#: What reading a damaged plan may raise: from JSON, base64, protobuf, numpy's format, or a wrong type.
+_DAMAGE = (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, EOFError, OverflowError, DecodeError)
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,8 @@ class PlanCache:
     def __init__(self, folder: Path, settings: Settings) -> None:
         self.folder = folder
         self.settings = settings
+        #: Plans found unusable (and cut again).
+        self.discarded = 0
 
     def get(
         self, path: Path, display_path: str, point: SweepPoint = ONE_POINT, samples: str | None = None
@@ -71,11 +79,16 @@ class PlanCache:
         if key is None:
             return None
         try:
-            data = json.loads((self.folder / f"{key}.json").read_text(encoding="utf-8"))
+            content = (self.folder / f"{key}.json").read_bytes()
+        except OSError:  # absent, or no folder to hold it: a miss, no damage
+            return None
+        try:
+            data = json.loads(content.decode("utf-8"))
             if data["version"] != PLAN_VERSION:
-                return None
+                raise ValueError(f"plan version {data['version']!r}")
             return cut_model_from_json(data, display_path, point)
-        except (OSError, ValueError, KeyError, TypeError, IndexError):
+        except _DAMAGE:
+            self.discarded += 1
             return None
 
     def put(self, path: Path, point: SweepPoint, cut: CutModel, samples: str | None = None) -> None:
@@ -96,9 +109,10 @@ class PlanCache:
         """Digest of everything that decides how the model at ``path`` is cut at ``point``; None if it
         cannot be read."""
         try:
+            check_model_file(path)  # nothing but a model file is read, here as when loading
             content = path.read_bytes()
             external = _external_files(content, path.parent)
-        except Exception:  # unreadable, or no model at all: loading it says why
+        except Exception:  # unreadable, refused, or no model at all: loading it says why
             return None
         return digest(
             {
@@ -169,22 +183,27 @@ def cut_model_from_json(data: Mapping[str, Any], display_path: str, point: Sweep
     bricks: list[Brick] = [_brick_from_json(entry) for entry in data["bricks"]]
     graph = nx.DiGraph()
     graph.add_nodes_from(range(len(bricks)))
-    graph.add_edges_from((int(a), int(b)) for a, b in data["edges"])
+    graph.add_edges_from((_count(a), _count(b)) for a, b in data["edges"])
     inputs, outputs = data["io"]
     plan = ModelPlan(
         path=display_path + point.suffix,
-        layers=int(data["layers"]),
+        layers=_count(data["layers"]),
         bricks=bricks,
         graph=graph,
-        guessed_dims={str(name): int(size) for name, size in data["guessed_dims"].items()},
-        io=(int(inputs), int(outputs)),
+        guessed_dims={str(name): _count(size) for name, size in data["guessed_dims"].items()},
+        io=(_count(inputs), _count(outputs)),
         file=display_path,
         point=point.describe(),
-        unsupported={int(index): str(reason) for index, reason in data["unsupported"].items()},
+        unsupported={_count(index): str(reason) for index, reason in data["unsupported"].items()},
         inputs=str(data["inputs"]),
         data_dependent=tuple(str(op) for op in data["data_dependent"]),
     )
     work = {str(signature): _work_from_json(entry) for signature, entry in data["work"].items()}
+    specs = [brick for brick in bricks if isinstance(brick, BrickSpec)]
+    if not is_brick_graph(graph, len(bricks)) or any(brick_signature(spec) != spec.signature for spec in specs):
+        raise ValueError("the bricks do not match their signatures and graph")
+    if not set(plan.signatures) <= set(work):
+        raise ValueError("the work of a brick is missing")
     return CutModel(plan, work)
 
 
@@ -197,7 +216,7 @@ def _brick_to_json(brick: Brick) -> dict[str, Any]:
 def _brick_from_json(data: Mapping[str, Any]) -> Brick:
     if "broken" in data:
         index, op_type, reason = data["broken"]
-        return BrokenBrick(int(index), str(op_type), str(reason))
+        return BrokenBrick(_count(index), str(op_type), str(reason))
     return _spec_from_json(data)
 
 
@@ -225,8 +244,8 @@ def _spec_from_json(data: Mapping[str, Any]) -> BrickSpec:
         values={
             str(name): np.load(io.BytesIO(_bytes(value)), allow_pickle=False) for name, value in data["values"].items()
         },
-        opset_imports={str(domain): int(version) for domain, version in data["opset_imports"].items()},
-        ir_version=int(data["ir_version"]),
+        opset_imports={str(domain): _count(version) for domain, version in data["opset_imports"].items()},
+        ir_version=_count(data["ir_version"]),
         functions=tuple(onnx.FunctionProto.FromString(_bytes(function)) for function in data["functions"]),
         signature=str(data["signature"]),
         activations=frozenset(str(name) for name in data["activations"]),
@@ -244,9 +263,9 @@ def _work_to_json(work: BrickWork) -> dict[str, Any]:
 def _work_from_json(data: Mapping[str, Any]) -> BrickWork:
     inputs, outputs = data["io"]
     layers = tuple(
-        LayerWork(str(op), None if flops is None else int(flops), int(size)) for op, flops, size in data["layers"]
+        LayerWork(str(op), None if flops is None else _count(flops), _count(size)) for op, flops, size in data["layers"]
     )
-    return BrickWork(str(data["label"]), layers, (int(inputs), int(outputs)))
+    return BrickWork(str(data["label"]), layers, (_count(inputs), _count(outputs)))
 
 
 def _tensors(tensors: tuple[tuple[str, TensorSpec], ...]) -> list[list[object]]:
@@ -254,7 +273,15 @@ def _tensors(tensors: tuple[tuple[str, TensorSpec], ...]) -> list[list[object]]:
 
 
 def _specs(data: list[list[Any]]) -> tuple[tuple[str, TensorSpec], ...]:
-    return tuple((str(name), TensorSpec(int(dtype), tuple(int(d) for d in shape))) for name, dtype, shape in data)
+    return tuple((str(name), TensorSpec(_count(dtype), tuple(_count(d) for d in shape))) for name, dtype, shape in data)
+
+
+def _count(value: Any) -> int:
+    """A count, index, size or version as a plan holds it: a whole number, never negative."""
+    number = int(value)
+    if number < 0 or number != value:
+        raise ValueError(f"{value!r} is not a count")
+    return number
 
 
 def _message(message: onnx.NodeProto | onnx.FunctionProto) -> str:

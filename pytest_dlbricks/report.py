@@ -166,6 +166,9 @@ class Summary:
     #: Time of the complete models in bricks whose FLOPs are unknown, and its share of their estimates.
     unknown_flops_time_s: float | None
     unknown_flops_share: float | None
+    #: Records of the brick store found damaged, by what was done and kind: ``{"discarded": {"brick
+    #: times": 2}, "repaired": {"identity": 1}}``; None without a store.
+    store_damage: dict[str, dict[str, int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,7 @@ def build_report(
     measured: RunMeasurements | None = None,
     unsupported: Mapping[str, str] | None = None,
     placements: Mapping[str, Mapping[str, int]] | None = None,
+    store_damage: dict[str, dict[str, int]] | None = None,
 ) -> RunReport:
     """The report of a run.
 
@@ -226,7 +230,7 @@ def build_report(
     run that stopped before every item ran (Ctrl-C, SIGTERM, ``-x``); ``work`` and ``measured``
     (the bricks' layers and the machine's peak and load times) feed the analysis; ``unsupported``
     and ``placements`` say, by brick signature, why a provider cannot run a brick and where its
-    nodes ran.
+    nodes ran; ``store_damage`` counts the damaged records of the brick store.
     """
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
     validations = validations or {}
@@ -310,6 +314,7 @@ def build_report(
             reused_bricks=len(reused),
             unknown_flops_time_s=unknown if analysed else None,
             unknown_flops_share=unknown / estimated if estimated > 0 else None,
+            store_damage=store_damage,
         ),
         accuracy=_accuracy(json_models, times, users),
         models=models,

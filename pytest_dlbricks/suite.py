@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,10 @@ from onnx import numpy_helper
 
 from . import __version__
 from .bricks import BrickSpec, brick_signature
+from .errors import ModelError
 from .graph import TensorSpec
-from .store import write_json
+from .screening import check_model_file
+from .store import write_bytes, write_json
 from .synthesis import build_brick_model
 
 MANIFEST = "manifest.json"
@@ -47,8 +50,21 @@ class SuiteError(Exception):
 
 
 def brick_file_name(brick: BrickSpec) -> str:
-    """``Conv+Relu-3f2a91c0d1e2f3a4.onnx``: the brick's label with a longer part of its signature."""
-    return f"{brick.label.rsplit('-', 1)[0]}-{brick.signature[:FILE_SIGNATURE_DIGITS]}.onnx"
+    """``Conv+Relu-3f2a91c0d1e2f3a4.onnx``: the brick's label with a longer part of its signature; an
+    operator name that is no plain word (a custom domain may name its operators anything) is not let
+    out of the folder."""
+    ops = re.sub(r"[^A-Za-z0-9+_.-]", "_", brick.label.rsplit("-", 1)[0]).lstrip(".")
+    return f"{ops}-{brick.signature[:FILE_SIGNATURE_DIGITS]}.onnx"
+
+
+def is_plain_file_name(name: object) -> bool:
+    """Whether ``name`` names a file inside a folder: no path separator, no ``..``, not absolute."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and not any(character in name for character in "/\\\0")
+        and Path(name).name == name
+    )
 
 
 def shipped_values(brick: BrickSpec, activations: bool) -> list[str]:
@@ -121,7 +137,10 @@ def export_suite(
     writes the kept activations too (see the module's description).
 
     Brick files come first and the manifest last (atomically), so the manifest only ever lists
-    files that are complete. Files a previous export listed and this one does not are removed.
+    files that are complete. Files a previous export listed and this one does not are removed; a
+    previous manifest naming a file outside the folder is a :class:`SuiteError`, raised before
+    anything is written or removed. Every file is written by renaming a new file over the old one,
+    so a link in the folder is replaced, never written through.
     """
     folder.mkdir(parents=True, exist_ok=True)
     previous = read_manifest(folder) or {}
@@ -129,7 +148,7 @@ def export_suite(
     for brick in bricks:
         name = brick_file_name(brick)
         model = suite_model(brick, activations)
-        (folder / name).write_bytes(model.SerializeToString())
+        write_bytes(folder / name, model.SerializeToString())
         entries.append(manifest_entry(brick, name, model, activations))
     manifest = {
         "kind": KIND,
@@ -172,15 +191,28 @@ def read_manifest(folder: Path) -> dict[str, dict[str, Any]] | None:
             f"{path} is version {manifest.get('version')} of the suite format; this pytest-dlbricks reads"
             f" version {SUITE_VERSION}"
         )
-    return {str(entry["file"]): entry for entry in manifest.get("bricks", [])}
+    entries = manifest.get("bricks", [])
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        raise SuiteError(f"{path} does not list its bricks as a suite manifest does")
+    for entry in entries:
+        if not is_plain_file_name(entry.get("file")):
+            raise SuiteError(
+                f"{path} names a file outside its folder, {entry.get('file')!r}; nothing was read or removed"
+            )
+    return {entry["file"]: entry for entry in entries}
 
 
 def read_brick(path: Path, entry: Mapping[str, Any]) -> BrickSpec:
-    """The brick a suite file holds, checked against its manifest entry."""
+    """The brick a suite file holds, checked against its manifest entry; a suite never refers to other files."""
     try:
-        model = onnx.load(str(path))
+        check_model_file(path)
+        model = onnx.load(str(path), load_external_data=False)
+    except ModelError as error:
+        raise SuiteError(f"{path.name}: {error.cause}") from None
     except Exception as error:  # protobuf and onnx raise several types
         raise SuiteError(f"{path.name} is not a readable ONNX model: {error}") from error
+    if any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in model.graph.initializer):
+        raise SuiteError(f"{path.name} refers to external data, which no exported brick does; refused, not read")
     graph = model.graph
     initializers = {tensor.name: tensor for tensor in graph.initializer}
     input_names = {value.name for value in graph.input}

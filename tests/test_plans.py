@@ -132,3 +132,10 @@ def test_a_cache_that_cannot_be_written_is_no_error(tmp_path: Path) -> None:
     assert cache.get(path, "chain.onnx") is None
     assert blocker.read_text() == "a file where the cache's folder should be"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocked", "chain.onnx"]
+
+
+def test_a_file_loading_refuses_is_never_read_for_its_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "pipe.onnx"
+    os.mkfifo(path)  # reading it would wait for a writer forever
+    monkeypatch.setattr(Path, "read_bytes", lambda *args: pytest.fail("the file was read"))
+    assert PlanCache(tmp_path / "plans", SETTINGS).key(path) is None

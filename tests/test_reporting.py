@@ -71,6 +71,7 @@ def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
         "reused_bricks": 0,
         "unknown_flops_time_s": None,
         "unknown_flops_share": None,
+        "store_damage": None,
     }
     first, *rest = report["bricks"]
     assert first["signature"] == next(iter(bricks))

@@ -188,3 +188,54 @@ def test_other_manifests_are_not_suites(tmp_path: Path) -> None:
     (tmp_path / MANIFEST).write_text("{")
     with pytest.raises(SuiteError, match="cannot be read as JSON"):
         read_manifest(tmp_path)
+
+
+@pytest.mark.parametrize("named", ["../victim.txt", "{victim}", "sub/../../victim.txt", ".", ""])
+def test_a_manifest_naming_a_file_outside_its_folder_is_an_error_that_deletes_nothing(
+    tmp_path: Path, named: str
+) -> None:
+    suite = tmp_path / "suite"
+    (chain,) = distinct(tiny_models.chain(tmp_path))
+    export_suite(suite, [chain], SETTINGS.describe())
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    manifest = json.loads((suite / MANIFEST).read_text())
+    manifest["bricks"].append({**manifest["bricks"][0], "file": named.format(victim=victim)})
+    (suite / MANIFEST).write_text(json.dumps(manifest))
+    before = sorted(path.name for path in suite.iterdir())
+
+    with pytest.raises(SuiteError, match="names a file outside its folder"):
+        read_manifest(suite)
+    with pytest.raises(SuiteError, match="names a file outside its folder"):
+        export_suite(suite, [], SETTINGS.describe())
+    assert victim.read_text() == "keep me"
+    assert sorted(path.name for path in suite.iterdir()) == before
+
+
+def test_an_export_writes_no_file_through_a_link_in_its_folder(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    (chain,) = distinct(tiny_models.chain(tmp_path))
+    export_suite(suite, [chain], SETTINGS.describe())
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (suite / brick_file_name(chain)).unlink()
+    (suite / brick_file_name(chain)).symlink_to(victim)
+    export_suite(suite, [chain], SETTINGS.describe())
+    assert victim.read_text() == "keep me"
+    assert not (suite / brick_file_name(chain)).is_symlink()
+
+
+def test_a_brick_file_referring_to_external_data_is_refused_unread(tmp_path: Path) -> None:
+    (chain,) = distinct(tiny_models.chain(tmp_path))
+    suite = tmp_path / "suite"
+    export_suite(suite, [chain], SETTINGS.describe())
+    path = suite / brick_file_name(chain)
+    model = onnx.load(str(path))
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 4096)
+    for tensor in model.graph.initializer:
+        onnx.external_data_helper.set_external_data(tensor, "../secret.bin")
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        tensor.ClearField("raw_data")
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(SuiteError, match="refers to external data, which no exported brick does; refused, not read"):
+        read_brick(path, (read_manifest(suite) or {})[path.name])

@@ -368,3 +368,22 @@ def test_bad_combinations_are_usage_errors(
     result = pytester.runpytest("--dlbricks-granularity=1", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+def test_an_export_over_a_manifest_naming_files_outside_deletes_nothing(
+    pytester: pytest.Pytester, models: list[Path]
+) -> None:
+    suite = pytester.path / "suite"
+    suite.mkdir()
+    victims = [pytester.path / "victim.txt", pytester.path.parent / f"{pytester.path.name}-absolute.txt"]
+    for victim in victims:
+        victim.write_text("keep me")
+    entries = [{"file": "../victim.txt"}, {"file": str(victims[1])}]
+    manifest = {"kind": "pytest-dlbricks brick suite", "version": 1, "bricks": entries}
+    (suite / "manifest.json").write_text(json.dumps(manifest))
+
+    result = run(pytester, "--dlbricks-granularity=3", "--dlbricks-export=suite", "--collect-only", "models")
+
+    result.stdout.fnmatch_lines(["dlbricks: cannot export: *manifest.json names a file outside its folder*"])
+    assert [victim.read_text() for victim in victims] == ["keep me", "keep me"]
+    assert sorted(path.name for path in suite.iterdir()) == ["manifest.json"]

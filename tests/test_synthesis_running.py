@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,6 +64,18 @@ def test_float_values_are_deterministic_and_in_range(dtype: int) -> None:
     assert weights.min() >= 0.0099 and weights.max() <= 0.1001
     assert activations.min() >= 0.499 and activations.max() <= 1.501
     assert np.isfinite(activations).all()
+
+
+@pytest.mark.parametrize("dtype", [P.FLOAT, P.DOUBLE, P.FLOAT16], ids=P.DataType.Name)
+def test_float_values_need_no_temporary_the_size_of_the_tensor(dtype: int) -> None:
+    spec = TensorSpec(dtype, (1 << 21,))
+    tracemalloc.start()
+    try:
+        values = synthetic_array(spec, np.random.default_rng(1), weight=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < values.nbytes * 1.25, f"{peak} bytes at the peak for a tensor of {values.nbytes}"
 
 
 @pytest.mark.parametrize("dtype", [P.INT64, P.INT32, P.UINT8, P.BOOL], ids=P.DataType.Name)

@@ -314,6 +314,25 @@ def op_without_kernel(dtype: int) -> str:
     pytest.skip(f"onnxruntime's CPU provider runs every one of {UNARY_OPS} in {TensorProto.DataType.Name(dtype)}")
 
 
+def sparse_weights(directory: Path) -> Path:
+    """Add a sparse float weight, then Reshape by a sparse int64 shape: weights as ``sparse_initializer``,
+    which onnx's checker and onnxruntime accept, the shape a value that steers computation."""
+    weight = helper.make_sparse_tensor(
+        helper.make_tensor("bias", FLOAT, [2], [1.0, 2.0]), helper.make_tensor("bias_at", INT64, [2], [0, 5]), [2, 4]
+    )
+    shape = helper.make_sparse_tensor(
+        helper.make_tensor("shape", INT64, [2], [4, 2]), helper.make_tensor("shape_at", INT64, [2], [0, 1]), [2]
+    )
+    nodes = [
+        helper.make_node("Add", ["x", "bias"], ["a"]),
+        helper.make_node("Reshape", ["a", "shape"], ["r"]),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    model = finish(nodes, [tensor("x", [2, 4])], [tensor("y", [4, 2])])
+    model.graph.sparse_initializer.extend([weight, shape])
+    return save(model, directory, "sparse_weights.onnx")
+
+
 #: Every builder of a model that loads and cuts, by a short name for test ids.
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "chain": chain,
@@ -324,6 +343,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "range": scalar_range,
     "loop": loop_outer_scope,
     "if": if_outer_scope,
+    "sparse": sparse_weights,
 }
 
 
