@@ -5,9 +5,11 @@ model and the values of its symbolic dimensions). For each granularity and valid
 runs as a user runs it, in a pytest subprocess with ``--dlbricks-json`` and ``--junitxml``, on a fresh
 brick store, all models in one session, each given its own dimensions by a pattern
 (``--dlbricks-dim "NAME/NAME.onnx: height=320 x[2]=48"``). Prints per model: loaded, complete,
-estimate (``sequential_s``), measured (``measured_s``, with validation), their ratio, and the reason
-when a model gets no estimate; then the
-accuracy exp(-mean |ln ratio|), the share within 5% and 10%, and the plugin's own noise figure.
+estimate (``sequential_s``), measured (``measured_s``, with validation), their ratio, what it ran on
+(its sample inputs, such as the ``test_data_set_0`` the zoo build writes beside a model, or synthetic
+inputs, starred where the model has operators whose work depends on data), and the reason when a model
+gets no estimate; then the accuracy exp(-mean |ln ratio|), the share within 5% and 10%, and the
+plugin's own noise figure.
 
 ``--check`` also runs every model that has no estimate in onnxruntime itself (the plugin's synthetic
 inputs at the manifest's dimensions, others at 1) and exits 1 when onnxruntime runs a
@@ -133,7 +135,10 @@ def _failures(junit: Path) -> dict[str, str]:
 
 def _row(found: dict, name: str, data: dict, failures: dict[str, str]) -> dict:
     """What the table shows of one model: its figures and, when it has no full estimate, why."""
-    row = {key: found.get(key) for key in ("sequential_s", "measured_s", "ratio", "complete", "guessed_dims")}
+    row = {
+        key: found.get(key)
+        for key in ("sequential_s", "measured_s", "ratio", "complete", "guessed_dims", "inputs", "data_dependent_ops")
+    }
     row["loaded"] = "error" not in found
     own = [message for case, message in failures.items() if f"{name}.onnx" in case.split("::")[0]]
     causes = []
@@ -153,7 +158,7 @@ def _render(models: list[dict], results: dict[tuple[int, bool], dict[str, dict]]
     lines = []
     for (granularity, validate), rows in results.items():
         lines += ["", f"G={granularity}, validation {'on' if validate else 'off'}", ""]
-        lines.append(f"{'model':{width}s} loaded complete  estimate_ms  measured_ms  ratio  cause")
+        lines.append(f"{'model':{width}s} loaded complete  estimate_ms  measured_ms  ratio  inputs           cause")
         ratios = []
         for model in models:
             row = rows.get(model["name"], {"loaded": False, "cause": "not run"})
@@ -165,10 +170,12 @@ def _render(models: list[dict], results: dict[tuple[int, bool], dict[str, dict]]
             lines.append(
                 f"{model['name']:{width}s} {'yes' if row.get('loaded') else 'NO':6s} "
                 f"{'yes' if row.get('complete') else 'NO':8s} {_ms(estimate):>11s}  {_ms(measured):>11s}  "
-                f"{f'{ratio:.3f}' if ratio else '-':>5s}  {row.get('cause') or ''}{guessed}"
+                f"{f'{ratio:.3f}' if ratio else '-':>5s}  {_inputs(row):16s} {row.get('cause') or ''}{guessed}"
             )
         estimated = sum(1 for row in rows.values() if row.get("complete") and row.get("sequential_s"))
         lines.append(f"{estimated}/{len(models)} models complete with an estimate")
+        real = [name for name, row in rows.items() if row.get("inputs") not in (None, "synthetic")]
+        lines.append(f"{len(real)} ran on their sample inputs; * synthetic inputs, but operators that depend on data")
         if ratios:
             logs = [abs(math.log(r)) for r in ratios]
             lines.append(
@@ -178,6 +185,12 @@ def _render(models: list[dict], results: dict[tuple[int, bool], dict[str, dict]]
                 f" plugin's noise {_noise(noises.get((granularity, validate)))}"
             )
     return "\n".join(lines)
+
+
+def _inputs(row: dict) -> str:
+    """What the model ran on; synthetic inputs starred where operators of the model depend on data."""
+    inputs = row.get("inputs") or "-"
+    return f"{inputs}*" if inputs == "synthetic" and row.get("data_dependent_ops") else inputs
 
 
 def _ms(seconds: float | None) -> str:
@@ -211,8 +224,7 @@ def _check(cache: Path, models: list[dict], results: dict[tuple[int, bool], dict
 def onnxruntime_runs(path: Path, dims: dict[str, int], samples: Path | None = None) -> str | None:
     """None when onnxruntime loads the model and runs it on synthetic inputs as the plugin makes them
     (floats in [0.5, 1.5), integers and booleans zero, dimensions by input axis or name, else 1), or on the
-    sample inputs
-    (ONNX's test_data_set layout) when given; else onnxruntime's message."""
+    sample inputs (ONNX's test_data_set layout) when given; else onnxruntime's message."""
     import numpy as np
     import onnx
     import onnxruntime

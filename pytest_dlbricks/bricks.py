@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .graph import ModelGraph, TensorSpec
+from .graph import ModelGraph, TensorSpec, format_bytes, memory_limit
 
 #: Operator names shown in a brick's label before the rest is summarised.
 LABEL_OPS = 4
@@ -44,6 +44,9 @@ class BrickSpec:
     #: Outputs that are model outputs but no tensors (ZipMap's sequences of maps): (canonical name,
     #: serialized ``onnx.TypeProto``). Nothing is ever fed from them, so they need no synthesis.
     non_tensor_outputs: tuple[tuple[str, bytes], ...] = ()
+    #: Kept values that are activations (read by an operator whose work depends on their data), not
+    #: steering values: a suite withholds them unless told otherwise; the signature counts their presence.
+    activations: frozenset[str] = frozenset()
 
     @property
     def ops(self) -> tuple[str, ...]:
@@ -74,8 +77,10 @@ class UnbuildableBrick(Exception):
 def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
     """Describe layers ``[begin, end)`` of ``graph`` as a standalone brick.
 
-    Raises :class:`UnbuildableBrick` when a value crossing the brick's boundary has no tensor spec,
-    but for a model output that is no tensor, which the brick returns as it is.
+    Raises :class:`UnbuildableBrick` when a value crossing the brick's boundary has no tensor spec (but
+    for a model output that is no tensor, which the brick returns as it is), or when its inputs, weights
+    and outputs together need more than :func:`memory_limit` bytes (running it allocates them all at
+    once; a tensor alone is checked when the model is loaded).
     """
     layers = graph.layers[begin:end]
     produced = {name for layer in layers for name in layer.output if name}
@@ -84,6 +89,7 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
     inputs: list[tuple[str, TensorSpec]] = []
     weights: list[tuple[str, TensorSpec]] = []
     values: dict[str, np.ndarray] = {}
+    activations: set[str] = set()
 
     def boundary_spec(name: str) -> TensorSpec:
         spec = graph.specs.get(name)
@@ -101,6 +107,8 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
             group.append((renames[name], spec))
             if name in graph.kept_values:
                 values[renames[name]] = graph.kept_values[name]
+            if name in graph.activations:
+                activations.add(renames[name])
         for name in layer.output:
             if name:
                 renames[name] = f"value_{sum(1 for v in renames.values() if v.startswith('value_'))}"
@@ -113,12 +121,18 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
     outputs = [(renames[name], boundary_spec(name)) for name in returned if name not in graph.non_tensor_outputs]
     if not outputs and not other:
         raise UnbuildableBrick("the layers produce nothing that the rest of the model reads")
+    needed = sum(spec.nbytes for _, spec in (*inputs, *weights, *outputs))
+    if needed > (limit := memory_limit()):
+        raise UnbuildableBrick(
+            f"its inputs, weights and outputs together would need {format_bytes(needed)}, more than the"
+            f" {format_bytes(limit)} memory limit; refused before allocating them"
+        )
     nodes = tuple(_renamed(layer, renames, f"body{index}_") for index, layer in enumerate(layers))
     functions = tuple(
         _anonymous(f) for f in graph.functions if any((n.domain, n.op_type) == (f.domain, f.name) for n in nodes)
     )
     opsets = _used_opsets(nodes, graph.opset_imports)
-    signature = _signature(nodes, inputs, weights, outputs, values, opsets, functions, other)
+    signature = _signature(nodes, inputs, weights, outputs, values, opsets, functions, activations, other)
     return BrickSpec(
         nodes=nodes,
         inputs=tuple(inputs),
@@ -130,6 +144,7 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
         functions=functions,
         signature=signature,
         non_tensor_outputs=tuple(other),
+        activations=frozenset(activations),
     )
 
 
@@ -144,6 +159,7 @@ def brick_signature(brick: BrickSpec) -> str:
         brick.values,
         opsets,
         brick.functions,
+        brick.activations,
         brick.non_tensor_outputs,
     )
 
@@ -242,13 +258,21 @@ def _signature(
     values: dict[str, np.ndarray],
     opsets: dict[str, int],
     functions: Sequence[onnx.FunctionProto],
+    activations: Iterable[str] = (),
     non_tensor_outputs: Sequence[tuple[str, bytes]] = (),
 ) -> str:
-    """SHA-256 of a canonical JSON of everything that determines the brick's work, never weight values."""
+    """SHA-256 of a canonical JSON of everything that determines the brick's work, never weight values.
+
+    Kept activations count by their presence only (their effect shows in the output shapes), so a
+    suite that withholds them still checks its bricks; text values count by their text.
+    """
+    activations = frozenset(activations)
 
     def tensor(name: str, spec: TensorSpec) -> list[object]:
         kept = values.get(name)
-        digest = hashlib.sha256(np.ascontiguousarray(kept).tobytes()).hexdigest() if kept is not None else None
+        if name in activations:
+            return [name, spec.dtype, list(spec.shape), "activation"]
+        digest = _value_digest(kept) if kept is not None else None
         return [name, spec.dtype, list(spec.shape), digest]
 
     document = {
@@ -274,6 +298,12 @@ def _signature(
     if non_tensor_outputs:  # absent otherwise, so that the signatures of all other bricks stay as they were
         document["non_tensor_outputs"] = [[name, _digest(type_bytes)] for name, type_bytes in non_tensor_outputs]
     return _digest(json.dumps(document, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _value_digest(value: np.ndarray) -> str:
+    if value.dtype.kind == "O":
+        return _digest(json.dumps([str(item) for item in value.ravel()]).encode() + repr(value.shape).encode())
+    return _digest(np.ascontiguousarray(value).tobytes())
 
 
 def _digest(data: bytes) -> str:

@@ -26,13 +26,22 @@ class ModelFile(pytest.File):
         self.run = run
 
     def collect(self) -> Iterator[pytest.Item]:
+        try:
+            hooked = self.config.hook.pytest_dlbricks_model_inputs(path=self.path, config=self.config)
+        except Exception as error:  # a conftest's bug fails this model alone, as a bad model file does
+            yield FailingItem.from_parent(
+                self,
+                name="load",
+                message=f"{self.nodeid}: the pytest_dlbricks_model_inputs hook raised {type(error).__name__}: {error}",
+            )
+            return
         for number, point in enumerate(self.run.points):
-            yield from self._collect_point(point, warn=number == 0)
+            yield from self._collect_point(point, hooked, warn=number == 0)
 
-    def _collect_point(self, point: SweepPoint, *, warn: bool) -> Iterator[pytest.Item]:
+    def _collect_point(self, point: SweepPoint, hooked: object, *, warn: bool) -> Iterator[pytest.Item]:
         suffix = point.suffix
         try:
-            plan, new_bricks = self.run.add_model(self.path, self.nodeid, point)
+            plan, new_bricks = self.run.add_model(self.path, self.nodeid, point, hooked)
         except ModelError as error:
             yield FailingItem.from_parent(self, name=f"load{suffix}", message=f"{self.nodeid}{suffix}: {error.cause}")
             return

@@ -17,6 +17,7 @@ import networkx as nx
 
 from .bricks import BrickSpec, UnbuildableBrick, describe_brick
 from .graph import ModelGraph
+from .samples import SYNTHETIC
 
 T = TypeVar("T")
 
@@ -52,14 +53,16 @@ class ModelPlan:
     dim_names: tuple[str, ...] = ()
     #: Number of the model's own inputs and outputs (a call's cost depends on them).
     io: tuple[int, int] = (1, 1)
-    #: The whole model as one brick, kept when it is to be validated end to end.
-    whole: BrickSpec | None = field(default=None, repr=False)
     #: The model file as pytest shows it (``path`` adds the sweep point, if any); empty: ``path``.
     file: str = ""
     #: The sweep point: every dimension's size and the numeric type.
     point: dict[str, object] = field(default_factory=dict)
     #: Windows the provider cannot run in the point's numeric type, with the reason.
     unsupported: dict[int, str] = field(default_factory=dict)
+    #: What the model ran on: the source of its sample inputs, or ``synthetic``.
+    inputs: str = SYNTHETIC
+    #: Its operators whose work depends on the values of their inputs (see ``graph.DATA_DEPENDENT_OPS``).
+    data_dependent: tuple[str, ...] = ()
 
     @cached_property
     def signatures(self) -> Counter[str]:
@@ -121,6 +124,7 @@ def plan_model(graph: ModelGraph, granularity: int, display_path: str) -> ModelP
         guessed_dims=dict(graph.guessed_dims),
         dim_names=graph.dim_names,
         io=(len(graph.inputs), len(graph.outputs)),
+        data_dependent=graph.data_dependent,
     )
 
 

@@ -14,24 +14,32 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import BrickWork, RunMeasurements, plan_work
-from .bricks import BrickSpec, UnbuildableBrick, describe_brick
+from .bricks import BrickSpec
 from .clock import PausableClock
 from .cutting import ModelPlan, plan_model
 from .errors import ModelError
 from .html import render_html
-from .loading import load_model
+from .loading import load_model, whole_model
 from .maps import write_maps
 from .numerics import convert, float32_work
 from .overhead import CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
 from .plans import CutModel, PlanCache
 from .probes import measure_run
 from .report import BrickResult, FailedModel, RunReport, build_report
+from .running import ModelRunner
+from .samples import SampleInputs, find_samples, from_hook
 from .settings import Settings
 from .sharding import assign, brick_cost
 from .store import write_json, write_text
 from .suite import SuiteError, export_suite, read_manifest
 from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
 from .validation import Validation, has_parallel_branches
+
+
+def readable(name: str) -> str:
+    """A file name as text every report can hold: the bytes of a name that is not UTF-8, which Python
+    keeps as lone surrogates that no UTF-8 file can hold, are written ``\\xff``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 class DLBricksRun:
@@ -60,6 +68,10 @@ class DLBricksRun:
         self.work: dict[str, BrickWork] = {}
         #: Model files by report path, for measuring their load time.
         self.model_files: dict[str, Path] = {}
+        #: What each model, by report path, was cut from: its file, sweep point and sample inputs.
+        self.sources: dict[str, tuple[Path, SweepPoint, SampleInputs | None]] = {}
+        #: Sample inputs by model file, found once for all sweep points.
+        self.samples: dict[Path, SampleInputs | None] = {}
         #: The report, once composed (see :meth:`compose`), and its JSON form, which everything else reads.
         self.composed: RunReport | None = None
         self.report: dict[str, Any] | None = None
@@ -77,6 +89,8 @@ class DLBricksRun:
         self.messages: list[tuple[str, bool]] = []
         self.write_errors: list[str] = []
         self.written: list[Path] = []
+        #: Damaged records of the brick store, discarded or repaired, when the store is on.
+        self.store_damage: dict[str, dict[str, int]] | None = None
 
     # Cutting
 
@@ -106,21 +120,31 @@ class DLBricksRun:
         self.plan_cache = cache
 
     def add_model(
-        self, path: Path, display_path: str, point: SweepPoint | None = None
+        self, path: Path, display_path: str, point: SweepPoint | None = None, hooked: object = None
     ) -> tuple[ModelPlan, list[BrickSpec]]:
         """Cut the model at ``path`` at ``point``, or take it from the plan cache; returns its plan and the
-        bricks no earlier model had. The point's sizes are the model's own (see :meth:`Settings.dims_for`)."""
+        bricks no earlier model had. The point's sizes are the model's own (see :meth:`Settings.dims_for`).
+        ``hooked`` is what the ``pytest_dlbricks_model_inputs`` hook returned for it (None: the sample
+        inputs the conventions find, if any)."""
+        display_path = readable(display_path)
         point = point or self.points[0]
         point = dataclasses.replace(point, dims=self.settings.dims_for(display_path, point.dims))
         name = display_path + point.suffix
-        cut = self.plan_cache.get(path, display_path, point) if self.plan_cache is not None else None
+        try:
+            sample = self._sample_inputs(path, hooked)
+        except ModelError as error:
+            self.failed.append(FailedModel(name, error.cause))
+            raise
+        digest = sample.digest() if sample is not None else None
+        cut = self.plan_cache.get(path, display_path, point, digest) if self.plan_cache is not None else None
         if cut is None:
-            cut = self._cut(path, display_path, point)
+            cut = self._cut(path, display_path, point, sample)
             if self.plan_cache is not None:
-                self.plan_cache.put(path, point, cut)
+                self.plan_cache.put(path, point, cut, digest)
         plan = cut.plan
         self.plans.append(plan)
         self.model_files[name] = path
+        self.sources[name] = (path, point, sample)
         new_bricks = []
         for brick in plan.bricks:
             if isinstance(brick, BrickSpec) and brick.signature not in self.bricks:
@@ -129,31 +153,42 @@ class DLBricksRun:
         self.work.update({brick.signature: cut.work[brick.signature] for brick in new_bricks})
         return plan, new_bricks
 
-    def _cut(self, path: Path, display_path: str, point: SweepPoint) -> CutModel:
+    def _sample_inputs(self, path: Path, hooked: object) -> SampleInputs | None:
+        if hooked is not None:
+            return from_hook(path, hooked)
+        if path not in self.samples:
+            self.samples[path] = find_samples(path)
+        return self.samples[path]
+
+    def _cut(self, path: Path, display_path: str, point: SweepPoint, sample: SampleInputs | None) -> CutModel:
         name = display_path + point.suffix
         optimize = self.settings if self.settings.cut == "optimized" else None
         dtype = point.dtype
-        to_dtype = None if dtype == AS_WRITTEN else lambda model, data_dir: convert(model, dtype, data_dir)
         try:
-            graph = load_model(path, point.dims, optimize, to_dtype)
+            graph = load_model(path, point.dims, optimize, _converter(dtype), sample, self.settings.granularity)
         except ModelError as error:
             self.failed.append(FailedModel(name, error.cause))
             raise
         plan = plan_model(graph, self.settings.granularity, name)
         plan.file, plan.point = display_path, point.describe()
+        if sample is not None:
+            plan.inputs = sample.source
         if dtype == "fp16":
             reasons = {i: float32_work(b) for i, b in enumerate(plan.bricks) if isinstance(b, BrickSpec)}
             plan.unsupported = {index: reason for index, reason in reasons.items() if reason is not None}
-        if self.settings.validate:
-            try:
-                plan.whole = describe_brick(graph, 0, len(graph.layers))
-            except UnbuildableBrick:
-                plan.whole = None  # its e2e item says why it cannot run
         return CutModel(plan, plan_work(graph, plan))
 
     def already_optimized(self, signature: str) -> bool:
         """Whether a brick was cut by this run from the graph onnxruntime optimized for its settings."""
         return self.settings.cut == "optimized" and signature not in self.exported
+
+    def whole_model_runner(self, plan: ModelPlan, *, parallel: bool) -> ModelRunner:
+        """The whole model of ``plan`` as the user runs it (their file, real weights) on the inputs its
+        bricks were cut for; raises :class:`ModelError` or :class:`~.running.BrickError`."""
+        path, point, sample = self.sources[plan.path]
+        model, feeds = whole_model(path, point.dims, _converter(point.dtype), sample)
+        data_dir = None if isinstance(model, Path) else path.parent  # onnxruntime finds a file's own data
+        return ModelRunner(model, feeds, self.settings, data_dir=data_dir, parallel=parallel)
 
     def models_using(self, signature: str) -> dict[str, int]:
         return {plan.path: plan.signatures[signature] for plan in self.plans if signature in plan.signatures}
@@ -273,6 +308,7 @@ class DLBricksRun:
             measured=self._measure_run() if measure else None,
             unsupported=self.unsupported,
             placements=self.placements,
+            store_damage=self.store_damage,
         )
         self.report = self.composed.as_json()
         return self.report
@@ -306,6 +342,8 @@ class DLBricksRun:
             write(path, content)
         except OSError as error:
             self.write_errors.append(f"cannot write {path}: {error.strerror or error}")
+        except ValueError as error:  # a number JSON cannot hold (NaN, infinity): never written as such
+            self.write_errors.append(f"cannot write {path}: {error}")
         else:
             self.written.append(path)
 
@@ -314,10 +352,15 @@ class DLBricksRun:
         suite, maps = self.settings.export_dir, self.settings.maps_dir
         assert suite is not None and maps is not None
         try:
-            bricks = export_suite(suite, self.bricks.values(), self.settings.describe())
+            bricks = export_suite(
+                suite, self.bricks.values(), self.settings.describe(), activations=self.settings.export_activations
+            )
             models = write_maps(maps, report, self.plans)
         except OSError as error:
             self.messages.append((f"dlbricks: cannot export to {error.filename}: {error.strerror or error}", True))
+            return
+        except SuiteError as error:
+            self.messages.append((f"dlbricks: cannot export: {error}", True))
             return
         self.messages.append(
             (
@@ -326,3 +369,8 @@ class DLBricksRun:
                 False,
             )
         )
+
+
+def _converter(dtype: str) -> Callable[[Any, Path], Any] | None:
+    """The conversion of a model to the numeric type ``dtype``; None for the model as written."""
+    return None if dtype == AS_WRITTEN else lambda model, data_dir: convert(model, dtype, data_dir)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +21,11 @@ MAX_KEPT_INTEGER_ELEMENTS = 1 << 20
 MIN_IR_VERSION = 4
 #: Operators that only give a tensor another shape: onnxruntime aliases their output, they move no bytes.
 VIEW_OPS = frozenset({"Dropout", "Flatten", "Identity", "Reshape", "Squeeze", "Unsqueeze"})
+#: Operators whose work or output size depends on the values of their inputs, not only on their shapes.
+DATA_DEPENDENT_OPS = frozenset({"If", "Loop", "NonZero", "TopK", "NonMaxSuppression", "Unique", "Compress"})
+#: Inputs, by position, whose values set another tensor's shape or size whatever their type: Resize's
+#: roi, scales and sizes, Upsample's scales, Range's bounds (float tensors that are no weights).
+STEERING_SLOTS = {"Resize": (1, 2, 3), "Upsample": (1,), "Range": (0, 1, 2)}
 #: Share of the machine's physical memory a single tensor may need.
 MEMORY_SHARE = 0.5
 #: Limit used where the physical memory cannot be read.
@@ -87,7 +92,7 @@ class ModelGraph:
     specs: dict[str, TensorSpec]
     #: Names of values that are weights: computable without the model's inputs.
     weights: frozenset[str]
-    #: Real values of tensors that steer computation (see :meth:`TensorSpec.steers`).
+    #: Real values of tensors that steer computation (see :meth:`TensorSpec.steers`, :data:`STEERING_SLOTS`).
     kept_values: dict[str, np.ndarray]
     inputs: list[str]
     outputs: list[str]
@@ -98,6 +103,10 @@ class ModelGraph:
     #: Model outputs that are not tensors (ZipMap's sequences of maps), with their types: a brick may
     #: return them, never take them in.
     non_tensor_outputs: dict[str, onnx.TypeProto] = field(default_factory=dict)
+    #: Kept values that are activations, kept only because an operator near them works on their data.
+    activations: frozenset[str] = frozenset()
+    #: The :data:`DATA_DEPENDENT_OPS` among the layers (and inside their subgraphs).
+    data_dependent: tuple[str, ...] = ()
     #: Per layer, the values it reads, including the outer-scope names its subgraphs read.
     layer_reads: list[list[str]] = field(init=False, repr=False)
     #: Per value, the indices of the layers that read it.
@@ -152,6 +161,26 @@ def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
             yield attribute.g
         elif attribute.type == onnx.AttributeProto.GRAPHS:
             yield from attribute.graphs
+
+
+def steering_slot_values(layers: Iterable[onnx.NodeProto]) -> set[str]:
+    """Names the layers read at a :data:`STEERING_SLOTS` position: their values decide shapes."""
+    return {
+        layer.input[slot]
+        for layer in layers
+        if not layer.domain
+        for slot in STEERING_SLOTS.get(layer.op_type, ())
+        if slot < len(layer.input) and layer.input[slot]
+    }
+
+
+def data_dependent_ops(node: onnx.NodeProto) -> set[str]:
+    """The :data:`DATA_DEPENDENT_OPS` a node is or holds in its subgraphs."""
+    found = {node.op_type} & DATA_DEPENDENT_OPS if not node.domain else set()
+    for body in _subgraphs(node):
+        for inner in body.node:
+            found |= data_dependent_ops(inner)
+    return found
 
 
 def is_tensor_type(dtype: int) -> bool:

@@ -12,7 +12,7 @@ from html import escape
 from typing import Any
 
 from . import __version__
-from .terminal import format_flops, format_rate, format_seconds, format_share
+from .terminal import describe_inputs, format_flops, format_rate, format_seconds, format_share
 
 #: Colours of the operator types, heaviest first; the rest share OTHER_COLOUR.
 PALETTE = (
@@ -134,7 +134,7 @@ def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool) -> st
     columns = ["Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path"]
     if validated:
         columns += ["Measured", "Ratio"]
-    columns += ["Load", "FLOPs", "GFLOP/s", "Of peak", "Unknown FLOPs", "Complete"]
+    columns += ["Load", "FLOPs", "GFLOP/s", "Of peak", "Unknown FLOPs", "Inputs", "Complete"]
     rows = []
     for model in models:
         if "error" in model:
@@ -158,13 +158,24 @@ def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool) -> st
             format_rate(model.get("flops_per_s")),
             format_share(model.get("peak_fraction")),
             "-" if not unknown else f"{format_seconds(unknown)} ({format_share(unknown / model['sequential_s'])})",
+            _inputs(model),
             "yes"
             if model["complete"]
             else f'<span class="warn">no ({model["measured_bricks"]}/{model["bricks"]})</span>',
         ]
         rows.append(cells)
-    numeric = set(range(1, len(columns) - 1))
+    numeric = set(range(1, len(columns) - 2))
     return _table(columns, rows, numeric=numeric)
+
+
+def _inputs(model: Mapping[str, Any]) -> str:
+    """What the model ran on, flagged when synthetic data drove operators whose work depends on data."""
+    text = escape(describe_inputs(model))
+    return (
+        f'<span class="warn">{text}</span>'
+        if model.get("inputs") == "synthetic" and model.get("data_dependent_ops")
+        else text
+    )
 
 
 def _load(model: Mapping[str, Any]) -> str:

@@ -14,7 +14,7 @@ import pytest
 
 from .cutting import ModelPlan
 from .engine import DLBricksRun
-from .errors import dims_hint
+from .errors import ModelError, dims_hint
 from .report import BrickResult
 from .running import BrickError, BrickRunner, UnsupportedByProvider
 from .settings import DEFAULT_DIM
@@ -92,15 +92,8 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
     def test_model(request: pytest.FixtureRequest) -> None:
         if plan.unsupported:
             pytest.skip(f"{plan.path}: {len(plan.unsupported)} of its bricks are not supported here; no estimate")
-        if plan.whole is None:
-            pytest.fail(
-                f"{plan.path}: the model's outputs are not all tensors; it cannot be timed whole", pytrace=False
-            )
         try:
-            optimized = run.settings.cut == "optimized"
-            model = BrickRunner(
-                plan.whole, run.settings, parallel=executor == "parallel", whole_model=True, optimized=optimized
-            )
+            model = run.whole_model_runner(plan, parallel=executor == "parallel")
             model.check()
             runners = {
                 signature: BrickRunner(run.bricks[signature], run.settings, optimized=run.already_optimized(signature))
@@ -108,10 +101,11 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
             }
         except UnsupportedByProvider as error:
             pytest.skip(f"{plan.path}: the whole model is not supported here: {error}")
-        except BrickError as error:
+        except (BrickError, ModelError) as error:
+            cause = error.cause if isinstance(error, ModelError) else error
             hint = dims_hint(list(plan.guessed_dims), DEFAULT_DIM)
             raise pytest.fail.Exception(
-                f"{plan.path}: cannot time the whole model: {error}{hint}", pytrace=False
+                f"{plan.path}: cannot time the whole model: {cause}{hint}", pytrace=False
             ) from None
         benchmark = request.getfixturevalue("benchmark")
         bricks = BrickRounds(runners, model)

@@ -2,12 +2,16 @@
 
 Weights are everything a model can compute without its inputs (initializers, Constant nodes and
 constant subgraphs such as old exporters' ConstantOfShape weights); they are not layers. Values
-that steer computation (integer and boolean tensors, tiny tensors) keep their real values so that
-every brick does the same work as inside the model.
+that steer computation (integer, boolean and string tensors, tiny tensors, and whatever feeds a
+shape, size or scale slot such as Resize's scales) keep their real values, so that every brick does
+the same work as inside the model; so do the activations read near an operator whose work depends
+on its data (If, NonZero, ...), as the reference run computed them. Inputs are the user's sample
+inputs where given (see :mod:`.samples`), else synthetic; the reference run runs on them.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import tempfile
 import warnings
@@ -20,11 +24,24 @@ import onnx
 from onnx import external_data_helper, numpy_helper, shape_inference
 
 from .errors import ModelError, RuntimeRefusal, describe_error, dims_hint
-from .graph import MIN_IR_VERSION, ModelGraph, TensorSpec, is_tensor_type, nested_tensors, node_inputs
+from .graph import (
+    DATA_DEPENDENT_OPS,
+    MAX_KEPT_INTEGER_ELEMENTS,
+    MIN_IR_VERSION,
+    ModelGraph,
+    TensorSpec,
+    data_dependent_ops,
+    is_tensor_type,
+    nested_tensors,
+    node_inputs,
+    steering_slot_values,
+)
 from .ordering import canonical_order, content_keys
 from .runtime import load_refusal, optimize_model, run_reference
-from .screening import check_runtime_accepts, check_text, check_values, check_weights
+from .samples import SampleInputs, match_inputs
+from .screening import check_model_file, check_runtime_accepts, check_text, check_values, check_weights
 from .settings import DEFAULT_DIM, Settings
+from .synthetic import model_feeds
 
 #: Operators whose output changes from run to run: never folded into weights.
 NONDETERMINISTIC_OPS = frozenset(
@@ -44,6 +61,8 @@ def load_model(
     dims: Mapping[str, int] | None = None,
     optimize: Settings | None = None,
     convert: Callable[[onnx.ModelProto, Path], onnx.ModelProto] | None = None,
+    sample: SampleInputs | None = None,
+    reach: int = 1,
 ) -> ModelGraph:
     """Parse ``path`` into a :class:`ModelGraph`; raises :class:`ModelError` for anything unusable.
 
@@ -51,48 +70,73 @@ def load_model(
     settings (fusions, eliminated nodes, layout changes): what actually runs, at the price of bricks
     specific to the runtime, provider and machine. ``convert(model, data_dir)``, given, turns the
     model (its inputs sized) into another before it is optimized and cut, for example to int8; it
-    raises ``ValueError`` when it cannot.
+    raises ``ValueError`` when it cannot. ``sample`` gives real values to some or all inputs, and
+    their sizes to the symbolic dimensions they fill; ``reach`` is how many layers around an operator
+    whose work depends on its data keep the real values of what they read (the granularity).
 
     onnxruntime is the authority on what runs: onnx's checker and shape inference only help, and a
     model onnxruntime refuses while symbolic dimensions were left at :data:`DEFAULT_DIM` says so.
     """
-    loader = _ModelLoader(path, _read(path), dict(dims or {}), data_dir=path.parent)
+    loader = _prepared(path, dims, sample)
     try:
-        return _load(loader, optimize, convert)
+        return _load(path, _converted(path, loader, convert), optimize, reach)
     except RuntimeRefusal as error:
         if not loader.guessed:
             raise
         raise ModelError(path, error.cause + dims_hint(list(loader.guessed), DEFAULT_DIM)) from error
 
 
-def _load(
-    loader: _ModelLoader,
-    optimize: Settings | None,
-    convert: Callable[[onnx.ModelProto, Path], onnx.ModelProto] | None,
-) -> ModelGraph:
-    path = loader.path
-    loader.prepare()
-    if convert is not None:
-        guessed = loader.guessed
-        try:
-            converted = convert(loader.runnable_model(), path.parent)
-        except ValueError as error:
-            raise ModelError(path, str(error)) from error
-        dim_names = loader.dim_names
-        loader = _ModelLoader(path, converted, {}, data_dir=path.parent)
-        loader.prepare()
-        loader.guessed, loader.dim_names = guessed, dim_names
+def _load(path: Path, loader: _ModelLoader, optimize: Settings | None, reach: int) -> ModelGraph:
     if optimize is None:
-        return loader.load()
+        return loader.load(reach)
     with tempfile.TemporaryDirectory(prefix="dlbricks-") as folder:
         optimized = optimize_model(path, loader.runnable_model(), path.parent, Path(folder), optimize)
-        runtime_loader = _ModelLoader(path, optimized, {}, data_dir=Path(folder), runtime_graph=True)
+        runtime_loader = _ModelLoader(
+            path, optimized, {}, Path(folder), loader.sample, sample_matched=True, runtime_graph=True
+        )
         runtime_loader.prepare()
         runtime_loader.guessed, runtime_loader.dim_names = loader.guessed, loader.dim_names
-        return runtime_loader.load()
+        return runtime_loader.load(reach)
+
+
+def whole_model(
+    path: Path,
+    dims: Mapping[str, int] | None = None,
+    convert: Callable[[onnx.ModelProto, Path], onnx.ModelProto] | None = None,
+    sample: SampleInputs | None = None,
+) -> tuple[onnx.ModelProto | Path, dict[str, np.ndarray]]:
+    """The model as the user runs it, with its real weights, and its inputs: the file itself (onnxruntime
+    reads it), or the converted model for another numeric type; sample values where given, else synthetic."""
+    loader = _prepared(path, dims, sample)
+    if convert is None:
+        return path, loader.feeds()
+    converted = _converted(path, loader, convert)
+    return converted.runnable_model(), converted.feeds()
+
+
+def _prepared(path: Path, dims: Mapping[str, int] | None, sample: SampleInputs | None) -> _ModelLoader:
+    loader = _ModelLoader(path, _read(path), dict(dims or {}), path.parent, sample)
+    loader.prepare()
+    return loader
+
+
+def _converted(
+    path: Path, loader: _ModelLoader, convert: Callable[[onnx.ModelProto, Path], onnx.ModelProto] | None
+) -> _ModelLoader:
+    if convert is None:
+        return loader
+    try:
+        converted = convert(loader.runnable_model(), path.parent)
+    except ValueError as error:
+        raise ModelError(path, str(error)) from error
+    result = _ModelLoader(path, converted, {}, path.parent, loader.sample, sample_matched=True)
+    result.prepare()
+    result.guessed, result.dim_names = loader.guessed, loader.dim_names
+    return result
 
 
 def _read(path: Path) -> onnx.ModelProto:
+    check_model_file(path)
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -113,9 +157,21 @@ class _ModelLoader:
     """One load of one model; split into steps so each stays short."""
 
     def __init__(
-        self, path: Path, model: onnx.ModelProto, dims: dict[str, int], data_dir: Path, *, runtime_graph: bool = False
+        self,
+        path: Path,
+        model: onnx.ModelProto,
+        dims: dict[str, int],
+        data_dir: Path,
+        sample: SampleInputs | None,
+        *,
+        sample_matched: bool = False,
+        runtime_graph: bool = False,
     ) -> None:
         self.path = path
+        #: The user's input values, checked against the model's inputs by :meth:`prepare` unless
+        #: ``sample_matched`` (a model made from one they were checked against: optimized or converted).
+        self.sample = sample
+        self.sample_matched = sample_matched
         #: Whether onnxruntime is known to load the model: it made this graph, or it was asked.
         self.runtime_loads = runtime_graph
         #: Folder external data locations are relative to.
@@ -128,33 +184,55 @@ class _ModelLoader:
         self.specs: dict[str, TensorSpec] = {}
         graph = model.graph
         self.initializers = {t.name: t for t in graph.initializer}
-        self.inputs = [v.name for v in graph.input if v.name not in self.initializers]
+        #: Weights stored as ``sparse_initializer``, by name: weights like the others, densified only
+        #: where their values are read.
+        self.sparse = {t.values.name: t for t in graph.sparse_initializer}
+        self.inputs = [v.name for v in graph.input if v.name not in self.initializers and v.name not in self.sparse]
         self.outputs = [v.name for v in graph.output]
 
     def prepare(self) -> None:
         """Check and order the model, and give its inputs concrete dimensions; refuse, before onnxruntime
         or anything else allocates for it, what cannot be used (see :mod:`.screening`)."""
         check_text(self.path, self.model)
+        self._check_subgraphs(self.model.graph.node)
         self._sort_nodes()
-        check_weights(self.path, [*self.initializers.values(), *nested_tensors(self.model.graph)])
+        nested = nested_tensors(self.model.graph)
+        check_weights(self.path, [*self.initializers.values(), *self._sparse_parts(), *nested])
         check_runtime_accepts(self.path, self.model.ir_version, self._opset_imports())
         self._check_external_data()
         self._check_structure()
+        if self.sample is not None and not self.sample_matched:
+            real_inputs = [value for value in self.model.graph.input if value.name not in self.initializers]
+            self.sample = match_inputs(self.path, self.sample, real_inputs)
         self._fix_input_dims()
-        check_values(self.path, self._declared_specs(), self.inputs, self.initializers)
+        given = self.sample.values if self.sample is not None else {}
+        weights = [*self.initializers, *self.sparse]
+        check_values(self.path, self._declared_specs(), self.inputs, weights, given)
         self.specs = self._infer_specs()
-        check_values(self.path, self.specs, self.inputs, self.initializers)
+        check_values(self.path, self.specs, self.inputs, weights, given)
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        """The model's inputs: the sample's values (in the type this model takes them), else synthetic."""
+        given = self.sample.values if self.sample is not None else {}
+        for name in self.inputs:
+            if name not in self.specs:
+                raise ModelError(self.path, f"model input {name!r} is not a tensor; only tensor inputs are supported")
+        feeds = model_feeds([(name, self.specs[name]) for name in self.inputs if name not in given])
+        for name, value in given.items():
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(self.specs[name].dtype)
+            feeds[name] = value if value.dtype == dtype or dtype.kind == "O" else value.astype(dtype)
+        return {name: feeds[name] for name in self.inputs}
 
     def runnable_model(self) -> onnx.ModelProto:
         """The prepared model as runtimes want it: initializers no longer listed as inputs."""
         graph = self.model.graph
-        real_inputs = [value for value in graph.input if value.name not in self.initializers]
+        real_inputs = [value for value in graph.input if value.name in self.inputs]
         graph.ClearField("input")
         graph.input.extend(real_inputs)
         self.model.ir_version = max(self.model.ir_version, MIN_IR_VERSION)
         return self.model
 
-    def load(self) -> ModelGraph:
+    def load(self, reach: int = 1) -> ModelGraph:
         nodes = list(self.model.graph.node)
         weights, constant_nodes = self._fold_constants(nodes)
         layers = self._live([node for index, node in enumerate(nodes) if index not in constant_nodes])
@@ -163,15 +241,20 @@ class _ModelLoader:
         specs = self.specs
         needed = self._values_layers_touch(layers)
         missing = [name for name in needed if name not in specs]
-        wanted_values = [
-            name
-            for name in needed
-            if name in specs and name not in self.inputs and specs[name].steers(constant=name in weights)
-        ]
-        kept = self._read_constant_values([n for n in wanted_values if n in weights])
-        to_run = missing + [n for n in wanted_values if n not in kept]
+        slots = steering_slot_values(layers)
+        near = self._near_data_dependent(layers, reach, weights)
+
+        def steers(name: str) -> bool:
+            return specs[name].steers(constant=name in weights) or name in slots
+
+        keep = {name for name in needed if name in specs and (steers(name) or name in near)}
+        feeds = self.feeds()
+        kept = {name: feeds[name] for name in self.inputs if name in keep}
+        kept.update(self._read_constant_values([n for n in keep if n in weights]))
+        to_run = missing + [n for n in keep if n not in kept]
         if to_run:
-            specs, kept = self._reference_run(to_run, specs, kept, weights)
+            specs, kept = self._reference_run(to_run, specs, kept, feeds, keep)
+        activations = {name for name in kept if name in near and not steers(name)}
         # Values still without a spec are not tensors (sequences, optionals): a brick may hold them
         # inside, never at its boundary (see bricks.describe_brick).
         return ModelGraph(
@@ -190,7 +273,19 @@ class _ModelLoader:
             outputs=self.outputs,
             guessed_dims=self.guessed,
             dim_names=self.dim_names,
+            activations=frozenset(activations),
+            data_dependent=tuple(sorted(set().union(*(data_dependent_ops(layer) for layer in layers)))),
         )
+
+    def _near_data_dependent(self, layers: list[onnx.NodeProto], reach: int, weights: set[str]) -> set[str]:
+        """Activations read by layers less than ``reach`` layers from one whose work depends on its data:
+        a brick holding that layer may read them, and its work depends on their values."""
+        marked = [index for index, layer in enumerate(layers) if data_dependent_ops(layer) & DATA_DEPENDENT_OPS]
+        near: set[str] = set()
+        for index in marked:
+            for layer in layers[max(0, index - reach + 1) : index + reach]:
+                near.update(name for name in node_inputs(layer) if name not in weights)
+        return near
 
     def _opset_imports(self) -> dict[str, int]:
         return {o.domain or "": o.version for o in self.model.opset_import}
@@ -219,7 +314,7 @@ class _ModelLoader:
             raise ModelError(self.path, f"onnxruntime cannot load the model: {refusal}") from error
         self.runtime_loads = True
 
-    def _structure(self, keep_data: Callable[[onnx.TensorProto], bool] = lambda tensor: False) -> onnx.ModelProto:
+    def _structure(self, keep_data: Callable[[TensorSpec], bool] = lambda spec: False) -> onnx.ModelProto:
         """The model with its initializers declared as inputs and no weight data, but for those ``keep_data``
         accepts: what the checker and shape inference need.
 
@@ -236,15 +331,49 @@ class _ModelLoader:
         skeleton.graph.input.extend(graph.input)
         skeleton.graph.output.extend(graph.output)
         skeleton.graph.value_info.extend(graph.value_info)
-        kept = [tensor for tensor in graph.initializer if keep_data(tensor)]
+        kept = [tensor for tensor in graph.initializer if keep_data(TensorSpec(tensor.data_type, tuple(tensor.dims)))]
+        kept += [self._dense(name) for name, spec in self._sparse_specs().items() if keep_data(spec)]
         skeleton.graph.initializer.extend(kept)
         declared = {value.name for value in graph.input} | {tensor.name for tensor in kept}
+        weights = {tensor.name: TensorSpec(tensor.data_type, tuple(tensor.dims)) for tensor in graph.initializer}
+        weights.update(self._sparse_specs())
         skeleton.graph.input.extend(
-            onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
-            for tensor in graph.initializer
-            if tensor.name not in declared
+            onnx.helper.make_tensor_value_info(name, spec.dtype, list(spec.shape))
+            for name, spec in weights.items()
+            if name not in declared
         )
         return skeleton
+
+    def _sparse_parts(self) -> list[onnx.TensorProto]:
+        """The values and indices of the sparse weights, each checked as a weight of its own."""
+        return [part for sparse in self.sparse.values() for part in (sparse.values, sparse.indices)]
+
+    def _sparse_specs(self) -> dict[str, TensorSpec]:
+        """The sparse weights as the dense tensors they stand for; a negative dimension is refused."""
+        specs = {}
+        for name, sparse in self.sparse.items():
+            if any(dim < 0 for dim in sparse.dims):
+                raise ModelError(
+                    self.path, f"weight {name!r} has a negative dimension in its shape {list(sparse.dims)}"
+                )
+            specs[name] = TensorSpec(sparse.values.data_type, tuple(sparse.dims))
+        return specs
+
+    def _dense(self, name: str) -> onnx.TensorProto:
+        """A sparse weight as a dense tensor (only ever one whose values are read: small, see ``steers``)."""
+        sparse = self.sparse[name]
+        base_dir = str(self.data_dir)
+        try:
+            values = numpy_helper.to_array(sparse.values, base_dir)
+            indices = numpy_helper.to_array(sparse.indices, base_dir).astype(np.int64)
+            shape = tuple(sparse.dims)
+            dense = np.zeros(math.prod(shape), values.dtype)
+            # Indices are linear positions ([NNZ]) or coordinates ([NNZ, rank]), as ONNX allows.
+            flat = indices if indices.ndim == 1 else np.ravel_multi_index(tuple(indices.T), shape)
+            dense[flat] = values
+        except (ValueError, TypeError, IndexError, OSError) as error:
+            raise ModelError(self.path, f"sparse weight {name!r} cannot be read: {describe_error(error)}") from None
+        return numpy_helper.from_array(dense.reshape(shape), name)
 
     def _check_external_data(self) -> None:
         """Every external weight file lies in the model's folder and is long enough.
@@ -254,7 +383,7 @@ class _ModelLoader:
         so that a layer, and every brick holding it, is whole without the model's folder.
         """
         folder = self.data_dir.resolve()
-        for tensor in self.initializers.values():
+        for tensor in [*self.initializers.values(), *self._sparse_parts()]:
             if external_data_helper.uses_external_data(tensor):
                 self._check_external_tensor(folder, tensor)
         for tensor in nested_tensors(self.model.graph):
@@ -314,28 +443,54 @@ class _ModelLoader:
             )
 
     def _fix_input_dims(self) -> None:
-        """Replace the symbolic dimensions of the model inputs by the user's sizes (an axis's, such as
-        ``x[2]``, before its name's), else the size the model's metadata states, else the default.
+        """Replace the symbolic dimensions of the model inputs by concrete sizes. An input the sample gives
+        takes the sample's sizes, which also go to the dimensions of the same name elsewhere; any other
+        axis takes the user's size for the axis (``x[2]``), else the sample's or the user's for its name,
+        else the size the model's metadata states, else the default.
 
         A name made of ``?`` only (exporters' "unknown") is no name: such axes answer to ``x[2]`` alone.
         """
         stated = _stated_dims(self.model)
+        given = self.sample.values if self.sample is not None else {}
+        inputs = [
+            value
+            for value in self.model.graph.input
+            if value.name not in self.initializers and value.type.HasField("tensor_type")
+        ]
+        sampled: dict[str, int] = {}
         names: dict[str, None] = {}
-        for value in self.model.graph.input:
-            if value.name in self.initializers or not value.type.HasField("tensor_type"):
-                continue
+        for value in sorted(inputs, key=lambda value: value.name not in given):
+            sample = given.get(value.name)
             for axis, dim in enumerate(value.type.tensor_type.shape.dim):
                 if dim.HasField("dim_value") and dim.dim_value > 0:
                     continue
                 axis_name = f"{value.name}[{axis}]"
                 name = dim.dim_param if dim.dim_param.strip("?") else axis_name
                 names.update(dict.fromkeys([name, axis_name]))
-                size = self.dims.get(axis_name, self.dims.get(name, stated.get(name)))
+                if sample is not None:
+                    size = sampled[name] = sample.shape[axis]
+                else:
+                    size = self.dims.get(axis_name, sampled.get(name, self.dims.get(name, stated.get(name))))
                 if size is None:
                     size = self.guessed[name] = DEFAULT_DIM
                 dim.Clear()
                 dim.dim_value = size
         self.dim_names = tuple(names)
+
+    def _check_subgraphs(self, nodes: Iterable[onnx.NodeProto]) -> None:
+        """No subgraph (If, Loop, Scan body), at any depth, has a cycle: its real cause, before the
+        outer graph reads the body's cyclic names as values of the enclosing scope."""
+        for node in nodes:
+            for attribute in node.attribute:
+                bodies = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs
+                for body in bodies:
+                    if _has_cycle(body.node):
+                        raise ModelError(
+                            self.path,
+                            f"the {attribute.name} of node {node.name or node.op_type!r} has a cycle, so it cannot"
+                            " be executed",
+                        )
+                    self._check_subgraphs(body.node)
 
     def _sort_nodes(self) -> None:
         """Put the model's nodes in the topological order of :mod:`.ordering`, whatever the file's order."""
@@ -348,7 +503,7 @@ class _ModelLoader:
                 producer[name] = index
         graph = nx.DiGraph()
         graph.add_nodes_from(range(len(nodes)))
-        known = set(self.initializers) | set(self.inputs)
+        known = set(self.initializers) | set(self.sparse) | set(self.inputs)
         reads = [node_inputs(node) for node in nodes]
         for index, node in enumerate(nodes):
             for name in reads[index]:
@@ -360,6 +515,7 @@ class _ModelLoader:
                     )
         sources = {name: f"input{position}" for position, name in enumerate(self.inputs)}
         sources.update({t.name: f"weight:{t.data_type}:{list(t.dims)}" for t in self.initializers.values()})
+        sources.update({name: f"weight:{spec.dtype}:{list(spec.shape)}" for name, spec in self._sparse_specs().items()})
         try:
             order = canonical_order(graph, content_keys(nodes, graph, reads, sources, self.outputs))
         except nx.NetworkXUnfeasible as error:
@@ -371,7 +527,7 @@ class _ModelLoader:
 
     def _fold_constants(self, nodes: list[onnx.NodeProto]) -> tuple[set[str], set[int]]:
         """Names of all constant values and the indices of the nodes that only compute constants."""
-        constants = set(self.initializers)
+        constants = set(self.initializers) | set(self.sparse)
         constant_nodes: set[int] = set()
         for index, node in enumerate(nodes):
             if node.op_type in NONDETERMINISTIC_OPS:
@@ -404,6 +560,7 @@ class _ModelLoader:
         """Specs of the model's inputs (with concrete dimensions) and weights, as the file declares them."""
         specs = {value.name: _spec_of(value.type) for value in self.model.graph.input}
         specs.update((t.name, TensorSpec(t.data_type, tuple(t.dims))) for t in self.initializers.values())
+        specs.update(self._sparse_specs())
         return {name: spec for name, spec in specs.items() if spec is not None}
 
     def _infer_specs(self) -> dict[str, TensorSpec]:
@@ -421,6 +578,7 @@ class _ModelLoader:
                 specs[value.name] = spec
         for tensor in self.initializers.values():
             specs[tensor.name] = TensorSpec(tensor.data_type, tuple(tensor.dims))
+        specs.update(self._sparse_specs())
         return specs
 
     def _read_constant_values(self, names: Iterable[str]) -> dict[str, np.ndarray]:
@@ -436,6 +594,8 @@ class _ModelLoader:
             try:
                 if name in self.initializers:
                     values[name] = numpy_helper.to_array(self.initializers[name], base_dir)
+                elif name in self.sparse:
+                    values[name] = numpy_helper.to_array(self._dense(name))
                 elif name in constant_attributes and constant_attributes[name].name == "value":
                     values[name] = numpy_helper.to_array(constant_attributes[name].t)
             except (ValueError, TypeError, KeyError, OSError) as error:  # data that does not match its type or shape
@@ -447,16 +607,22 @@ class _ModelLoader:
         names: list[str],
         specs: dict[str, TensorSpec],
         kept: dict[str, np.ndarray],
-        weights: set[str],
+        feeds: dict[str, np.ndarray],
+        keep: set[str],
     ) -> tuple[dict[str, TensorSpec], dict[str, np.ndarray]]:
-        """Run the model once on synthetic inputs to learn what shape inference could not tell."""
-        results = run_reference(self.path, self.runnable_model(), self.data_dir, names)
+        """Run the model once on its inputs to learn what shape inference could not tell, and the values of
+        ``keep`` (float activations only up to :data:`MAX_KEPT_INTEGER_ELEMENTS` elements)."""
+        results = run_reference(self.path, self.runnable_model(), self.data_dir, names, feeds)
         specs = dict(specs)
         kept = dict(kept)
         for name, array in results.items():
             spec = TensorSpec(onnx.helper.np_dtype_to_tensor_dtype(array.dtype), tuple(array.shape))
             specs[name] = spec
-            if name not in self.inputs and spec.steers(constant=name in weights):
+            if (
+                name in keep
+                and name not in self.inputs
+                and (not spec.is_float or spec.numel <= MAX_KEPT_INTEGER_ELEMENTS)
+            ):
                 kept[name] = array
         return specs, kept
 
@@ -476,9 +642,19 @@ def _stated_dims(model: onnx.ModelProto) -> dict[str, int]:
     return stated
 
 
-def _may_decide_shapes(tensor: onnx.TensorProto) -> bool:
+def _has_cycle(nodes: Iterable[onnx.NodeProto]) -> bool:
+    """Whether the nodes of one graph read, through each other, their own outputs."""
+    nodes = list(nodes)
+    producer = {name: index for index, node in enumerate(nodes) for name in node.output if name}
+    graph = nx.DiGraph()
+    graph.add_edges_from(
+        (producer[name], index) for index, node in enumerate(nodes) for name in node_inputs(node) if name in producer
+    )
+    return not nx.is_directed_acyclic_graph(graph)
+
+
+def _may_decide_shapes(spec: TensorSpec) -> bool:
     """Whether shape inference may need the weight's values: integers (shapes, axes) and small floats (scales)."""
-    spec = TensorSpec(tensor.data_type, tuple(tensor.dims))
     return spec.steers(constant=True) or (spec.is_float and spec.numel <= MAX_INFERENCE_FLOAT_ELEMENTS)
 
 

@@ -7,6 +7,8 @@ comparison of DLBricks, from the data day-to-day runs leave in the store.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from .composition import compose_calls
 from .identity import describe_machine, describe_timing
 from .overhead import NO_OVERHEAD
@@ -24,15 +26,19 @@ def store_report(store: BrickStore, statistic: str = "median", critical_path: bo
         f" on {len(shelves)} machines and settings:"
     ]
     bricks = [shelf.bricks() for shelf in shelves]
+    overheads = [shelf.get_overhead() or NO_OVERHEAD for shelf in shelves]
     for index, (shelf, found) in enumerate(zip(shelves, bricks), start=1):
         lines.append(
             f"[{index}] {describe_machine(shelf.identity.machine)}; {describe_timing(shelf.identity.timing)};"
             f" {len(found)} bricks"
         )
+    damaged = store.discarded + sum((shelf.discarded for shelf in shelves), Counter())
+    if damaged:
+        kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(damaged.items()))
+        lines.append(f"Skipped {sum(damaged.values())} damaged records ({kinds}); a run on their machine repairs them.")
     if not shelves or not models:
         return "\n".join(lines)
     times = [times_of(found, statistic) for found in bricks]
-    overheads = [shelf.get_overhead() or NO_OVERHEAD for shelf in shelves]
     header = ["Model", "G", "Dims", *(f"[{i}]" for i in range(1, len(shelves) + 1))]
     header += [f"[{i}]/[1]" for i in range(2, len(shelves) + 1)]
     rows = [header]

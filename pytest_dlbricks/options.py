@@ -210,6 +210,15 @@ _OPTIONS = (
         Path,
     ),
     _Option(
+        "--dlbricks-export-activations",
+        "",
+        "With --dlbricks-export, also write the activations kept where an operator's work depends on its"
+        " data (NonZero, If...), computed from the models' sample inputs; without it the suite carries only"
+        " the steering values (shapes, indices, conditions) that its manifest lists.",
+        "off",
+        switch=True,
+    ),
+    _Option(
         "--dlbricks-shard",
         "K/N",
         "Benchmark only shard K of N of the distinct bricks (the same split on every machine, balanced"
@@ -336,8 +345,11 @@ def read_settings(config: pytest.Config) -> Settings | None:
         shard=config.getoption("dlbricks_shard"),
         export_dir=export_dir,
         maps_dir=_maps_dir(config, export_dir),
+        export_activations=bool(config.getoption("dlbricks_export_activations")),
         **_tracking(config),
     )
+    if settings.export_activations and export_dir is None:
+        raise pytest.UsageError("--dlbricks-export-activations needs --dlbricks-export: it says what a suite carries")
     if export_dir is not None:
         from .suite import check_export_folder  # here, not at the top: keeps importing the plugin cheap
 

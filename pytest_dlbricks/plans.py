@@ -3,17 +3,19 @@
 Collecting a model costs far more than skipping its bricks: onnxruntime optimizes it (with the
 default ``--dlbricks-cut=optimized``), a reference run learns the shapes inference leaves unknown,
 then it is cut and its work counted. A run whose bricks all come from the store would spend most of
-its time there, so each model's plan (its bricks, brick graph, guessed dimensions, the whole model
-when validating) and its bricks' work are kept beside the brick times of the machine and settings
+its time there, so each model's plan (its bricks, brick graph, guessed dimensions, what it ran on)
+and its bricks' work are kept beside the brick times of the machine and settings
 they were cut for, one JSON file per model. A plan is found again by a key over everything that
 decides it: the model file's bytes (and the size and modification time of its external data), the
-sweep point (dimensions and numeric type), granularity, cut and validation, onnx's version, and
+sweep point (dimensions and numeric type), the sample inputs, granularity, cut and validation, onnx's version, and
 pytest-dlbricks' own source, so that any change to the code that loads and cuts models makes new
 plans. The shelf already stands for the machine, onnxruntime's version, providers, threads and
 optimization level.
 
 The files hold no code: protobuf messages as base64 of their bytes, arrays in numpy's ``.npy``
-format read without pickle. A file that cannot be read is a miss: the model is loaded as usual.
+format read without pickle. A file that cannot be read, or whose bricks do not match their
+signatures, work and graph, is a miss, counted in :attr:`PlanCache.discarded`: the model is loaded
+as usual.
 """
 
 from __future__ import annotations
@@ -31,20 +33,24 @@ from typing import Any
 import networkx as nx
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 
 from .analysis import BrickWork, LayerWork
-from .bricks import BrickSpec
+from .bricks import BrickSpec, brick_signature
 from .cutting import Brick, BrokenBrick, ModelPlan
 from .graph import TensorSpec, nested_tensors
 from .identity import digest
+from .screening import check_model_file
 from .settings import Settings
-from .store import write_json
+from .store import is_brick_graph, write_json
 from .sweeps import SweepPoint
 
 #: The point of a run that sweeps nothing.
 ONE_POINT = SweepPoint()
 
-PLAN_VERSION = 1
+PLAN_VERSION = 3
+#: What reading a damaged plan may raise: from JSON, base64, protobuf, numpy's format, or a wrong type.
+_DAMAGE = (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, EOFError, OverflowError, DecodeError)
 
 
 @dataclass(frozen=True)
@@ -61,24 +67,33 @@ class PlanCache:
     def __init__(self, folder: Path, settings: Settings) -> None:
         self.folder = folder
         self.settings = settings
+        #: Plans found unusable (and cut again).
+        self.discarded = 0
 
-    def get(self, path: Path, display_path: str, point: SweepPoint = ONE_POINT) -> CutModel | None:
+    def get(
+        self, path: Path, display_path: str, point: SweepPoint = ONE_POINT, samples: str | None = None
+    ) -> CutModel | None:
         """The model at ``path`` as cut before at ``point`` with these settings, under its current name
-        (``display_path`` as pytest shows the file); None if never."""
-        key = self.key(path, point)
+        (``display_path`` as pytest shows the file), on the sample inputs of digest ``samples``; None if never."""
+        key = self.key(path, point, samples)
         if key is None:
             return None
         try:
-            data = json.loads((self.folder / f"{key}.json").read_text(encoding="utf-8"))
+            content = (self.folder / f"{key}.json").read_bytes()
+        except OSError:  # absent, or no folder to hold it: a miss, no damage
+            return None
+        try:
+            data = json.loads(content.decode("utf-8"))
             if data["version"] != PLAN_VERSION:
-                return None
+                raise ValueError(f"plan version {data['version']!r}")
             return cut_model_from_json(data, display_path, point)
-        except (OSError, ValueError, KeyError, TypeError, IndexError):
+        except _DAMAGE:
+            self.discarded += 1
             return None
 
-    def put(self, path: Path, point: SweepPoint, cut: CutModel) -> None:
+    def put(self, path: Path, point: SweepPoint, cut: CutModel, samples: str | None = None) -> None:
         """Keep a cut model; one that cannot be written as plain data (an object array) is not kept."""
-        key = self.key(path, point)
+        key = self.key(path, point, samples)
         try:
             data = cut_model_to_json(cut)
         except ValueError:
@@ -90,13 +105,14 @@ class PlanCache:
         except OSError:
             return  # a cache that cannot be written only costs the next run the time to cut again
 
-    def key(self, path: Path, point: SweepPoint = ONE_POINT) -> str | None:
+    def key(self, path: Path, point: SweepPoint = ONE_POINT, samples: str | None = None) -> str | None:
         """Digest of everything that decides how the model at ``path`` is cut at ``point``; None if it
         cannot be read."""
         try:
+            check_model_file(path)  # nothing but a model file is read, here as when loading
             content = path.read_bytes()
             external = _external_files(content, path.parent)
-        except Exception:  # unreadable, or no model at all: loading it says why
+        except Exception:  # unreadable, refused, or no model at all: loading it says why
             return None
         return digest(
             {
@@ -104,6 +120,7 @@ class PlanCache:
                 "model": hashlib.sha256(content).hexdigest(),
                 "external": external,
                 "point": {**dict(sorted(point.dims.items())), "dtype": point.dtype},
+                "samples": samples,
                 "granularity": self.settings.granularity,
                 "cut": self.settings.cut,
                 "validate": self.settings.validate,
@@ -157,7 +174,8 @@ def cut_model_to_json(cut: CutModel) -> dict[str, Any]:
         "guessed_dims": dict(plan.guessed_dims),
         "dim_names": list(plan.dim_names),
         "io": list(plan.io),
-        "whole": _spec_to_json(plan.whole) if plan.whole is not None else None,
+        "inputs": plan.inputs,
+        "data_dependent": list(plan.data_dependent),
         "unsupported": {str(index): reason for index, reason in plan.unsupported.items()},
         "work": {signature: _work_to_json(work) for signature, work in cut.work.items()},
     }
@@ -167,22 +185,28 @@ def cut_model_from_json(data: Mapping[str, Any], display_path: str, point: Sweep
     bricks: list[Brick] = [_brick_from_json(entry) for entry in data["bricks"]]
     graph = nx.DiGraph()
     graph.add_nodes_from(range(len(bricks)))
-    graph.add_edges_from((int(a), int(b)) for a, b in data["edges"])
+    graph.add_edges_from((_count(a), _count(b)) for a, b in data["edges"])
     inputs, outputs = data["io"]
     plan = ModelPlan(
         path=display_path + point.suffix,
-        layers=int(data["layers"]),
+        layers=_count(data["layers"]),
         bricks=bricks,
         graph=graph,
-        guessed_dims={str(name): int(size) for name, size in data["guessed_dims"].items()},
+        guessed_dims={str(name): _count(size) for name, size in data["guessed_dims"].items()},
         dim_names=tuple(str(name) for name in data["dim_names"]),
-        io=(int(inputs), int(outputs)),
-        whole=_spec_from_json(data["whole"]) if data["whole"] is not None else None,
+        io=(_count(inputs), _count(outputs)),
         file=display_path,
         point=point.describe(),
-        unsupported={int(index): str(reason) for index, reason in data["unsupported"].items()},
+        unsupported={_count(index): str(reason) for index, reason in data["unsupported"].items()},
+        inputs=str(data["inputs"]),
+        data_dependent=tuple(str(op) for op in data["data_dependent"]),
     )
     work = {str(signature): _work_from_json(entry) for signature, entry in data["work"].items()}
+    specs = [brick for brick in bricks if isinstance(brick, BrickSpec)]
+    if not is_brick_graph(graph, len(bricks)) or any(brick_signature(spec) != spec.signature for spec in specs):
+        raise ValueError("the bricks do not match their signatures and graph")
+    if not set(plan.signatures) <= set(work):
+        raise ValueError("the work of a brick is missing")
     return CutModel(plan, work)
 
 
@@ -195,7 +219,7 @@ def _brick_to_json(brick: Brick) -> dict[str, Any]:
 def _brick_from_json(data: Mapping[str, Any]) -> Brick:
     if "broken" in data:
         index, op_type, reason = data["broken"]
-        return BrokenBrick(int(index), str(op_type), str(reason))
+        return BrokenBrick(_count(index), str(op_type), str(reason))
     return _spec_from_json(data)
 
 
@@ -213,6 +237,7 @@ def _spec_to_json(spec: BrickSpec) -> dict[str, Any]:
         "non_tensor_outputs": [
             [name, base64.b64encode(kind).decode("ascii")] for name, kind in spec.non_tensor_outputs
         ],
+        "activations": sorted(spec.activations),
     }
 
 
@@ -225,11 +250,12 @@ def _spec_from_json(data: Mapping[str, Any]) -> BrickSpec:
         values={
             str(name): np.load(io.BytesIO(_bytes(value)), allow_pickle=False) for name, value in data["values"].items()
         },
-        opset_imports={str(domain): int(version) for domain, version in data["opset_imports"].items()},
-        ir_version=int(data["ir_version"]),
+        opset_imports={str(domain): _count(version) for domain, version in data["opset_imports"].items()},
+        ir_version=_count(data["ir_version"]),
         functions=tuple(onnx.FunctionProto.FromString(_bytes(function)) for function in data["functions"]),
         signature=str(data["signature"]),
         non_tensor_outputs=tuple((str(name), _bytes(kind)) for name, kind in data["non_tensor_outputs"]),
+        activations=frozenset(str(name) for name in data["activations"]),
     )
 
 
@@ -244,9 +270,9 @@ def _work_to_json(work: BrickWork) -> dict[str, Any]:
 def _work_from_json(data: Mapping[str, Any]) -> BrickWork:
     inputs, outputs = data["io"]
     layers = tuple(
-        LayerWork(str(op), None if flops is None else int(flops), int(size)) for op, flops, size in data["layers"]
+        LayerWork(str(op), None if flops is None else _count(flops), _count(size)) for op, flops, size in data["layers"]
     )
-    return BrickWork(str(data["label"]), layers, (int(inputs), int(outputs)))
+    return BrickWork(str(data["label"]), layers, (_count(inputs), _count(outputs)))
 
 
 def _tensors(tensors: tuple[tuple[str, TensorSpec], ...]) -> list[list[object]]:
@@ -254,7 +280,15 @@ def _tensors(tensors: tuple[tuple[str, TensorSpec], ...]) -> list[list[object]]:
 
 
 def _specs(data: list[list[Any]]) -> tuple[tuple[str, TensorSpec], ...]:
-    return tuple((str(name), TensorSpec(int(dtype), tuple(int(d) for d in shape))) for name, dtype, shape in data)
+    return tuple((str(name), TensorSpec(_count(dtype), tuple(_count(d) for d in shape))) for name, dtype, shape in data)
+
+
+def _count(value: Any) -> int:
+    """A count, index, size or version as a plan holds it: a whole number, never negative."""
+    number = int(value)
+    if number < 0 or number != value:
+        raise ValueError(f"{value!r} is not a count")
+    return number
 
 
 def _message(message: onnx.NodeProto | onnx.FunctionProto) -> str:

@@ -22,12 +22,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Declare the hooks conftest files may implement (see :mod:`.hooks`)."""
+    from . import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     settings = read_settings(config)
     if settings is None:
         return
     # Here, not at the top: every pytest run imports this module, only runs with dlbricks on need these.
-    from .distributed import is_worker, warn_no_estimates
+    from .distributed import is_worker
     from .interruption import TerminateAsInterrupt
     from .runtime import ThreadPoolConflict, use_thread_pool
     from .session import DLBricksSession
@@ -42,7 +49,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(session, "dlbricks-session")
     config.stash[TRACKING_KEY] = tracking = Tracking(config, settings, session)
     config.pluginmanager.register(tracking, "dlbricks-tracking")
-    warn_no_estimates(config)
     if not is_worker(config):
         config.stash[SIGTERM_KEY] = sigterm = TerminateAsInterrupt()
         config.pluginmanager.register(sigterm, "dlbricks-sigterm")

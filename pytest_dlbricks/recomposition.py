@@ -23,7 +23,10 @@ from .report import REPORT_VERSION, unsupported_windows
 #: Fields of a model entry that hold whatever the brick times: a recomposition copies them and
 #: computes the estimate again; fields of other kinds (validation, the analysis of a run's times)
 #: hold only for the run that measured them and are left out.
-STATIC_FIELDS = ("path", "point", "layers", "bricks", "unique_bricks", "guessed_dims", "unbuildable_layers")
+STATIC_FIELDS = (
+    *("path", "point", "layers", "bricks", "unique_bricks", "guessed_dims", "unbuildable_layers"),
+    *("inputs", "data_dependent_ops"),
+)
 
 Report = dict[str, Any]
 

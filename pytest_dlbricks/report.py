@@ -123,6 +123,10 @@ class ModelEntry:
     #: Windows without a time because the provider cannot run them.
     unsupported: list[dict[str, object]]
     composition: dict[str, Any]
+    #: What the model ran on (its sample inputs' source, or ``synthetic``), and its operators whose work
+    #: depends on their data: both together mark an estimate made on synthetic data that may mislead.
+    inputs: str = "synthetic"
+    data_dependent_ops: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -136,6 +140,8 @@ class ModelEntry:
             "critical_path_s": self.critical_path_s,
             "complete": self.complete,
             "guessed_dims": dict(self.guessed_dims),
+            "inputs": self.inputs,
+            "data_dependent_ops": list(self.data_dependent_ops),
             "unbuildable_layers": list(self.unbuildable_layers),
             **self.validation,
             **self.analysis.as_json(),
@@ -160,6 +166,9 @@ class Summary:
     #: Time of the complete models in bricks whose FLOPs are unknown, and its share of their estimates.
     unknown_flops_time_s: float | None
     unknown_flops_share: float | None
+    #: Records of the brick store found damaged, by what was done and kind: ``{"discarded": {"brick
+    #: times": 2}, "repaired": {"identity": 1}}``; None without a store.
+    store_damage: dict[str, dict[str, int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +221,7 @@ def build_report(
     measured: RunMeasurements | None = None,
     unsupported: Mapping[str, str] | None = None,
     placements: Mapping[str, Mapping[str, int]] | None = None,
+    store_damage: dict[str, dict[str, int]] | None = None,
 ) -> RunReport:
     """The report of a run.
 
@@ -220,7 +230,7 @@ def build_report(
     run that stopped before every item ran (Ctrl-C, SIGTERM, ``-x``); ``work`` and ``measured``
     (the bricks' layers and the machine's peak and load times) feed the analysis; ``unsupported``
     and ``placements`` say, by brick signature, why a provider cannot run a brick and where its
-    nodes ran.
+    nodes ran; ``store_damage`` counts the damaged records of the brick store.
     """
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
     validations = validations or {}
@@ -277,6 +287,8 @@ def build_report(
                 point=plan.point,
                 unsupported=unsupported_windows(composition, unsupported),
                 composition=composition,
+                inputs=plan.inputs,
+                data_dependent_ops=list(plan.data_dependent),
             )
         )
     models.extend(failed)
@@ -302,6 +314,7 @@ def build_report(
             reused_bricks=len(reused),
             unknown_flops_time_s=unknown if analysed else None,
             unknown_flops_share=unknown / estimated if estimated > 0 else None,
+            store_damage=store_damage,
         ),
         accuracy=_accuracy(json_models, times, users),
         models=models,

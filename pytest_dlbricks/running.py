@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -24,38 +25,50 @@ class BrickRunner:
     runs the brick once in a profiled session of its own, to learn which provider ran each node
     (:attr:`placement`) and whether onnxruntime ran float16 operators in float32.
 
-    ``whole_model`` marks the runner of a whole model, whose outputs are its own: they are never
-    bound onto its inputs (see :func:`view_outputs`). ``optimized`` marks a brick cut from the graph
-    onnxruntime optimized for ``settings``: onnxruntime runs it as it is, without optimizing it again.
+    ``optimized`` marks a brick cut from the graph onnxruntime optimized for ``settings``: onnxruntime
+    runs it as it is, without optimizing it again.
     """
 
     def __init__(
-        self,
-        brick: BrickSpec,
-        settings: Settings,
-        *,
-        parallel: bool = False,
-        whole_model: bool = False,
-        optimized: bool = False,
+        self, brick: BrickSpec, settings: Settings, *, parallel: bool = False, optimized: bool = False
     ) -> None:
         self.brick = brick
+        try:
+            feeds = brick_feeds(brick)
+            model = build_brick_model(brick)
+        except SynthesisError as error:
+            raise BrickError(str(error)) from error
+        self._open(
+            model, feeds, settings, parallel, views=view_outputs(brick, feeds), what="brick", optimized=optimized
+        )
+
+    def _open(
+        self,
+        model: onnx.ModelProto | Path,
+        feeds: dict[str, np.ndarray],
+        settings: Settings,
+        parallel: bool,
+        *,
+        views: Mapping[str, np.ndarray],
+        what: str,
+        data_dir: Path | None = None,
+        optimized: bool = False,
+    ) -> None:
         self.settings = settings
         self.parallel = parallel
         self.optimized = optimized
+        self.feeds = feeds
         self.placement: Placement | None = None
         self._rewrites: list[Callable[[], object]] | None = None
         try:
-            self.feeds = brick_feeds(brick)
-            self.session = create_session(build_brick_model(brick), settings, parallel=parallel, optimized=optimized)
-        except SynthesisError as error:
-            raise BrickError(str(error)) from error
+            self.session = create_session(model, settings, data_dir, parallel=parallel, optimized=optimized)
         except Exception as error:  # onnxruntime's exception types are not part of its API
             if type(error).__name__ == "NotImplemented":
                 providers = "+".join(settings.providers)
                 raise UnsupportedByProvider(f"{providers} cannot run it: {describe_error(error)}") from error
-            raise BrickError(f"onnxruntime cannot load the brick: {describe_error(error)}") from error
+            raise BrickError(f"onnxruntime cannot load the {what}: {describe_error(error)}") from error
         self.provider = self.session.get_providers()[0]
-        self._binding = bind(self.session, self.feeds, {} if whole_model else view_outputs(brick, self.feeds))
+        self._binding = bind(self.session, self.feeds, views)
         self._outputs: list[np.ndarray] = []
 
     def __call__(self) -> None:
@@ -84,12 +97,7 @@ class BrickRunner:
 
     def check(self) -> None:
         """Run once and check the outputs have the shapes they have inside the model, and where it ran."""
-        try:
-            results = run_watched(self.session, None, self.feeds)
-        except RunStopped as error:
-            raise BrickError(f"the brick never finished: {error}") from error
-        except Exception as error:  # onnxruntime's exception types are not part of its API
-            raise BrickError(f"onnxruntime cannot run the brick: {describe_error(error)}") from error
+        results = self._first_run("brick")
         for (name, spec), result in zip(self.brick.outputs, results):
             if tuple(result.shape) != spec.shape:
                 raise BrickError(
@@ -103,11 +111,40 @@ class BrickRunner:
             if fallback is not None:
                 raise UnsupportedByProvider(fallback)
 
+    def _first_run(self, what: str) -> list[np.ndarray]:
+        try:
+            return run_watched(self.session, None, self.feeds)
+        except RunStopped as error:
+            raise BrickError(f"the {what} never finished: {error}") from error
+        except Exception as error:  # onnxruntime's exception types are not part of its API
+            raise BrickError(f"onnxruntime cannot run the {what}: {describe_error(error)}") from error
+
     def _profiled_run(self) -> Placement:
         events = profile(
             build_brick_model(self.brick), self.settings, self.feeds, parallel=self.parallel, optimized=self.optimized
         )
         return placement_of(events)
+
+
+class ModelRunner(BrickRunner):
+    """A whole model ready to time against its bricks: the user's file as onnxruntime loads it, with its
+    real weights (or the model converted to the point's numeric type), on the inputs the bricks were cut
+    for. Its outputs are its own: never bound onto its inputs (see :func:`view_outputs`)."""
+
+    def __init__(
+        self,
+        model: onnx.ModelProto | Path,
+        feeds: dict[str, np.ndarray],
+        settings: Settings,
+        *,
+        data_dir: Path | None = None,
+        parallel: bool = False,
+    ) -> None:
+        self._open(model, feeds, settings, parallel, views={}, what="model", data_dir=data_dir)
+
+    def check(self) -> None:
+        """Run once: the model runs on these inputs, within the time and memory limits."""
+        self._first_run("model")
 
 
 def view_outputs(brick: BrickSpec, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

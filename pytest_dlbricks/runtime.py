@@ -44,9 +44,8 @@ import onnxruntime as ort
 from onnxruntime.capi import _pybind_state
 
 from .errors import ModelError, RuntimeRefusal, describe_error
-from .graph import MIN_IR_VERSION, TensorSpec, format_bytes, memory_limit
+from .graph import MIN_IR_VERSION, format_bytes, memory_limit
 from .settings import DEFAULT_PROVIDERS, Settings
-from .synthetic import SynthesisError, model_feeds
 
 _OPTIMIZATION_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -243,34 +242,23 @@ def load_refusal(model: onnx.ModelProto, data_dir: Path) -> str | None:
     return None
 
 
-def run_reference(path: Path, model: onnx.ModelProto, data_dir: Path, names: list[str]) -> dict[str, np.ndarray]:
-    """Run ``model`` once on synthetic inputs and return the values ``names`` took (tensors only)."""
+def run_reference(
+    path: Path, model: onnx.ModelProto, data_dir: Path, names: list[str], feeds: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Run ``model`` once on ``feeds`` and return the values ``names`` took (tensors only)."""
     reference = onnx.ModelProto()
     reference.CopyFrom(model)
     present = {output.name for output in reference.graph.output}
     reference.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names if name not in present)
-    initializers = {t.name for t in reference.graph.initializer}
-    inputs = [
-        (value.name, _declared_spec(path, value)) for value in reference.graph.input if value.name not in initializers
-    ]
     cause = "onnxruntime cannot run the model to learn its shapes"
     try:
         session = create_session(reference, data_dir=data_dir)
-        results = run_watched(session, names, model_feeds(inputs))
-    except SynthesisError as error:
-        raise ModelError(path, f"cannot make inputs for a reference run: {error}") from error
+        results = run_watched(session, names, feeds)
     except RunStopped as error:
         raise ModelError(path, f"{cause}: {error}") from error
     except Exception as error:  # onnxruntime raises several unrelated exception types
         raise RuntimeRefusal(path, f"{cause}: {describe_error(error)}") from error
     return {name: value for name, value in zip(names, results) if isinstance(value, np.ndarray)}
-
-
-def _declared_spec(path: Path, value: onnx.ValueInfoProto) -> TensorSpec:
-    tensor_type = value.type.tensor_type
-    if not value.type.HasField("tensor_type"):
-        raise ModelError(path, f"model input {value.name!r} is not a tensor; only tensor inputs are supported")
-    return TensorSpec(tensor_type.elem_type, tuple(d.dim_value for d in tensor_type.shape.dim))
 
 
 def run_watched(session: ort.InferenceSession, names: list[str] | None, feeds: dict[str, np.ndarray]) -> list[Any]:
@@ -365,15 +353,15 @@ def bind(
 ) -> ort.SIOBinding | None:
     """Inputs bound in place and outputs left to onnxruntime's allocator (or written into the arrays
     ``placed`` gives by output name), for calls that copy nothing; None for inputs or outputs onnxruntime
-    cannot bind (strings; sequences and maps), which ``run()`` then takes.
+    cannot bind (strings, sequences, maps), which ``run()`` then takes.
 
     ``run()`` would copy every output into a new numpy array: for a brick, a cost the layers do not
     pay inside the model, where a layer's output stays in onnxruntime's memory for the next layer.
     The inputs are the arrays of ``feeds`` themselves, so rewriting them in place is what runs.
     """
-    if any(array.dtype.kind in "OSU" for array in feeds.values()):
-        return None
-    if any(not output.type.startswith("tensor(") for output in session.get_outputs()):
+    if any(array.dtype.kind in "OSU" for array in feeds.values()) or any(
+        not output.type.startswith("tensor(") or output.type == "tensor(string)" for output in session.get_outputs()
+    ):
         return None
     placed = placed or {}
     binding = session.io_binding()

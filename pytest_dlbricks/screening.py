@@ -1,15 +1,18 @@
 """Refuse what the plugin could not use safely, before any memory or time is spent on it.
 
-Models come from people the user may not trust. Loading checks, in this order: names and other
-text are UTF-8 (ONNX requires it; protobuf hands invalid text over as bytes); weights have an ONNX
-element type and no negative dimension; the installed onnxruntime accepts the IR version and
-opsets; model inputs have a type that can be given synthetic values; and no tensor the model
-declares or shape inference derives needs more than :func:`memory_limit` bytes.
+Models come from people the user may not trust. Loading checks, in this order: the file is a regular
+file no larger than protobuf can parse, and no link into the system's pseudo-file folders (checked
+before a byte of it is read); names and other text are UTF-8 (ONNX requires it; protobuf hands
+invalid text over as bytes); weights have an ONNX element type and no negative dimension; the
+installed onnxruntime accepts the IR version and opsets; model inputs have a type that can be given
+synthetic values; and no tensor the model declares or shape inference derives needs more than
+:func:`memory_limit` bytes.
 """
 
 from __future__ import annotations
 
 import math
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -25,6 +28,45 @@ from .synthetic import can_synthesise
 #: two per byte, 2-bit ones four; anything sparser is a shape the data does not back.
 _MAX_VALUES_PER_UNIT = 8
 _VALUE_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+#: Largest message protobuf parses (2 GiB less a byte): a larger model file cannot be an ONNX model.
+MAX_MODEL_FILE_BYTES = (1 << 31) - 1
+#: Folders of the system's pseudo files: what they hold is no model, and may be secret or endless.
+SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"), Path("/dev"))
+_FILE_KINDS = {
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFDIR: "folder",
+}
+
+
+def check_model_file(path: Path) -> int:
+    """The size of the model file at ``path``, which may be read; refuses, before reading a byte, what
+    is no regular file (a FIFO would wait for a writer forever, a device never ends), a file of the
+    system's pseudo-file folders, and a file larger than protobuf parses.
+
+    Links are followed, as pytest follows them when it collects: a link to a model elsewhere is that
+    model. The file is named as pytest shows it; the message says where a link leads.
+    """
+    try:
+        status = path.stat()
+        target = path.resolve()
+    except (OSError, RuntimeError) as error:  # RuntimeError: a loop of links
+        raise ModelError(path, f"cannot read the file: {getattr(error, 'strerror', None) or error}") from None
+    for folder in SYSTEM_FOLDERS:
+        if target.is_relative_to(folder):
+            raise ModelError(path, f"the file links to {target}, a file of the system's {folder}; refused, not read")
+    if not stat.S_ISREG(status.st_mode):
+        kind = _FILE_KINDS.get(stat.S_IFMT(status.st_mode), "special file")
+        raise ModelError(path, f"the file is not a regular file but a {kind}; refused, not read")
+    if status.st_size > MAX_MODEL_FILE_BYTES:
+        raise ModelError(
+            path,
+            f"the file holds {format_bytes(status.st_size)}, more than the 2 GiB protobuf can parse; refused, the"
+            " file was not read (models this large keep their weights in external data files)",
+        )
+    return status.st_size
 
 
 def check_text(path: Path, model: onnx.ModelProto) -> None:
@@ -82,25 +124,30 @@ def check_weights(path: Path, weights: Iterable[onnx.TensorProto]) -> None:
             )
         if any(dim < 0 for dim in tensor.dims):
             raise ModelError(path, f"weight {tensor.name!r} has a negative dimension in its shape {list(tensor.dims)}")
-        stored = _stored_units(tensor)
+        stored, described = _stored_units(tensor)
         if stored is not None and stored * _MAX_VALUES_PER_UNIT < math.prod(tensor.dims):
             raise ModelError(
                 path,
                 f"weight {tensor.name!r} declares {math.prod(tensor.dims)} values (shape {list(tensor.dims)}) but"
-                f" the file stores {stored} {'bytes' if tensor.HasField('raw_data') else 'values'} of them",
+                f" the file stores {described} of them",
             )
 
 
-def _stored_units(tensor: onnx.TensorProto) -> int | None:
-    """Values (or raw bytes) a weight stores in the file, or None where counting them would copy its
-    data (floats' raw bytes: those weights are never read, only their shape matters) or mean
-    reading another file (external data, checked against its file's size)."""
+def _stored_units(tensor: onnx.TensorProto) -> tuple[int | None, str]:
+    """How many values (or raw bytes) a weight stores in the file, and that in words; None where that
+    means reading another file (external data, checked against its file's size).
+
+    Floats' raw bytes are counted from the message's size, which includes a few bytes of its other
+    fields: reading them would copy a weight the plugin never reads otherwise.
+    """
     if external_data_helper.uses_external_data(tensor):
-        return None
+        return None, ""
     if tensor.HasField("raw_data"):
         floats = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).kind == "f"
-        return None if floats else len(tensor.raw_data)
-    return sum(len(getattr(tensor, field)) for field in _VALUE_FIELDS)
+        size = tensor.ByteSize() if floats else len(tensor.raw_data)
+        return size, f"{'at most ' if floats else ''}{size} bytes"
+    count = sum(len(getattr(tensor, field)) for field in _VALUE_FIELDS)
+    return count, f"{count} values"
 
 
 def check_runtime_accepts(path: Path, ir_version: int, opsets: Mapping[str, int]) -> None:
@@ -115,17 +162,25 @@ def check_runtime_accepts(path: Path, ir_version: int, opsets: Mapping[str, int]
         )
 
 
-def check_values(path: Path, specs: Mapping[str, TensorSpec], inputs: Iterable[str], weights: Iterable[str]) -> None:
-    """Inputs can be given synthetic values, and no tensor needs more than :func:`memory_limit` bytes."""
+def check_values(
+    path: Path,
+    specs: Mapping[str, TensorSpec],
+    inputs: Iterable[str],
+    weights: Iterable[str],
+    given: Iterable[str] = (),
+) -> None:
+    """Inputs not ``given`` sample values can be given synthetic ones, and no tensor needs more than
+    :func:`memory_limit` bytes."""
     inputs = set(inputs)
     weights = set(weights)
-    for name in inputs:
+    for name in inputs - set(given):
         spec = specs.get(name)
         if spec is not None and not can_synthesise(spec.dtype):
             raise ModelError(
                 path,
-                f"input {name!r} is a tensor of {spec.describe()}; dlbricks can only feed models synthetic numbers"
-                " and booleans",
+                f"input {name!r} is a tensor of {spec.describe()}; dlbricks can only make synthetic numbers and"
+                " booleans: give it sample inputs (a test_data_set_0 folder, a .npz beside the model, or the"
+                " pytest_dlbricks_model_inputs hook)",
             )
     limit = memory_limit()
     for name, spec in specs.items():

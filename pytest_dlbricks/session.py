@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from .collector import BrickFile, FailingItem, ModelFile
-from .distributed import is_distributed
+from .distributed import NO_ESTIMATES, is_controller_without_estimates, is_distributed
 from .engine import DLBricksRun
 from .interruption import stopped_early
 from .items import signature_of
@@ -107,6 +107,8 @@ class DLBricksSession:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         run, report = self.run, self.run.report
         if report is None:
+            if is_controller_without_estimates(self.config):
+                terminalreporter.write_line(f"dlbricks: {NO_ESTIMATES}", yellow=True)
             return
         terminalreporter.write_sep(
             "-", f"dlbricks: granularity {self.settings.granularity}, {self.settings.statistic} brick times"

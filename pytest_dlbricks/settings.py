@@ -85,6 +85,8 @@ class Settings:
     #: Folder to write the brick suite to, and folder for the models' private maps.
     export_dir: Path | None = None
     maps_dir: Path | None = None
+    #: Write kept activations (real data near data-dependent operators) into the suite too.
+    export_activations: bool = False
     #: Folder of the brick result store; None turns the store off.
     store: Path | None = None
     #: Stored brick times older than this are measured again; infinity keeps them for ever.

@@ -15,7 +15,10 @@ without locks (the last writer of a brick wins, with a whole file), and keeps a 
 The call overhead is measured once per shelf and kept with its brick times, so that a run reusing
 them composes the same estimates as the run that measured them. Model files map each model to its
 bricks, so estimates can be composed for every machine in the store.
-Records of another version, or that cannot be read, count as absent: the brick is measured again.
+Records of another version, or that cannot be read or hold what no measurement gives (a value of
+the wrong type, a time that is negative, zero or not finite, a statistic missing), count as absent:
+the brick is measured again. Each shelf counts the records it discarded and repaired, so that the
+run can say so (see :attr:`Shelf.discarded`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import math
 import os
 import re
 import tempfile
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -37,6 +41,7 @@ import networkx as nx
 from .composition import BrickCall
 from .identity import Identity, digest
 from .overhead import CallOverhead
+from .settings import STATISTICS
 
 STORE_VERSION = 1
 _BRICKS = "bricks"
@@ -77,18 +82,24 @@ class StoredBrick:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StoredBrick:
+        """The brick a record holds; ``ValueError`` (or ``KeyError``, ``TypeError``) for anything a
+        measurement cannot have written."""
         if data["version"] != STORE_VERSION:
             raise ValueError(f"store version {data['version']!r}")
         measured_at = datetime.fromisoformat(data["measured_at"])
         if measured_at.tzinfo is None:
             raise ValueError("measured_at has no time zone")
+        stats = data["stats"]
+        if not isinstance(stats, dict) or not all(isinstance(name, str) for name in stats):
+            raise TypeError("stats is not a table of statistics")
+        precision = data.get("precision")
         return cls(
-            signature=str(data["signature"]),
-            label=str(data["label"]),
-            stats={name: value if isinstance(value, int) else float(value) for name, value in data["stats"].items()},
-            provider=str(data["provider"]),
+            signature=_text(data["signature"]),
+            label=_text(data["label"]),
+            stats={name: _seconds(value, positive=name in STATISTICS) for name, value in stats.items()},
+            provider=_text(data["provider"]),
             measured_at=measured_at,
-            precision=None if data.get("precision") is None else float(data["precision"]),
+            precision=None if precision is None else _seconds(precision, positive=True),
         )
 
 
@@ -137,32 +148,54 @@ class ModelManifest:
         if data["version"] != STORE_VERSION:
             raise ValueError(f"store version {data['version']!r}")
         inputs, outputs = data["io"]
-        return cls(
-            path=str(data["path"]),
+        manifest = cls(
+            path=_text(data["path"]),
             granularity=int(data["granularity"]),
             dims={str(name): int(size) for name, size in data["dims"].items()},
             layers=int(data["layers"]),
-            windows=tuple(None if w is None else (str(w[0]), int(w[1]), int(w[2])) for w in data["windows"]),
+            windows=tuple(None if w is None else (_text(w[0]), int(w[1]), int(w[2])) for w in data["windows"]),
             edges=tuple((int(a), int(b)) for a, b in data["edges"]),
             io=(int(inputs), int(outputs)),
         )
+        if not is_brick_graph(manifest.graph, len(manifest.windows)):
+            raise ValueError("the edges do not join the windows into a graph without cycles")
+        return manifest
 
 
 class Shelf:
-    """The brick times of one machine and settings: a folder of the store, created on the first write."""
+    """The brick times of one machine and settings: a folder of the store, created on the first write.
+
+    :attr:`discarded` counts the records found unusable, by kind (``brick times``, ``call overhead``),
+    and :attr:`repaired` those written again (``identity``).
+    """
 
     def __init__(self, path: Path, identity: Identity) -> None:
         self.path = path
         self.identity = identity
+        self.discarded: Counter[str] = Counter()
+        self.repaired: Counter[str] = Counter()
+        self._identified = False
 
-    def get(self, signature: str, *, max_age_s: float = math.inf, now: datetime | None = None) -> StoredBrick | None:
-        """The stored time of a brick, unless absent, unreadable or older than ``max_age_s``."""
-        data = _read(self.path / _BRICKS / f"{signature}.json")
+    def get(
+        self,
+        signature: str,
+        *,
+        max_age_s: float = math.inf,
+        now: datetime | None = None,
+        statistic: str | None = None,
+    ) -> StoredBrick | None:
+        """The stored time of a brick, unless absent, unusable (without ``statistic``, when given) or
+        older than ``max_age_s``."""
+        path = self.path / _BRICKS / f"{signature}.json"
         try:
-            brick = StoredBrick.from_json(data) if data is not None else None
+            data = _read_record(path)
+            if data is None:
+                return None
+            brick = StoredBrick.from_json(data)
+            if brick.signature != signature or (statistic is not None and statistic not in brick.stats):
+                raise ValueError("not the record of this brick, in this statistic")
         except (KeyError, TypeError, ValueError, AttributeError):
-            return None
-        if brick is None or brick.signature != signature:
+            self.discarded["brick times"] += 1
             return None
         if brick.age_s(now or datetime.now(timezone.utc)) > max_age_s:
             return None
@@ -174,19 +207,49 @@ class Shelf:
         write_json(self.path / _BRICKS / f"{brick.signature}.json", brick.to_json())
 
     def _identify(self) -> None:
-        if not (self.path / _IDENTITY).exists():
-            identity = {"machine": dict(self.identity.machine), "timing": dict(self.identity.timing)}
-            write_json(self.path / _IDENTITY, {"version": STORE_VERSION, **identity})
+        """Write the shelf's identity unless it holds it already: once per shelf object, on its first write."""
+        if self._identified:
+            return
+        expected = {
+            "version": STORE_VERSION,
+            "machine": dict(self.identity.machine),
+            "timing": dict(self.identity.timing),
+        }
+        path = self.path / _IDENTITY
+        if _read(path) != json.loads(json.dumps(expected)):
+            if path.exists():
+                self.repaired["identity"] += 1
+            write_json(path, expected)
+        self._identified = True
+
+    def repair(self) -> None:
+        """Write the identity of a shelf already in the store again if it is damaged, so that the shelf's
+        brick times stay listed (``python -m pytest_dlbricks report``) even in a run that writes nothing."""
+        if self.path.is_dir():
+            self._identify()
 
     def get_overhead(self) -> CallOverhead | None:
         """The cost of an inference call measured with the shelf's bricks, so that reused brick times
         compose exactly as when they were measured."""
-        data = _read(self.path / _OVERHEAD)
         try:
-            if data is None or data["version"] != STORE_VERSION:
+            data = _read_record(self.path / _OVERHEAD)
+            if data is None:
                 return None
-            return CallOverhead(**data["overhead"])
-        except (KeyError, TypeError, ValueError):
+            if data["version"] != STORE_VERSION:
+                raise ValueError(f"store version {data['version']!r}")
+            recorded = data["overhead"]
+            names = [field.name for field in dataclasses.fields(CallOverhead)]
+            if not isinstance(recorded, dict) or sorted(recorded) != sorted(names):
+                raise ValueError("not the fields of a call overhead")
+            parallel = recorded["parallel_fixed_s"]
+            return CallOverhead(
+                fixed_s=_seconds(recorded["fixed_s"]),
+                per_input_s=_seconds(recorded["per_input_s"]),
+                per_output_s=_seconds(recorded["per_output_s"]),
+                parallel_fixed_s=None if parallel is None else _seconds(parallel),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            self.discarded["call overhead"] += 1
             return None
 
     def put_overhead(self, overhead: CallOverhead) -> None:
@@ -194,7 +257,7 @@ class Shelf:
         write_json(self.path / _OVERHEAD, {"version": STORE_VERSION, "overhead": dataclasses.asdict(overhead)})
 
     def bricks(self) -> dict[str, StoredBrick]:
-        """Every readable brick time on this shelf, by signature."""
+        """Every usable brick time on this shelf, by signature."""
         found = {}
         for path in sorted((self.path / _BRICKS).glob("*.json")):
             brick = self.get(path.stem)
@@ -208,6 +271,10 @@ class BrickStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        #: Records found unusable, by kind: ``shelves`` (an identity that cannot be read) and ``models``
+        #: when listing; ``repaired``, ``models`` written again over a damaged record.
+        self.discarded: Counter[str] = Counter()
+        self.repaired: Counter[str] = Counter()
 
     def shelf(self, identity: Identity) -> Shelf:
         machine, timing = identity.machine, identity.timing
@@ -223,18 +290,21 @@ class BrickStore:
         for identity_file in sorted(self.root.glob(f"*/{_IDENTITY}")):
             data = _read(identity_file)
             try:
-                if data is None or data["version"] != STORE_VERSION:
-                    continue
+                if data["version"] != STORE_VERSION:
+                    raise ValueError(f"store version {data['version']!r}")
                 shelves.append(Shelf(identity_file.parent, Identity(dict(data["machine"]), dict(data["timing"]))))
-            except (KeyError, TypeError, ValueError):
-                continue
+            except (KeyError, TypeError, ValueError, AttributeError):
+                self.discarded["shelves"] += 1
         return shelves
 
     def save_model(self, manifest: ModelManifest) -> None:
         """Save a model's bricks, unless the store has them already (a read costs less than a write)."""
         path = self.root / _MODELS / f"{manifest.key}.json"
         data = manifest.to_json()
-        if _read(path) != data:
+        found = _read(path)
+        if found != data:
+            if path.exists() and not _is_model(found):
+                self.repaired["models"] += 1
             write_json(path, data)
 
     def models(self) -> list[ModelManifest]:
@@ -242,11 +312,10 @@ class BrickStore:
         found = []
         for path in self.root.glob(f"{_MODELS}/*.json"):
             data = _read(path)
-            try:
-                if data is not None:
-                    found.append(ModelManifest.from_json(data))
-            except (KeyError, TypeError, ValueError):
-                continue
+            if _is_model(data):
+                found.append(ModelManifest.from_json(data))
+            else:
+                self.discarded["models"] += 1
         return sorted(found, key=lambda m: (m.path, m.granularity, sorted(m.dims.items())))
 
 
@@ -262,23 +331,68 @@ def _read(path: Path) -> Any:
         return None
 
 
+def _is_model(data: Any) -> bool:
+    try:
+        ModelManifest.from_json(data)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
+        return False
+    return True
+
+
+def _read_record(path: Path) -> Any:
+    """The JSON document at ``path``; None when there is none; ``ValueError`` when it cannot be read."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error}") from None
+    return json.loads(text)
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not text")
+    return value
+
+
+def _seconds(value: object, *, positive: bool = False) -> float:
+    """A number a measurement can give: finite, not negative (or, ``positive``, above zero)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{value!r} is not a number")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{value!r} is no measurement")
+    return value
+
+
+def is_brick_graph(graph: nx.DiGraph, windows: int) -> bool:
+    """Whether ``graph`` joins windows ``0..windows-1``, and only those, without a cycle."""
+    return set(graph) == set(range(windows)) and nx.is_directed_acyclic_graph(graph)
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "cpu"
 
 
 def write_json(path: Path, data: object) -> None:
     """Write ``data`` as JSON so that readers never see a half-written file (temporary file, then rename)."""
-    write_text(path, json.dumps(data, indent=2) + "\n")
+    write_text(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
 def write_text(path: Path, text: str) -> None:
     """Write ``text`` so that readers never see a half-written file (temporary file, then rename)."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` so that readers never see a half-written file (temporary file, then rename);
+    a link at ``path`` is replaced, never written through."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; a report is not
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)

@@ -3,7 +3,10 @@
 A suite is meant to leave the owner's hands, so a brick file holds only what the brick's work needs:
 its operators and attributes, canonical value names (``input_0``, ``weight_0``, ``value_0``),
 synthetic weights, and the real values of the few tensors that steer computation (integer tensors
-such as shapes and indices, float scalars such as epsilons). No node, graph or value name of the
+such as shapes and indices, float scalars such as epsilons, scales, conditions), each listed in the
+manifest with its type and shape so the owner sees what leaves. Activations kept because an
+operator's work depends on their data (a NonZero's input, say: with sample inputs, the user's real
+data) are withheld unless the export asks for them; the manifest names them. No node, graph or value name of the
 model, no documentation string, no metadata, no producer of its own, and only the opsets the brick
 uses. Those steering values that are activations inside the model are stored as initializers that
 are also graph inputs (ONNX's default values), so a brick file runs as it is in any runtime.
@@ -16,7 +19,9 @@ suite exported at any granularity times exactly its bricks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,8 +31,10 @@ from onnx import numpy_helper
 
 from . import __version__
 from .bricks import BrickSpec, brick_signature
+from .errors import ModelError
 from .graph import TensorSpec
-from .store import write_json
+from .screening import check_model_file
+from .store import write_bytes, write_json
 from .synthesis import build_brick_model
 
 MANIFEST = "manifest.json"
@@ -43,12 +50,32 @@ class SuiteError(Exception):
 
 
 def brick_file_name(brick: BrickSpec) -> str:
-    """``Conv+Relu-3f2a91c0d1e2f3a4.onnx``: the brick's label with a longer part of its signature."""
-    return f"{brick.label.rsplit('-', 1)[0]}-{brick.signature[:FILE_SIGNATURE_DIGITS]}.onnx"
+    """``Conv+Relu-3f2a91c0d1e2f3a4.onnx``: the brick's label with a longer part of its signature; an
+    operator name that is no plain word (a custom domain may name its operators anything) is not let
+    out of the folder."""
+    ops = re.sub(r"[^A-Za-z0-9+_.-]", "_", brick.label.rsplit("-", 1)[0]).lstrip(".")
+    return f"{ops}-{brick.signature[:FILE_SIGNATURE_DIGITS]}.onnx"
 
 
-def suite_model(brick: BrickSpec) -> onnx.ModelProto:
+def is_plain_file_name(name: object) -> bool:
+    """Whether ``name`` names a file inside a folder: no path separator, no ``..``, not absolute."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and not any(character in name for character in "/\\\0")
+        and Path(name).name == name
+    )
+
+
+def shipped_values(brick: BrickSpec, activations: bool) -> list[str]:
+    """Names of the kept values a suite file holds: all steering values, and activations if asked."""
+    return sorted(name for name in brick.values if activations or name not in brick.activations)
+
+
+def suite_model(brick: BrickSpec, activations: bool = False) -> onnx.ModelProto:
     """The standalone model of ``brick`` as a suite ships it (see the module's description)."""
+    shipped = shipped_values(brick, activations)
+    brick = dataclasses.replace(brick, values={name: brick.values[name] for name in shipped})
     model = build_brick_model(brick)
     used = _domains(model.graph) | {function.domain for function in model.functions}
     for function in model.functions:
@@ -74,8 +101,13 @@ def _domains(graph: onnx.GraphProto) -> set[str]:
     return found
 
 
-def manifest_entry(brick: BrickSpec, file_name: str, model: onnx.ModelProto) -> dict[str, object]:
-    """What the manifest says of one brick, written to ``file_name`` as ``model``."""
+def manifest_entry(
+    brick: BrickSpec, file_name: str, model: onnx.ModelProto, activations: bool = False
+) -> dict[str, object]:
+    """What the manifest says of one brick, written to ``file_name`` as ``model``: ``real_values`` are the
+    kept values the file carries, described in ``kept_values``; ``withheld_values``, the activations it does not."""
+    shipped = shipped_values(brick, activations)
+    specs = dict((*brick.inputs, *brick.weights))
     return {
         "file": file_name,
         "signature": brick.signature,
@@ -88,7 +120,13 @@ def manifest_entry(brick: BrickSpec, file_name: str, model: onnx.ModelProto) -> 
             {"name": name, "type": onnx.helper.printable_type(onnx.TypeProto.FromString(kind))}
             for name, kind in brick.non_tensor_outputs
         ],
-        "real_values": sorted(brick.values),
+        "real_values": shipped,
+        "kept_values": [
+            {**_tensor(name, specs[name]), "kind": "activation" if name in brick.activations else "steering"}
+            for name in shipped
+        ],
+        "activations": sorted(brick.activations),
+        "withheld_values": sorted(set(brick.values) - set(shipped)),
     }
 
 
@@ -96,20 +134,26 @@ def _tensor(name: str, spec: TensorSpec) -> dict[str, object]:
     return {"name": name, "dtype": onnx.TensorProto.DataType.Name(spec.dtype).lower(), "shape": list(spec.shape)}
 
 
-def export_suite(folder: Path, bricks: Iterable[BrickSpec], settings: Mapping[str, object]) -> int:
-    """Write the suite of ``bricks`` to ``folder``; returns how many bricks it holds.
+def export_suite(
+    folder: Path, bricks: Iterable[BrickSpec], settings: Mapping[str, object], *, activations: bool = False
+) -> int:
+    """Write the suite of ``bricks`` to ``folder``; returns how many bricks it holds. ``activations``
+    writes the kept activations too (see the module's description).
 
     Brick files come first and the manifest last (atomically), so the manifest only ever lists
-    files that are complete. Files a previous export listed and this one does not are removed.
+    files that are complete. Files a previous export listed and this one does not are removed; a
+    previous manifest naming a file outside the folder is a :class:`SuiteError`, raised before
+    anything is written or removed. Every file is written by renaming a new file over the old one,
+    so a link in the folder is replaced, never written through.
     """
     folder.mkdir(parents=True, exist_ok=True)
     previous = read_manifest(folder) or {}
     entries = []
     for brick in bricks:
         name = brick_file_name(brick)
-        model = suite_model(brick)
-        (folder / name).write_bytes(model.SerializeToString())
-        entries.append(manifest_entry(brick, name, model))
+        model = suite_model(brick, activations)
+        write_bytes(folder / name, model.SerializeToString())
+        entries.append(manifest_entry(brick, name, model, activations))
     manifest = {
         "kind": KIND,
         "version": SUITE_VERSION,
@@ -151,15 +195,28 @@ def read_manifest(folder: Path) -> dict[str, dict[str, Any]] | None:
             f"{path} is version {manifest.get('version')} of the suite format; this pytest-dlbricks reads"
             f" version {SUITE_VERSION}"
         )
-    return {str(entry["file"]): entry for entry in manifest.get("bricks", [])}
+    entries = manifest.get("bricks", [])
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        raise SuiteError(f"{path} does not list its bricks as a suite manifest does")
+    for entry in entries:
+        if not is_plain_file_name(entry.get("file")):
+            raise SuiteError(
+                f"{path} names a file outside its folder, {entry.get('file')!r}; nothing was read or removed"
+            )
+    return {entry["file"]: entry for entry in entries}
 
 
 def read_brick(path: Path, entry: Mapping[str, Any]) -> BrickSpec:
-    """The brick a suite file holds, checked against its manifest entry."""
+    """The brick a suite file holds, checked against its manifest entry; a suite never refers to other files."""
     try:
-        model = onnx.load(str(path))
+        check_model_file(path)
+        model = onnx.load(str(path), load_external_data=False)
+    except ModelError as error:
+        raise SuiteError(f"{path.name}: {error.cause}") from None
     except Exception as error:  # protobuf and onnx raise several types
         raise SuiteError(f"{path.name} is not a readable ONNX model: {error}") from error
+    if any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in model.graph.initializer):
+        raise SuiteError(f"{path.name} refers to external data, which no exported brick does; refused, not read")
     graph = model.graph
     initializers = {tensor.name: tensor for tensor in graph.initializer}
     input_names = {value.name for value in graph.input}
@@ -185,6 +242,7 @@ def read_brick(path: Path, entry: Mapping[str, Any]) -> BrickSpec:
                 for value in graph.output
                 if not value.type.HasField("tensor_type")
             ),
+            activations=frozenset(str(name) for name in entry.get("activations", ())),
         )
     except (KeyError, ValueError) as error:
         raise SuiteError(f"{path.name} does not hold what its manifest entry describes ({error})") from error

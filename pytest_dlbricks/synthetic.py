@@ -15,6 +15,9 @@ from .graph import TensorSpec
 SEED = 20200420
 #: numpy dtype kinds of the tensors synthetic values exist for: floats, integers, booleans.
 _SYNTHESISABLE_KINDS = "fiub"
+#: Float values drawn at a time: the draws are float64, so a tensor is filled in slices of this many
+#: elements rather than through a float64 temporary the size of the tensor (twice a float32 one).
+_CHUNK = 1 << 16
 
 
 class SynthesisError(Exception):
@@ -34,10 +37,15 @@ def synthetic_array(spec: TensorSpec, rng: np.random.Generator, *, weight: bool)
     if not can_synthesise(spec.dtype):
         raise SynthesisError(f"tensors of type {spec.describe()} cannot be given synthetic values")
     dtype = helper.tensor_dtype_to_np_dtype(spec.dtype)
-    if dtype.kind == "f":
-        low, high = (0.01, 0.1) if weight else (0.5, 1.5)
-        return rng.uniform(low, high, size=spec.shape).astype(dtype)
-    return np.zeros(spec.shape, dtype=dtype)
+    if dtype.kind != "f":
+        return np.zeros(spec.shape, dtype=dtype)
+    low, high = (0.01, 0.1) if weight else (0.5, 1.5)
+    values = np.empty(spec.shape, dtype=dtype)
+    flat = values.reshape(-1)  # a view: the array is contiguous
+    for start in range(0, flat.size, _CHUNK):
+        stop = min(start + _CHUNK, flat.size)
+        flat[start:stop] = rng.uniform(low, high, size=stop - start)
+    return values
 
 
 def model_feeds(inputs: list[tuple[str, TensorSpec]]) -> dict[str, np.ndarray]:

@@ -160,11 +160,11 @@ def format_table(rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> s
     return "\n".join(lines)
 
 
-_COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path", "Complete")
+_COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path", "Inputs", "Complete")
 _VALIDATION_COLUMNS = ("Measured", "Ratio")
 #: Symbolic dimensions no one gave a size, which took the default: shown, as the estimate depends on them.
 _GUESSED_COLUMN = f"Dims left at {DEFAULT_DIM}"
-_LEFT_ALIGNED = ("Model", "Complete", _GUESSED_COLUMN)
+_LEFT_ALIGNED = ("Model", "Complete", "Inputs", _GUESSED_COLUMN)
 
 
 def render_table(report: Mapping[str, object]) -> str:
@@ -190,7 +190,7 @@ def render_table(report: Mapping[str, object]) -> str:
 
 def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
     if "error" in model:
-        return (str(model["path"]), "-", "-", "-", "-", "-", "error") + (("-", "-") if validated else ())
+        return (str(model["path"]), "-", "-", "-", "-", "-", "-", "error") + (("-", "-") if validated else ())
     unsupported = len(model.get("unsupported") or ())  # type: ignore[arg-type]
     missing = f"{model['measured_bricks']}/{model['bricks']}" + (f", {unsupported} unsupported" if unsupported else "")
     complete = "yes" if model["complete"] else f"no ({missing})"
@@ -201,6 +201,7 @@ def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
         str(model["unique_bricks"]),
         format_seconds(model["sequential_s"]),  # type: ignore[arg-type]
         format_seconds(model["critical_path_s"]),  # type: ignore[arg-type]
+        describe_inputs(model),
         complete,
     )
     if not validated:
@@ -216,6 +217,15 @@ def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
 
 def _guessed(model: Mapping[str, object]) -> str:
     return ", ".join(model.get("guessed_dims") or ()) or "-"  # type: ignore[arg-type]
+
+
+def describe_inputs(model: Mapping[str, object]) -> str:
+    """What a model ran on; on synthetic inputs, the operators whose work depends on data, as a warning."""
+    inputs = str(model.get("inputs", "synthetic"))
+    ops: Sequence[str] = model.get("data_dependent_ops") or ()  # type: ignore[assignment]
+    if inputs == "synthetic" and ops:
+        return f"synthetic, but {', '.join(ops)} depend on data: give sample inputs"
+    return inputs
 
 
 def _accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, object]) -> list[str]:

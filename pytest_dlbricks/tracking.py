@@ -59,6 +59,7 @@ class Tracking:
         self._identity: Identity | None = None
         self._machine_info: dict[str, Any] | None = None
         self._saved_overhead: CallOverhead | None = None
+        self.plans: PlanCache | None = None
 
     @property
     def identity(self) -> Identity:
@@ -85,7 +86,12 @@ class Tracking:
         if self.settings.store is not None and not (benchmarks.disabled or benchmarks.skip):
             self.store = BrickStore(self.settings.store)
             self.shelf = self.store.shelf(self.identity)
-            self.run.use_plan_cache(PlanCache(self.shelf.path / "plans", self.settings))
+            self.plans = PlanCache(self.shelf.path / "plans", self.settings)
+            self.run.use_plan_cache(self.plans)
+            try:
+                self.shelf.repair()
+            except OSError as error:
+                self.store_error = f"cannot repair {self._store_name()}: {error.strerror or error}"
             if not self.settings.remeasure and self.run.overhead is None:
                 # Reused brick times compose with the call overhead measured beside them.
                 self._saved_overhead = self.shelf.get_overhead()
@@ -138,7 +144,7 @@ class Tracking:
         signature = signature_of(item)
         if signature is None or self.shelf is None or self.settings.remeasure:
             return
-        stored = self.shelf.get(signature, max_age_s=self.settings.max_age_s)
+        stored = self.shelf.get(signature, max_age_s=self.settings.max_age_s, statistic=self.settings.statistic)
         if stored is None or not stored.precise_enough(self._precision()):
             return
         self.run.record_result(
@@ -183,6 +189,9 @@ class Tracking:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
         """Before pytest-benchmark saves and displays its runs: add the estimates, compare, decide the outcome."""
+        if self.shelf is not None and self.run.report is None:
+            self._measure_lost_overhead(session)
+            self.run.store_damage = self._damage()
         report = self.dlbricks.compose(session)
         if report is not None:
             benchmarks = self.config.pluginmanager.get_plugin("pytest-benchmark")
@@ -195,6 +204,22 @@ class Tracking:
             if self.store is not None and self.shelf is not None:
                 self._save_models(self.store, self.shelf)
         return (yield)
+
+    def _measure_lost_overhead(self, session: pytest.Session) -> None:
+        """Brick times reused without the call overhead measured beside them (its record damaged or
+        removed) would compose without taking it off: measure it now, and keep it for the next run."""
+        if self.reused_at and self.run.overhead is None and session.exitstatus != pytest.ExitCode.INTERRUPTED:
+            self.run.measure_overhead()
+            assert self.shelf is not None
+            self.shelf.repaired["call overhead"] += 1
+
+    def _damage(self) -> dict[str, dict[str, int]]:
+        """The store's damaged records this run met: discarded (and measured or cut again), or repaired."""
+        assert self.shelf is not None and self.store is not None
+        discarded = dict(self.shelf.discarded)
+        if self.plans is not None and self.plans.discarded:
+            discarded["plans"] = self.plans.discarded
+        return {"discarded": discarded, "repaired": dict(self.shelf.repaired + self.store.repaired)}
 
     def _compare(self, report: dict[str, Any], session: pytest.Session) -> None:
         assert self.baseline is not None
@@ -239,6 +264,9 @@ class Tracking:
                 oldest = min(self.reused_at).strftime("%Y-%m-%d %H:%M UTC")
                 reused = f"{len(self.reused_at)} brick times reused (oldest measured {oldest}), "
             write(f"dlbricks: store {self._store_name()}: {reused}{self.saved} measured and saved")
+        damage = self.run.store_damage or {}
+        if any(damage.values()):
+            write(f"dlbricks: store {self._store_name()}: {describe_damage(damage)}", yellow=True)
         if self.store_error is not None:
             write(f"dlbricks: {self.store_error}", yellow=True)
         for note in self.notes:
@@ -269,6 +297,22 @@ class Tracking:
             return str(store.relative_to(self.config.invocation_params.dir))
         except ValueError:
             return str(store)
+
+
+def describe_damage(damage: Mapping[str, Mapping[str, int]]) -> str:
+    """``discarded 2 damaged records (2 brick times, measured again); repaired identity``."""
+    parts = []
+    discarded = damage.get("discarded") or {}
+    if discarded:
+        kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(discarded.items()))
+        parts.append(f"discarded {sum(discarded.values())} damaged records ({kinds}), measured or cut again")
+    repaired = damage.get("repaired") or {}
+    if repaired:
+        parts.append(
+            "repaired "
+            + ", ".join(f"{kind}" + (f" ({count})" if count > 1 else "") for kind, count in sorted(repaired.items()))
+        )
+    return "; ".join(parts)
 
 
 def manifest_of(plan: ModelPlan, settings: Settings) -> ModelManifest:

@@ -20,7 +20,7 @@ PACKAGE = Path(pytest_dlbricks.__file__).parent
 STAGES: dict[str, set[str]] = {
     "vocabulary": {"__init__", "graph", "errors", "settings", "sweeps", "clock", "synthetic", "placement", "identity"},
     "runtime": {"runtime"},
-    "load": {"screening", "ordering", "loading"},
+    "load": {"screening", "ordering", "samples", "loading"},
     "cut": {"bricks", "cutting", "flops", "numerics"},
     "synthesize": {"synthesis"},
     "run": {"running", "overhead", "probes", "sharding"},
@@ -30,7 +30,7 @@ STAGES: dict[str, set[str]] = {
         *("terminal", "html", "suite"),
     },
     "wiring": {
-        *("engine", "items", "session", "collector", "tracking", "plugin", "options", "distributed"),
+        *("engine", "items", "session", "collector", "tracking", "plugin", "options", "distributed", "hooks"),
         *("interruption", "warning_types", "cli", "__main__"),
     },
 }

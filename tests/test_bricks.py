@@ -13,7 +13,9 @@ import tiny_models
 from onnx import helper
 
 from conftest import plan_of
+from pytest_dlbricks import bricks
 from pytest_dlbricks.bricks import BrickSpec, UnbuildableBrick, describe_brick
+from pytest_dlbricks.cutting import BrokenBrick
 from pytest_dlbricks.graph import ModelGraph, TensorSpec
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.running import BrickRunner
@@ -245,3 +247,23 @@ def test_renaming_never_captures_a_body_local_name(tmp_path: Path) -> None:
     (brick,) = bricks_of(tiny_models.save(model, tmp_path, "capture.onnx"), 2)
     add = subgraph(brick.nodes[1], "body").node[1]
     assert len(set(add.input)) == 2, f"the body's Add reads {list(add.input)}"
+
+
+def test_a_brick_whose_tensors_together_exceed_the_memory_limit_is_not_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three layers of 64 KiB weights on 64 KiB values: the limit holds for a brick's tensors together."""
+    size = 1 << 14
+    nodes = [helper.make_node("Add", [f"v{i}", f"w{i}"], [f"v{i + 1}"]) for i in range(3)]
+    weights = [tiny_models.array(f"w{i}", np.full(size, i, np.float32)) for i in range(3)]
+    model = tiny_models.finish(nodes, [tiny_models.tensor("v0", [size])], [tiny_models.tensor("v3", [size])], weights)
+    path = tiny_models.save(model, tmp_path, "adds.onnx")
+    monkeypatch.setattr(bricks, "memory_limit", lambda: 200 << 10)
+    plan = plan_of(path, 3)
+    assert [brick.ops for brick in plan.bricks if isinstance(brick, BrickSpec)] == [("Add",)] * 3
+    monkeypatch.setattr(bricks, "memory_limit", lambda: 128 << 10)
+    reasons = {brick.reason for brick in plan_of(path, 3).bricks if isinstance(brick, BrokenBrick)}
+    assert reasons == {
+        "its inputs, weights and outputs together would need 192.0 KiB, more than the 128.0 KiB memory limit;"
+        " refused before allocating them"
+    }

@@ -1,4 +1,4 @@
-"""pytest-xdist (``-n 2``): bricks are checked in the workers but not timed; no estimates, one warning."""
+"""pytest-xdist (``-n 2``): bricks are checked in the workers but not timed; no estimates, one note."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_plugin import run
 
-from pytest_dlbricks.distributed import NO_ESTIMATES_WARNING
+from pytest_dlbricks.distributed import NO_ESTIMATES
 
 
 def test_distributed_run_checks_bricks_without_estimates(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
@@ -17,11 +17,9 @@ def test_distributed_run_checks_bricks_without_estimates(pytester: pytest.Pytest
 
     result = run(pytester, "-n", "2", "--dlbricks-granularity=2", "--dlbricks-json=r.json", "models")
 
-    result.assert_outcomes(passed=bricks, errors=1, warnings=1)
+    result.assert_outcomes(passed=bricks, errors=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(
-        ["*ERROR at setup of models/broken.onnx::load*", f"*DLBricksWarning: {NO_ESTIMATES_WARNING}"]
-    )
+    result.stdout.fnmatch_lines(["*ERROR at setup of models/broken.onnx::load*", f"dlbricks: {NO_ESTIMATES}"])
     assert "- dlbricks: granularity" not in result.stdout.str()
     assert not (pytester.path / "r.json").exists()
 
@@ -31,3 +29,12 @@ def test_zero_workers_is_a_single_process(pytester: pytest.Pytester, sample_mode
     assert result.ret == 0
     assert "pytest-xdist distributes" not in result.stdout.str()
     assert (pytester.path / "r.json").exists()
+
+
+def test_warnings_as_errors_do_not_turn_the_note_into_an_internal_error(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    pytester.makeini("[pytest]\nfilterwarnings =\n    error\n")
+    result = run(pytester, "-n", "2", "--dlbricks-granularity=3", "models/mlp.onnx")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines([f"dlbricks: {NO_ESTIMATES}"])

@@ -7,6 +7,8 @@ model must still be benchmarked and reported; pytest must exit non-zero and show
 from __future__ import annotations
 
 import fnmatch
+import json
+import os
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
 from pathlib import Path
@@ -90,3 +92,20 @@ def test_the_corpus_is_as_large_as_promised(tmp_path: Path) -> None:
     assert len({case.name for case in cases}) == len(cases)
     assert sum(case.outcome != "runs" for case in cases) >= 30
     assert all(case.path(tmp_path).is_file() for case in cases)
+
+
+def test_a_model_file_name_that_is_not_utf8_is_reported_readably(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]]
+) -> None:
+    (path,) = copy_models(SAMPLE_MODELS / "mlp.onnx")
+    path.rename(path.with_name(os.fsdecode(b"ml\xffp.onnx")))
+    result = run(pytester, "--dlbricks-granularity=3", "--dlbricks-json=r.json", "--dlbricks-html=r.html", "models")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines([r"models/ml\xffp.onnx * yes"])
+    report = json.loads((pytester.path / "r.json").read_bytes().decode("utf-8"), parse_constant=_refuse)
+    assert [model["path"] for model in report["models"]] == [r"models/ml\xffp.onnx"]
+    assert r"models/ml\xffp.onnx" in (pytester.path / "r.html").read_text(encoding="utf-8")
+
+
+def _refuse(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
+import hostile_models
 import numpy as np
 import onnx
 import pytest
@@ -17,6 +19,7 @@ from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.errors import ModelError
 from pytest_dlbricks.graph import ModelGraph, TensorSpec, nested_tensors, node_inputs, subgraph_outer_names
 from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.samples import SampleInputs
 from pytest_dlbricks.settings import Settings
 
 FLOAT, INT64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
@@ -443,4 +446,96 @@ def test_sizes_the_models_metadata_states_are_used(tmp_path: Path) -> None:
 def test_metadata_that_states_no_size_is_ignored(tmp_path: Path) -> None:
     path = _image_model(tmp_path, ("height", "width"), height="x" * 5000, width="9" * 5000, imgsz="big")
     with pytest.raises(ModelError, match=r"height, width left at 1"):
+        load_model(path)
+
+
+def test_sample_sizes_win_for_the_axes_they_give_and_given_sizes_fill_the_rest(tmp_path: Path) -> None:
+    """``x`` comes from the sample; ``y`` shares its ``batch``, and takes the given sizes for the rest."""
+    tensor = tiny_models.tensor
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["y"], ["b"])]
+    inputs = [tensor("x", ["batch", "n"]), tensor("y", ["batch", "m", "?"])]
+    model = tiny_models.finish(nodes, inputs, [tensor("a", ["batch", "n"]), tensor("b", ["batch", "m", "?"])])
+    path = tiny_models.save(model, tmp_path, "two_inputs.onnx")
+    sample = SampleInputs("s", {"x": np.ones((2, 3), np.float32)}, {"x": "s"})
+    graph = load_model(path, {"batch": 7, "n": 9, "m": 5, "y[2]": 4}, sample=sample)
+    assert (graph.specs["x"].shape, graph.specs["y"].shape, graph.guessed_dims) == ((2, 3), (2, 5, 4), {})
+    graph = load_model(path, {"y[0]": 6}, sample=sample)
+    assert (graph.specs["x"].shape, graph.specs["y"].shape) == ((2, 3), (6, 1, 1)), "an axis size wins"
+    assert graph.guessed_dims == {"m": 1, "y[2]": 1}
+
+
+# -- hostile files and the file system -----------------------------------------------------------
+
+
+def test_a_file_over_protobufs_limit_is_refused_before_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "huge.onnx"
+    with path.open("wb") as stream:  # sparse: no disk space, no memory
+        stream.truncate((2 << 30) + 1)
+
+    def never(*args: object) -> bytes:
+        raise AssertionError("the file was read")
+
+    monkeypatch.setattr(Path, "read_bytes", never)
+    with pytest.raises(
+        ModelError, match=r"holds 2\.0 GiB, more than the 2 GiB protobuf can parse; refused, the file was not read"
+    ):
+        load_model(path)
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="no /proc here")
+def test_a_link_into_proc_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "environ.onnx"
+    path.symlink_to("/proc/self/environ")
+    monkeypatch.setattr(Path, "read_bytes", lambda *args: pytest.fail("the file was read"))
+    with pytest.raises(ModelError, match=r"links to /proc/.*environ, a file of the system's /proc; refused, not read"):
+        load_model(path)
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    path = tmp_path / "pipe.onnx"
+    os.mkfifo(path)
+    with pytest.raises(ModelError, match="is not a regular file but a FIFO; refused, not read"):
+        load_model(path)
+
+
+def test_a_link_to_a_model_outside_the_folder_is_followed_as_pytest_follows_it(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    target = tiny_models.chain(tmp_path / "elsewhere")
+    (tmp_path / "models").mkdir()
+    link = tmp_path / "models" / "chain.onnx"
+    link.symlink_to(target)
+    assert ops(load_model(link)) == ops(load_model(target))
+
+
+def test_sparse_initializers_are_weights_and_steering_ones_keep_their_values(tmp_path: Path) -> None:
+    graph = load_model(tiny_models.sparse_weights(tmp_path))
+    assert ops(graph) == ["Add", "Reshape", "Relu"]
+    assert {"bias", "shape"} <= graph.weights
+    assert graph.specs["bias"] == TensorSpec(FLOAT, (2, 4))
+    np.testing.assert_array_equal(graph.kept_values["shape"], [4, 2])
+
+
+def test_a_cycle_inside_a_subgraph_is_named_as_such(tmp_path: Path) -> None:
+    path = tiny_models.save(hostile_models.subgraph_cycle(), tmp_path, "cycle.onnx")
+    with pytest.raises(ModelError, match="the then_branch of node 'If' has a cycle, so it cannot be executed"):
+        load_model(path)
+
+
+def test_float_weights_claiming_more_raw_data_than_the_file_holds_are_refused(tmp_path: Path) -> None:
+    weight = tiny_models.array("w", np.ones(4, np.float32))
+    weight.ClearField("dims")
+    weight.dims.extend([1 << 29])  # 2 GiB of float32 claimed, 16 bytes stored
+    model = tiny_models.finish(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [tiny_models.tensor("x", [1 << 29])],
+        [tiny_models.tensor("y", [1 << 29])],
+        [weight],
+    )
+    path = tiny_models.save(model, tmp_path, "claims.onnx")
+    with pytest.raises(
+        ModelError, match=r"weight 'w' declares 536870912 values .* but the file stores at most \d\d bytes of them"
+    ):
         load_model(path)

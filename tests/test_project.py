@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The modules that wire the domain to pytest (and ``__main__``, which runs the command line when imported).
 PYTEST_LAYER = frozenset(
     {
-        *("__main__", "collector", "distributed", "interruption", "items"),
+        *("__main__", "collector", "distributed", "hooks", "interruption", "items"),
         *("options", "plugin", "session", "tracking", "warning_types"),
     }
 )

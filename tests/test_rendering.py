@@ -158,7 +158,7 @@ def test_page_is_well_formed_and_self_contained(report: dict[str, Any]) -> None:
 
 def test_a_failed_model_spans_the_row_with_its_error(report: dict[str, Any]) -> None:
     page = render_html(report)
-    assert '<td colspan="11"><span class="bad">empty</span></td>' in page
+    assert '<td colspan="12"><span class="bad">empty</span></td>' in page
 
 
 def test_every_operator_type_keeps_one_colour(report: dict[str, Any]) -> None:

@@ -71,6 +71,7 @@ def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
         "reused_bricks": 0,
         "unknown_flops_time_s": None,
         "unknown_flops_share": None,
+        "store_damage": None,
     }
     first, *rest = report["bricks"]
     assert first["signature"] == next(iter(bricks))
@@ -170,11 +171,12 @@ def test_render_table_has_a_row_per_model_and_a_summary(plans: list[ModelPlan]) 
     failed = [FailedModel("broken.onnx", "not an ONNX model")]
     text = render_table(build_report(Settings(granularity=1), plans, failed, bricks, results).as_json())
     lines = text.splitlines()
-    assert lines[0].split() == ["Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical", "path", "Complete"]
+    header = ["Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical", "path", "Inputs", "Complete"]
+    assert lines[0].split() == header
     assert set(lines[1]) == {"-"} and len(lines[1]) == len(lines[0])
-    assert lines[2].split() == ["chain.onnx", "6", "3", "1", "6.0", "us", "6.0", "us", "yes"]
-    assert lines[3].split() == ["diamond.onnx", "5", "5", "5", "-", "-", "no", "(4/5)"]
-    assert lines[4].split() == ["broken.onnx", "-", "-", "-", "-", "-", "error"]
+    assert lines[2].split() == ["chain.onnx", "6", "3", "1", "6.0", "us", "6.0", "us", "synthetic", "yes"]
+    assert lines[3].split() == ["diamond.onnx", "5", "5", "5", "-", "-", "synthetic", "no", "(4/5)"]
+    assert lines[4].split() == ["broken.onnx", "-", "-", "-", "-", "-", "-", "error"]
     assert lines[5] == "3 models, 11 layers, 8 bricks, 6 distinct (75%), 5 measured"
     assert len(lines) == 6
 

@@ -95,14 +95,79 @@ def test_old_records_are_not_reused(tmp_path: Path) -> None:
         json.dumps({**brick().to_json(), "measured_at": "yesterday"}),
         json.dumps({**brick().to_json(), "measured_at": "2025-03-01T12:00:00"}),  # no time zone
         json.dumps({key: value for key, value in brick().to_json().items() if key != "stats"}),
+        json.dumps({**brick().to_json(), "stats": {"median": float("nan")}}),
+        json.dumps({**brick().to_json(), "stats": {"median": -2e-5}}),
+        json.dumps({**brick().to_json(), "stats": {"median": 0}}),
+        json.dumps({**brick().to_json(), "stats": {"median": "2e-5"}}),
+        json.dumps({**brick().to_json(), "stats": [2e-5]}),
+        json.dumps({**brick().to_json(), "label": 7}),
+        json.dumps({**brick().to_json(), "precision": float("inf")}),
+        b"\xff\xfe random bytes".decode("latin-1"),
     ],
 )
-def test_unusable_records_count_as_absent(tmp_path: Path, content: str) -> None:
+def test_unusable_records_count_as_absent_and_are_counted(tmp_path: Path, content: str) -> None:
     shelf = BrickStore(tmp_path).shelf(IDENTITY)
     shelf.put(brick())
     (shelf.path / "bricks" / f"{SIGNATURE}.json").write_text(content)
     assert shelf.get(SIGNATURE) is None
     assert shelf.bricks() == {}
+    assert shelf.discarded == {"brick times": 2}
+
+
+def test_a_record_without_the_statistic_asked_for_is_discarded(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    stored = brick()
+    shelf.put(replace(stored, stats={name: value for name, value in stored.stats.items() if name != "mean"}))
+    assert shelf.get(SIGNATURE, statistic="median") is not None
+    assert shelf.get(SIGNATURE, statistic="mean") is None
+    assert shelf.discarded == {"brick times": 1}
+
+
+RECORDED_OVERHEAD = {"fixed_s": 2e-6, "per_input_s": 0.0, "per_output_s": 0.0, "parallel_fixed_s": None}
+
+
+@pytest.mark.parametrize(
+    "overhead",
+    [
+        {**RECORDED_OVERHEAD, "fixed_s": "fast"},
+        {**RECORDED_OVERHEAD, "fixed_s": -1.0},
+        {**RECORDED_OVERHEAD, "fixed_s": float("nan")},
+        {**RECORDED_OVERHEAD, "parallel_fixed_s": float("inf")},
+        {name: value for name, value in RECORDED_OVERHEAD.items() if name != "fixed_s"},
+        {**RECORDED_OVERHEAD, "extra_s": 1.0},
+        [],
+    ],
+)
+def test_an_unusable_call_overhead_is_discarded_and_counted(tmp_path: Path, overhead: object) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put_overhead(CallOverhead(fixed_s=2e-6))
+    (shelf.path / "overhead.json").write_text(json.dumps({"version": STORE_VERSION, "overhead": overhead}))
+    assert shelf.get_overhead() is None
+    assert shelf.discarded == {"call overhead": 1}
+
+
+def test_a_damaged_identity_is_repaired_and_counted(tmp_path: Path) -> None:
+    store = BrickStore(tmp_path)
+    store.shelf(IDENTITY).put(brick())
+    (shelf_path,) = [path for path in tmp_path.iterdir() if path.is_dir()]
+    (shelf_path / "identity.json").write_bytes(b"\x00\xff random")
+    assert store.shelves() == [] and store.discarded == {"shelves": 1}
+    shelf = store.shelf(IDENTITY)
+    shelf.repair()
+    assert shelf.repaired == {"identity": 1}
+    assert [found.identity for found in BrickStore(tmp_path).shelves()] == [IDENTITY]
+
+
+@pytest.mark.parametrize("change", [{"windows": "abc"}, {"windows": [["a", 1]]}, {"edges": [[0, 5]]}, {"dims": []}])
+def test_an_unusable_model_record_is_discarded_and_counted(tmp_path: Path, change: dict[str, object]) -> None:
+    store = BrickStore(tmp_path)
+    manifest = ModelManifest("models/m.onnx", 2, {}, 2, (window("a"), window("b")), ((0, 1),))
+    store.save_model(manifest)
+    (path,) = (tmp_path / "models").iterdir()
+    path.write_text(json.dumps({**manifest.to_json(), **change}))
+    assert store.models() == [] and store.discarded == {"models": 1}
+    store.save_model(manifest)
+    assert store.models() == [manifest] and store.repaired == {"models": 1}
 
 
 def test_temporary_files_left_by_a_crash_are_ignored(tmp_path: Path) -> None:

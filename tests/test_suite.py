@@ -95,9 +95,26 @@ def test_a_brick_read_back_is_the_brick_written(tmp_path: Path) -> None:
         assert [n.SerializeToString() for n in again.nodes] == [n.SerializeToString() for n in brick.nodes]
         assert (again.inputs, again.weights, again.outputs) == (brick.inputs, brick.weights, brick.outputs)
         assert again.non_tensor_outputs == brick.non_tensor_outputs
-        assert sorted(again.values) == sorted(brick.values)
+        assert sorted(again.values) == sorted(set(brick.values) - brick.activations)
+        assert entries[name]["withheld_values"] == sorted(brick.activations)
         assert build_brick_model(again).graph == build_brick_model(brick).graph
         BrickRunner(again, SETTINGS).check()
+    assert any(brick.activations for brick in bricks), "the Loop's outer-scope input is an activation"
+
+
+def test_activations_leave_only_when_asked_and_the_manifest_lists_what_leaves(tmp_path: Path) -> None:
+    bricks = distinct(tiny_models.loop_outer_scope(tmp_path, body_seed=3))
+    (loop,) = (brick for brick in bricks if brick.activations)
+    for asked in (False, True):
+        export_suite(tmp_path / f"suite{asked}", [loop], SETTINGS.describe(), activations=asked)
+        (entry,) = (read_manifest(tmp_path / f"suite{asked}") or {}).values()
+        carried = sorted(loop.values) if asked else sorted(set(loop.values) - loop.activations)
+        assert entry["real_values"] == [value["name"] for value in entry["kept_values"]] == carried
+        assert {value["kind"] for value in entry["kept_values"]} == (
+            {"steering", "activation"} if asked else {"steering"}
+        )
+        again = read_brick(tmp_path / f"suite{asked}" / entry["file"], entry)
+        assert again.signature == loop.signature
 
 
 def test_a_brick_file_runs_as_it_is_with_its_steering_values(tmp_path: Path) -> None:
@@ -177,3 +194,54 @@ def test_other_manifests_are_not_suites(tmp_path: Path) -> None:
     (tmp_path / MANIFEST).write_text("{")
     with pytest.raises(SuiteError, match="cannot be read as JSON"):
         read_manifest(tmp_path)
+
+
+@pytest.mark.parametrize("named", ["../victim.txt", "{victim}", "sub/../../victim.txt", ".", ""])
+def test_a_manifest_naming_a_file_outside_its_folder_is_an_error_that_deletes_nothing(
+    tmp_path: Path, named: str
+) -> None:
+    suite = tmp_path / "suite"
+    (chain,) = distinct(tiny_models.chain(tmp_path))
+    export_suite(suite, [chain], SETTINGS.describe())
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    manifest = json.loads((suite / MANIFEST).read_text())
+    manifest["bricks"].append({**manifest["bricks"][0], "file": named.format(victim=victim)})
+    (suite / MANIFEST).write_text(json.dumps(manifest))
+    before = sorted(path.name for path in suite.iterdir())
+
+    with pytest.raises(SuiteError, match="names a file outside its folder"):
+        read_manifest(suite)
+    with pytest.raises(SuiteError, match="names a file outside its folder"):
+        export_suite(suite, [], SETTINGS.describe())
+    assert victim.read_text() == "keep me"
+    assert sorted(path.name for path in suite.iterdir()) == before
+
+
+def test_an_export_writes_no_file_through_a_link_in_its_folder(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    (chain,) = distinct(tiny_models.chain(tmp_path))
+    export_suite(suite, [chain], SETTINGS.describe())
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (suite / brick_file_name(chain)).unlink()
+    (suite / brick_file_name(chain)).symlink_to(victim)
+    export_suite(suite, [chain], SETTINGS.describe())
+    assert victim.read_text() == "keep me"
+    assert not (suite / brick_file_name(chain)).is_symlink()
+
+
+def test_a_brick_file_referring_to_external_data_is_refused_unread(tmp_path: Path) -> None:
+    (chain,) = distinct(tiny_models.chain(tmp_path))
+    suite = tmp_path / "suite"
+    export_suite(suite, [chain], SETTINGS.describe())
+    path = suite / brick_file_name(chain)
+    model = onnx.load(str(path))
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 4096)
+    for tensor in model.graph.initializer:
+        onnx.external_data_helper.set_external_data(tensor, "../secret.bin")
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        tensor.ClearField("raw_data")
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(SuiteError, match="refers to external data, which no exported brick does; refused, not read"):
+        read_brick(path, (read_manifest(suite) or {})[path.name])

@@ -86,6 +86,13 @@ def test_help_shows_the_sweep_suite_and_shard_options(pytester: pytest.Pytester)
             "*(its bricks and their graph), for python -m*",
             "*pytest_dlbricks compose. Default: DIR-maps beside the*",
             "*suite.",
+            "  --dlbricks-export-activations",
+            "*With --dlbricks-export, also write the activations kept*",
+            "*where an operator's work depends on its data (NonZero,*",
+            "*If...), computed from the models' sample inputs; without*",
+            "*it the suite carries only the steering values (shapes,*",
+            "*indices, conditions) that its manifest lists. Default:*",
+            "*off.",
             "  --dlbricks-shard=K/N  Benchmark only shard K of N of the distinct bricks (the",
             "*same split on every machine, balanced by expected cost);*",
             "*combine the reports with python -m pytest_dlbricks*",
@@ -347,6 +354,7 @@ def test_three_shards_merge_into_the_single_run_composition(pytester: pytest.Pyt
         (["--dlbricks-shard=3/2"], "*shard number must lie between 1 and 2, not 3*"),
         (["--dlbricks-dtype=fp64"], "*numeric type must be one of fp32, int8, fp16 (comma-separated), not 'fp64'*"),
         (["--dlbricks-export-maps=maps"], "*--dlbricks-export-maps needs --dlbricks-export*"),
+        (["--dlbricks-export-activations"], "*--dlbricks-export-activations needs --dlbricks-export*"),
         (["--dlbricks-export=suite", "--dlbricks-export-maps=suite/maps"], "*lies inside the suite*private*"),
         (
             ["--dlbricks-export=models"],
@@ -360,3 +368,22 @@ def test_bad_combinations_are_usage_errors(
     result = pytester.runpytest("--dlbricks-granularity=1", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+def test_an_export_over_a_manifest_naming_files_outside_deletes_nothing(
+    pytester: pytest.Pytester, models: list[Path]
+) -> None:
+    suite = pytester.path / "suite"
+    suite.mkdir()
+    victims = [pytester.path / "victim.txt", pytester.path.parent / f"{pytester.path.name}-absolute.txt"]
+    for victim in victims:
+        victim.write_text("keep me")
+    entries = [{"file": "../victim.txt"}, {"file": str(victims[1])}]
+    manifest = {"kind": "pytest-dlbricks brick suite", "version": 1, "bricks": entries}
+    (suite / "manifest.json").write_text(json.dumps(manifest))
+
+    result = run(pytester, "--dlbricks-granularity=3", "--dlbricks-export=suite", "--collect-only", "models")
+
+    result.stdout.fnmatch_lines(["dlbricks: cannot export: *manifest.json names a file outside its folder*"])
+    assert [victim.read_text() for victim in victims] == ["keep me", "keep me"]
+    assert sorted(path.name for path in suite.iterdir()) == ["manifest.json"]

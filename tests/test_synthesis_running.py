@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,9 +22,9 @@ from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.engine import DLBricksRun
 from pytest_dlbricks.errors import ModelError
 from pytest_dlbricks.graph import MIN_IR_VERSION, TensorSpec
-from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.loading import load_model, whole_model
 from pytest_dlbricks.overhead import measure_call_overhead, measure_parallel_fixed_cost
-from pytest_dlbricks.running import BrickError, BrickRunner, _rewritable, view_outputs
+from pytest_dlbricks.running import BrickError, BrickRunner, ModelRunner, _rewritable, view_outputs
 from pytest_dlbricks.runtime import input_rewriter, run_reference, session_options
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.synthesis import brick_feeds, build_brick_model
@@ -63,6 +64,18 @@ def test_float_values_are_deterministic_and_in_range(dtype: int) -> None:
     assert weights.min() >= 0.0099 and weights.max() <= 0.1001
     assert activations.min() >= 0.499 and activations.max() <= 1.501
     assert np.isfinite(activations).all()
+
+
+@pytest.mark.parametrize("dtype", [P.FLOAT, P.DOUBLE, P.FLOAT16], ids=P.DataType.Name)
+def test_float_values_need_no_temporary_the_size_of_the_tensor(dtype: int) -> None:
+    spec = TensorSpec(dtype, (1 << 21,))
+    tracemalloc.start()
+    try:
+        values = synthetic_array(spec, np.random.default_rng(1), weight=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < values.nbytes * 1.25, f"{peak} bytes at the peak for a tensor of {values.nbytes}"
 
 
 @pytest.mark.parametrize("dtype", [P.INT64, P.INT32, P.UINT8, P.BOOL], ids=P.DataType.Name)
@@ -235,11 +248,14 @@ def test_a_dropout_in_training_mode_is_not_a_view(tmp_path: Path, settings: Sett
 
 def test_a_whole_model_never_returns_its_input_as_its_output(tmp_path: Path, settings: Settings) -> None:
     """A model's own outputs are onnxruntime's: a model that only reshapes its input copies it."""
-    (brick,) = bricks_of(tiny_models.single_layer(tmp_path, "Identity", [2, 8]), 1)
+    path = tiny_models.single_layer(tmp_path, "Identity", [2, 8])
+    (brick,) = bricks_of(path, 1)
     assert set(view_outputs(brick, brick_feeds(brick))) == {name for name, _ in brick.outputs}
-    whole = BrickRunner(brick, settings, whole_model=True)
+    model, feeds = whole_model(path)
+    whole = ModelRunner(model, feeds, settings)
     whole()
-    whole.feeds["input_0"][...] = 7.0
+    (name,) = whole.feeds
+    whole.feeds[name][...] = 7.0
     assert not (whole.outputs()[0] == 7.0).any()
 
 
@@ -298,7 +314,7 @@ def test_only_bricks_this_run_cut_from_the_optimized_graph_run_as_cut(tmp_path: 
 def test_reference_run_returns_intermediate_values(tmp_path: Path) -> None:
     path = tiny_models.computed_reshape(tmp_path)
     model = onnx.load(str(path))
-    values = run_reference(path, model, path.parent, ["target", "flat"])
+    values = run_reference(path, model, path.parent, ["target", "flat"], {"x": np.ones((2, 3, 4), np.float32)})
     assert values["target"].tolist() == [2, -1]
     assert values["flat"].shape == (2, 12)
 

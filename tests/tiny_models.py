@@ -314,6 +314,25 @@ def op_without_kernel(dtype: int) -> str:
     pytest.skip(f"onnxruntime's CPU provider runs every one of {UNARY_OPS} in {TensorProto.DataType.Name(dtype)}")
 
 
+def sparse_weights(directory: Path) -> Path:
+    """Add a sparse float weight, then Reshape by a sparse int64 shape: weights as ``sparse_initializer``,
+    which onnx's checker and onnxruntime accept, the shape a value that steers computation."""
+    weight = helper.make_sparse_tensor(
+        helper.make_tensor("bias", FLOAT, [2], [1.0, 2.0]), helper.make_tensor("bias_at", INT64, [2], [0, 5]), [2, 4]
+    )
+    shape = helper.make_sparse_tensor(
+        helper.make_tensor("shape", INT64, [2], [4, 2]), helper.make_tensor("shape_at", INT64, [2], [0, 1]), [2]
+    )
+    nodes = [
+        helper.make_node("Add", ["x", "bias"], ["a"]),
+        helper.make_node("Reshape", ["a", "shape"], ["r"]),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    model = finish(nodes, [tensor("x", [2, 4])], [tensor("y", [4, 2])])
+    model.graph.sparse_initializer.extend([weight, shape])
+    return save(model, directory, "sparse_weights.onnx")
+
+
 #: Every builder of a model that loads and cuts, by a short name for test ids.
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "chain": chain,
@@ -324,6 +343,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "range": scalar_range,
     "loop": loop_outer_scope,
     "if": if_outer_scope,
+    "sparse": sparse_weights,
 }
 
 
@@ -400,3 +420,93 @@ def image_conv(directory: Path) -> Path:
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
     model = finish(nodes, [tensor("x", [1, 3, "height", "width"])], [tensor("y", [1, 4, "out_h", "out_w"])], [weight])
     return save(model, directory, "image_conv.onnx")
+
+
+def rate_switch(directory: Path, *, rows: int = 64, width: int = 256, heavy: int = 10) -> Path:
+    """A voice-activity-detector's switch: ``If(Equal(sr, 16000))`` runs ``heavy`` MatMuls of ``x``, else one.
+
+    ``x[rows, width]`` float and ``sr`` an int64 scalar; the then-branch does ``heavy`` times the work. The
+    branches share a weight of the main graph.
+    """
+
+    def branch(name: str, count: int) -> onnx.GraphProto:
+        nodes, value = [], "x"
+        for index in range(count):
+            nodes.append(helper.make_node("MatMul", [value, "w"], [f"{name}_{index}"]))
+            value = f"{name}_{index}"
+        return helper.make_graph(nodes, name, [], [tensor(value, [rows, width])])
+
+    nodes = [
+        helper.make_node("Equal", ["sr", "rate"], ["is_16k"]),
+        helper.make_node("If", ["is_16k"], ["y"], then_branch=branch("then", heavy), else_branch=branch("else", 1)),
+    ]
+    inputs = [tensor("x", [rows, width]), tensor("sr", [], INT64)]
+    weights = [array("rate", np.array(16000, np.int64)), array("w", np.full((width, width), 0.01, np.float32))]
+    model = finish(nodes, inputs, [tensor("y", [rows, width])], weights)
+    return save(model, directory, "vad.onnx")
+
+
+def word_lookup(directory: Path, *, vocabulary: int = 64, width: int = 128) -> Path:
+    """Text in, numbers out: ``LabelEncoder`` (ai.onnx.ml) maps ``words: string[n]`` to ids, ``Gather`` their
+    embeddings and a MatMul transforms them; the work grows with the number of words."""
+    keys = [f"w{index}" for index in range(vocabulary)]
+    nodes = [
+        helper.make_node(
+            "LabelEncoder",
+            ["words"],
+            ["ids"],
+            domain="ai.onnx.ml",
+            keys_strings=keys,
+            values_int64s=list(range(vocabulary)),
+            default_int64=0,
+        ),
+        helper.make_node("Gather", ["table", "ids"], ["embedded"]),
+        helper.make_node("MatMul", ["embedded", "w"], ["y"]),
+    ]
+    weights = [
+        array("table", np.full((vocabulary, width), 0.5, np.float32)),
+        array("w", np.full((width, width), 0.01, np.float32)),
+    ]
+    model = finish(nodes, [tensor("words", ["n"], TensorProto.STRING)], [tensor("y", ["n", width])], weights)
+    model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 2))
+    return save(model, directory, "words.onnx")
+
+
+def kept_rows(directory: Path, *, rows: int = 256, width: int = 256) -> Path:
+    """A detector's tail: the rows of ``x[rows]`` above 0.5 (``NonZero``) select rows of a table that a MatMul
+    transforms, so the output size, and the work, follow the data."""
+    nodes = [
+        helper.make_node("Greater", ["x", "half"], ["mask"]),
+        helper.make_node("NonZero", ["mask"], ["where"]),
+        helper.make_node("Squeeze", ["where", "axis0"], ["index"]),
+        helper.make_node("Gather", ["table", "index"], ["picked"]),
+        helper.make_node("MatMul", ["picked", "w"], ["y"]),
+    ]
+    weights = [
+        array("half", np.array(0.5, np.float32)),
+        array("axis0", np.array([0], np.int64)),
+        array("table", np.full((rows, width), 0.5, np.float32)),
+        array("w", np.full((width, width), 0.01, np.float32)),
+    ]
+    model = finish(nodes, [tensor("x", [rows])], [tensor("y", ["k", width])], weights)
+    return save(model, directory, "detector.onnx")
+
+
+def constant_scales(directory: Path, *, then: str = "Concat") -> Path:
+    """``Relu(x[1,8,16,16])`` upsampled by ``Resize`` with constant float scales [1,1,2,2], then ``Concat``
+    with ``skip[1,8,32,32]`` (or a 3x3 ``Conv``): scales are weights that decide a shape."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Resize", ["r", "", "scales"], ["up"], mode="nearest"),
+    ]
+    inputs = [tensor("x", [1, 8, 16, 16])]
+    weights = [array("scales", np.array([1, 1, 2, 2], np.float32))]
+    if then == "Concat":
+        nodes.append(helper.make_node("Concat", ["up", "skip"], ["y"], axis=1))
+        inputs.append(tensor("skip", [1, 8, 32, 32]))
+        outputs = [tensor("y", [1, 16, 32, 32])]
+    else:
+        nodes.append(helper.make_node("Conv", ["up", "W"], ["y"], pads=[1, 1, 1, 1]))
+        weights.append(array("W", np.full((8, 8, 3, 3), 0.01, np.float32)))
+        outputs = [tensor("y", [1, 8, 32, 32])]
+    return save(finish(nodes, inputs, outputs, weights, opset=13), directory, f"resize_{then.lower()}.onnx")

@@ -1,0 +1,184 @@
+"""A damaged brick store is never a crash and never changes results silently.
+
+The fuzzer fills a store with one run, damages every file of it (brick times, call overhead,
+identity, cut plans, models), each with one of the mutations (every mutation is used in every case,
+dealt out in a seeded order), runs again and checks that the run completes, that every model gets a
+finite estimate, that the report's summary counts what was discarded or repaired, and that the run
+after it finds the store whole again. ``DLBRICKS_STORE_FUZZ_CASES=50 pytest tests/test_store_damage.py``
+runs more cases.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tiny_models
+from test_plugin import run
+
+from pytest_dlbricks.cli import main
+from pytest_dlbricks.store import BrickStore
+
+SEEDS = range(int(os.environ.get("DLBRICKS_STORE_FUZZ_CASES", "3")))
+STORE = ("--dlbricks-store=store", "--dlbricks-granularity=2", "--dlbricks-json=r.json", "models")
+#: Values of every JSON type, to put where another type belongs.
+OTHER_TYPES: tuple[Any, ...] = (None, True, 7, 2.5, "text", [], {}, [1, "a"], {"x": None})
+
+
+def strict_json(path: Path) -> Any:
+    """The JSON at ``path``, refusing NaN and infinities as strict parsers do."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
+
+
+def _places(document: Any) -> list[tuple[Any, Any]]:
+    """Every (container, key) of a JSON document, depth first."""
+    found = []
+    stack = [document]
+    while stack:
+        node = stack.pop()
+        keys = list(node) if isinstance(node, dict) else range(len(node)) if isinstance(node, list) else []
+        for key in keys:
+            found.append((node, key))
+            stack.append(node[key])
+    return found
+
+
+def _edit(change: Callable[[random.Random, list[tuple[Any, Any]]], None]) -> Callable[[random.Random, bytes], bytes]:
+    def mutate(rng: random.Random, data: bytes) -> bytes:
+        document = json.loads(data)
+        change(rng, _places(document))
+        return json.dumps(document).encode()
+
+    return mutate
+
+
+def _wrong_type(rng: random.Random, places: list[tuple[Any, Any]]) -> None:
+    container, key = rng.choice(places)
+    container[key] = rng.choice([value for value in OTHER_TYPES if type(value) is not type(container[key])])
+
+
+def _numbers(places: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    numbers = [(c, k) for c, k in places if isinstance(c[k], (int, float)) and not isinstance(c[k], bool)]
+    return numbers or places
+
+
+def _nan(rng: random.Random, places: list[tuple[Any, Any]]) -> None:
+    container, key = rng.choice(_numbers(places))
+    container[key] = rng.choice([math.nan, math.inf, -math.inf])
+
+
+def _negative(rng: random.Random, places: list[tuple[Any, Any]]) -> None:
+    container, key = rng.choice(_numbers(places))
+    value = container[key]
+    container[key] = -abs(value) - 1 if isinstance(value, (int, float)) and not isinstance(value, bool) else -1
+
+
+def _missing_key(rng: random.Random, places: list[tuple[Any, Any]]) -> None:
+    keyed = [(c, k) for c, k in places if isinstance(c, dict)]
+    container, key = rng.choice(keyed)
+    del container[key]
+
+
+MUTATIONS: dict[str, Callable[[random.Random, bytes], bytes]] = {
+    "truncate": lambda rng, data: data[: rng.randrange(len(data))],
+    "random_bytes": lambda rng, data: rng.randbytes(len(data)),
+    "wrong_type": _edit(_wrong_type),
+    "nan": _edit(_nan),
+    "negative": _edit(_negative),
+    "missing_key": _edit(_missing_key),
+}
+
+
+def store_files(store: Path) -> list[Path]:
+    """Every record of the store, of every kind."""
+    files = sorted(path for path in store.rglob("*.json") if not path.name.startswith("."))
+    kinds = {path.parent.name if path.parent.name in ("bricks", "plans", "models") else path.name for path in files}
+    assert kinds == {"bricks", "plans", "models", "identity.json", "overhead.json"}, kinds
+    return files
+
+
+@pytest.fixture
+def filled(pytester: pytest.Pytester) -> Path:
+    """A store filled by one run of two tiny models."""
+    (pytester.path / "models").mkdir()
+    tiny_models.chain(pytester.path / "models")
+    tiny_models.diamond(pytester.path / "models")
+    assert run(pytester, *STORE).ret == pytest.ExitCode.OK
+    return pytester.path / "store"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_run_over_a_damaged_store_completes_counts_and_repairs(
+    pytester: pytest.Pytester, filled: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    files = store_files(filled)
+    assert len(files) >= len(MUTATIONS)
+    kinds = sorted(MUTATIONS) + rng.choices(sorted(MUTATIONS), k=len(files) - len(MUTATIONS))
+    rng.shuffle(kinds)
+    for path, kind in zip(files, kinds):
+        path.write_bytes(MUTATIONS[kind](rng, path.read_bytes()))
+
+    result = run(pytester, *STORE)
+
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    report = strict_json(pytester.path / "r.json")
+    assert len(report["models"]) == 2
+    for model in report["models"]:
+        assert model["complete"], model["path"]
+        assert math.isfinite(model["sequential_s"]) and model["sequential_s"] > 0
+    damage = report["summary"]["store_damage"]
+    counted = sum(damage["discarded"].values()) + sum(damage["repaired"].values())
+    assert 0 < counted <= len(files) + 1, damage  # + 1: a lost call overhead is also measured again
+    result.stdout.fnmatch_lines(["dlbricks: store store: *damaged records*"])
+
+    again = run(pytester, *STORE)
+    assert again.ret == pytest.ExitCode.OK
+    assert strict_json(pytester.path / "r.json")["summary"]["store_damage"] == {"discarded": {}, "repaired": {}}
+    assert "damaged records" not in again.stdout.str()
+
+
+def test_the_report_command_counts_what_it_skips(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rng = random.Random(5)
+    for path in store_files(filled):
+        path.write_bytes(MUTATIONS["random_bytes"](rng, path.read_bytes()))
+    assert main(["report", str(filled)]) == 0
+    out = capsys.readouterr().out
+    assert "0 models" in out and "on 0 machines" in out
+    assert "Skipped 3 damaged records (2 models, 1 shelves); a run on their machine repairs them." in out
+
+
+def test_a_string_in_the_call_overhead_is_discarded_and_measured_again(pytester: pytest.Pytester, filled: Path) -> None:
+    (overhead,) = filled.glob("*/overhead.json")
+    data = json.loads(overhead.read_text())
+    data["overhead"]["fixed_s"] = "fast"
+    overhead.write_text(json.dumps(data))
+    result = run(pytester, *STORE)
+    assert result.ret == pytest.ExitCode.OK
+    summary = strict_json(pytester.path / "r.json")["summary"]
+    assert summary["store_damage"] == {"discarded": {"call overhead": 1}, "repaired": {"call overhead": 1}}
+    assert summary["reused_bricks"] == summary["distinct_bricks"]
+    assert summary["call_overhead_s"]["fixed_s"] > 0
+    assert BrickStore(filled).shelves()[0].get_overhead() is not None
+
+
+def test_a_brick_time_without_the_statistic_in_use_is_measured_again(pytester: pytest.Pytester, filled: Path) -> None:
+    first = sorted(filled.glob("*/bricks/*.json"))[0]
+    data = json.loads(first.read_text())
+    del data["stats"]["mean"]
+    first.write_text(json.dumps(data))
+    result = run(pytester, *STORE, "--dlbricks-statistic=mean")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    summary = strict_json(pytester.path / "r.json")["summary"]
+    assert summary["store_damage"]["discarded"] == {"brick times": 1}
+    assert summary["reused_bricks"] == summary["distinct_bricks"] - 1
