@@ -27,6 +27,8 @@ MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)
 #: Typical relative interquartile range of a run's bricks above which the run measured under high noise.
 #: Measured on 2 shared cores: 5% with other work beside the run, 20-30% when that work took both cores.
 HIGH_NOISE = 0.15
+#: Rounds a brick needs for its interquartile range to say anything of the run's noise.
+MIN_NOISE_ROUNDS = 5
 BOOTSTRAP_RESAMPLES = 2000
 
 
@@ -57,8 +59,13 @@ def relative_spread(stats: Mapping[str, float]) -> float | None:
 
 
 def run_noise(stats: Iterable[Mapping[str, float]]) -> float | None:
-    """The machine's noise in a run: the median over its bricks of their relative interquartile range."""
-    spreads = [spread for brick in stats if (spread := relative_spread(brick)) is not None]
+    """The machine's noise in a run: the median over its bricks of their relative interquartile range (of
+    bricks timed in :data:`MIN_NOISE_ROUNDS` rounds or more; None without any)."""
+    spreads = [
+        spread
+        for brick in stats
+        if int(brick.get("rounds", 0) or 0) >= MIN_NOISE_ROUNDS and (spread := relative_spread(brick)) is not None
+    ]
     return statistics.median(spreads) if spreads else None
 
 
