@@ -73,6 +73,30 @@ def make_block(report: Mapping[str, Any], conditions: Mapping[str, Any]) -> dict
     return {"version": BLOCK_VERSION, **conditions, "report": report}
 
 
+def conditions_of(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The conditions of a report written by ``compose`` or ``merge``: the machine and timing of the run that
+    measured its bricks (as that run recorded them), and what changes its estimates, from its own settings."""
+    measured = report.get("conditions") or {}
+    settings = report.get("settings") or {}
+    return {
+        "machine": dict(measured.get("machine") or {}),
+        "timing": dict(measured.get("timing") or {}),
+        "model": {
+            "granularity": report.get("granularity"),
+            "dims": dict(sorted((settings.get("dims") or {}).items())),
+            "cut": settings.get("cut"),
+            "statistic": settings.get("statistic"),
+        },
+    }
+
+
+def exit_status(comparison: Comparison) -> int:
+    """The gate's exit status: 1 on a regression, :data:`INCONCLUSIVE_EXIT` when it cannot tell, else 0."""
+    if comparison.regressions:
+        return 1
+    return INCONCLUSIVE_EXIT if comparison.inconclusive else 0
+
+
 @dataclass(frozen=True)
 class BrickMove:
     """How much one distinct brick adds to a model's estimate before and now (count times brick time)."""
