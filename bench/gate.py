@@ -57,11 +57,19 @@ class Run:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", metavar="N", type=int, default=10, help="Unchanged runs. Default: %(default)r")
-    parser.add_argument("--threshold", metavar="PCT", default="10%", help="--dlbricks-compare-fail. Default: %(default)r")
     parser.add_argument(
-        "--slowdown", metavar="PCT", type=float, default=15.0, help="Slowdown of the changed model. Default: %(default)r"
+        "--threshold", metavar="PCT", default="10%", help="--dlbricks-compare-fail. Default: %(default)r"
     )
-    parser.add_argument("--granularity", metavar="G", type=int, default=2, help="Layers per brick. Default: %(default)r")
+    parser.add_argument(
+        "--slowdown",
+        metavar="PCT",
+        type=float,
+        default=15.0,
+        help="Slowdown of the changed model. Default: %(default)r",
+    )
+    parser.add_argument(
+        "--granularity", metavar="G", type=int, default=2, help="Layers per brick. Default: %(default)r"
+    )
     parser.add_argument("--no-load", action="store_true", help="Leave out the process keeping one core busy.")
     return parser.parse_args()
 
@@ -85,7 +93,9 @@ def widened(model: onnx.ModelProto, conv_name: str, kernel: int) -> onnx.ModelPr
 
 def slowdown(original: onnx.ModelProto, changed: onnx.ModelProto, rounds: int = 15, calls: int = 40) -> float:
     """How much slower ``changed`` runs than ``original``, timed whole, interleaved round by round."""
-    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (original, changed)]
+    sessions = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (original, changed)
+    ]
     feed = {"image": np.random.default_rng(0).random((1, 3, 32, 32), dtype=np.float32)}
 
     def median_call(session: ort.InferenceSession) -> float:
@@ -107,7 +117,7 @@ def regressed_model(path: Path, target: float) -> tuple[onnx.ModelProto, str, fl
     convs = [
         node.name
         for node in model.graph.node
-        if node.op_type == "Conv" and [a.ints for a in node.attribute if a.name == "kernel_shape"][0] == [3, 3]
+        if node.op_type == "Conv" and next(a.ints for a in node.attribute if a.name == "kernel_shape") == [3, 3]
     ]
     measured = {(name, kernel): slowdown(model, widened(model, name, kernel)) for name in convs for kernel in (5, 7)}
     best = min(measured, key=lambda choice: abs(measured[choice] - target))
@@ -161,7 +171,9 @@ def main() -> None:
     report(args, baseline, unchanged, regressed, conv, true_slowdown)
 
 
-def report(args: argparse.Namespace, baseline: Run, unchanged: list[Run], regressed: Run, conv: str, true: float) -> None:
+def report(
+    args: argparse.Namespace, baseline: Run, unchanged: list[Run], regressed: Run, conv: str, true: float
+) -> None:
     load = "no other load" if args.no_load else "a second process keeping one core busy"
     print(
         f"pytest-dlbricks gate: {len(list(SAMPLE_MODELS.glob('*.onnx')))} sample models, granularity"
@@ -177,8 +189,10 @@ def report(args: argparse.Namespace, baseline: Run, unchanged: list[Run], regres
         print(f"{run.name:<14} {run.exit_code:>4} {_percent(run.noise):>6} {largest:>34} {verdicts:>10}")
     failed = sum(run.exit_code == REGRESSION for run in unchanged)
     unsure = sum(run.exit_code == INCONCLUSIVE for run in unchanged)
-    print(f"\nten-run check: {failed} of {len(unchanged)} unchanged runs failed the gate, {unsure} inconclusive:"
-          f" {'met' if failed == 0 else 'NOT met'}")
+    print(
+        f"\nten-run check: {failed} of {len(unchanged)} unchanged runs failed the gate, {unsure} inconclusive:"
+        f" {'met' if failed == 0 else 'NOT met'}"
+    )
     path = f"models/{CHANGED_MODEL}"
     measured, judged, verdict = regressed.models.get(path, (None, None, "-"))
     message = regressed.output.split("performance regression:")[-1] if regressed.exit_code == REGRESSION else ""

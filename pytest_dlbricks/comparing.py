@@ -509,7 +509,9 @@ def _judged(model: ModelDelta) -> str:
     judged = model.judged
     assert judged is not None
     how = f"re-timed in {judged.rounds} rounds" if judged.rounds else "from the brick statistics"
-    return f"{judged.change:.1%} (95% interval {judged.low:+.1%} to {judged.high:+.1%}, {how}, drift x{judged.drift:.2f})"
+    return (
+        f"{judged.change:.1%} (95% interval {judged.low:+.1%} to {judged.high:+.1%}, {how}, drift x{judged.drift:.2f})"
+    )
 
 
 def _bricks(model: ModelDelta) -> str:

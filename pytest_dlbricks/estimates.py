@@ -60,17 +60,17 @@ def model_estimates(report: Mapping[str, Any]) -> list[HistoryEntry]:
             "statistic": report["settings"]["statistic"],
         }
         options = {"composed": "one sequential estimate of brick times; no rounds, spread, minimum or maximum"}
-        estimates.append(HistoryEntry(f"{PREFIX}{model['path']}", f"{PREFIX}{model['path']}", GROUP, stats, extra_info, options))
+        estimates.append(
+            HistoryEntry(f"{PREFIX}{model['path']}", f"{PREFIX}{model['path']}", GROUP, stats, extra_info, options)
+        )
     return estimates
 
 
-def reused_brick(
-    name: str, fullname: str, stats: Mapping[str, float], extra_info: Mapping[str, Any]
-) -> HistoryEntry:
+def reused_brick(name: str, fullname: str, stats: Mapping[str, float], extra_info: Mapping[str, Any]) -> HistoryEntry:
     """The entry of a brick whose time was taken from the store: its stored statistics, marked reused."""
     mean = float(stats["mean"])
     rounds = int(stats.get("rounds", 1))
-    complete = {
+    complete: dict[str, Any] = {
         "ld15iqr": stats.get("min", mean),
         "hd15iqr": stats.get("max", mean),
         "iqr_outliers": 0,
@@ -148,4 +148,3 @@ class HistoryEntry:
             else:
                 result["stats"] = values
         return result
-

@@ -73,7 +73,9 @@ def block(models: Mapping[str, Mapping[str, int]], bricks: Mapping[str, Any], in
 
 
 def one(now: Any, before: Any, threshold: float | None = 0.1, retimed: Any = None) -> Any:
-    comparison = compare(now, before, baseline="0001_base.json", statistic="median", threshold=threshold, retimed=retimed)
+    comparison = compare(
+        now, before, baseline="0001_base.json", statistic="median", threshold=threshold, retimed=retimed
+    )
     (delta,) = comparison.models
     return delta
 
@@ -130,9 +132,7 @@ def test_bricks_drifting_apart_widen_the_interval_until_the_gate_cannot_tell() -
 
 
 def test_wide_brick_statistics_make_a_suspect_the_session_times_again() -> None:
-    comparison = compare(
-        now_block(1.0, 172, iqr_us=150.0), BEFORE, baseline="b", statistic="median", threshold=0.1
-    )
+    comparison = compare(now_block(1.0, 172, iqr_us=150.0), BEFORE, baseline="b", statistic="median", threshold=0.1)
     (delta,) = comparison.models
     assert delta.verdict == INCONCLUSIVE
     assert suspects(comparison) == [delta]
@@ -170,7 +170,10 @@ def test_re_timed_rounds_too_noisy_for_the_threshold_are_inconclusive() -> None:
 
 def test_a_count_change_is_a_changed_brick() -> None:
     """One use of r more: r's 100 us at the baseline's speed, +20.8%."""
-    now = block({"m.onnx": {"r": 3, "s": 1, "t": 1, "u": 1, "a": 1}}, {**{k: stats(v) for k, v in REFERENCES.items()}, "a": stats(100)})
+    now = block(
+        {"m.onnx": {"r": 3, "s": 1, "t": 1, "u": 1, "a": 1}},
+        {**{k: stats(v) for k, v in REFERENCES.items()}, "a": stats(100)},
+    )
     delta = one(now, BEFORE)
     assert delta.judged.change == pytest.approx(100 / 480)
     assert delta.verdict == REGRESSION and [m.label for m in delta.moves] == ["OpR-rrrr"]

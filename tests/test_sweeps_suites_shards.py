@@ -343,7 +343,9 @@ def test_three_shards_merge_into_the_single_run_composition(pytester: pytest.Pyt
     assert status == 1 and "are both shard 1/3; give each shard once" in err
     status, _, err = cli("merge", str(pytester.path / "s1.json"), str(pytester.path / "s2.json"))
     assert status == 1 and "2 of 3 shards given; pass --allow-missing-shards to merge them all the same" in err
-    status, _, err = cli("merge", "--allow-missing-shards", str(pytester.path / "s1.json"), str(pytester.path / "s2.json"))
+    status, _, err = cli(
+        "merge", "--allow-missing-shards", str(pytester.path / "s1.json"), str(pytester.path / "s2.json")
+    )
     assert status == 0 and "2 of 3 shards given: models are incomplete" in err
 
 

@@ -135,7 +135,10 @@ def test_times_of_a_looser_precision_are_not_reused(pytester: pytest.Pytester, s
     args = ("--dlbricks-granularity=2", "--benchmark-max-time=0.2", "models/mlp.onnx")
     run(pytester, "--dlbricks-precision=5%", *args).assert_outcomes(passed=3)
     reached = [read(path)["precision"] for path in brick_records(pytester)]
-    assert all(margin == pytest.approx(margin_of_error(read(path)["stats"])) for margin, path in zip(reached, brick_records(pytester)))
+    assert all(
+        margin == pytest.approx(margin_of_error(read(path)["stats"]))
+        for margin, path in zip(reached, brick_records(pytester))
+    )
     precise = sum(margin <= 0.1 for margin in reached)
     run(pytester, "--dlbricks-precision=10%", *args).assert_outcomes(passed=3 - precise, skipped=precise)
     run(pytester, "--dlbricks-precision=0.1%", *args).assert_outcomes(passed=3)
@@ -275,7 +278,9 @@ def test_saved_runs_carry_the_estimates(pytester: pytest.Pytester, sample_models
     bricks = [b for b in data["benchmarks"] if not b["fullname"].startswith("dlbricks::")]
     reused = [b for b in second if not b["fullname"].startswith("dlbricks::")]
     assert [b["fullname"] for b in reused] == [b["fullname"] for b in bricks], "every brick's history goes on"
-    assert all(b["extra_info"]["reused"] and b["stats"] == {**b["stats"], **old["stats"]} for b, old in zip(reused, bricks))
+    assert all(
+        b["extra_info"]["reused"] and b["stats"] == {**b["stats"], **old["stats"]} for b, old in zip(reused, bricks)
+    )
 
 
 # -- comparisons and the gate -------------------------------------------------------------------
@@ -329,7 +334,7 @@ def test_unchanged_bricks_timed_slower_pass_the_gate(pytester: pytest.Pytester, 
     run(pytester, "--benchmark-autosave", *args).assert_outcomes(passed=3)
 
     def slower(record: dict[str, Any]) -> None:
-        record["stats"] = {name: value * (name != "rounds" and 1.5 or 1) for name, value in record["stats"].items()}
+        record["stats"] = {name: value * ((name != "rounds" and 1.5) or 1) for name, value in record["stats"].items()}
 
     rewrite_records(pytester, slower)
     result = run(pytester, "--dlbricks-compare", "--dlbricks-compare-fail=10%", *args)
@@ -370,17 +375,24 @@ def test_a_run_under_high_noise_is_marked_and_passed_over_as_a_baseline(
     with monkeypatch.context() as patch:
         patch.setattr("pytest_dlbricks.report.HIGH_NOISE", 0.0)
         noisy = run(pytester, "--dlbricks-remeasure", *args, timing=GATE_TIMING)
-    noisy.stdout.fnmatch_lines(["dlbricks: this run measured under high noise (bricks' typical spread *): it is marked*"])
+    noisy.stdout.fnmatch_lines(
+        ["dlbricks: this run measured under high noise (bricks' typical spread *): it is marked*"]
+    )
     summary = read(pytester.path / "r.json")["summary"]
     assert summary["high_noise"] is True and summary["noise"] > 0
     first, second = saved_runs(pytester)
     assert read(second)["dlbricks"]["report"]["summary"]["high_noise"] is True
     result = run(pytester, "--dlbricks-compare", *args)
     result.stdout.fnmatch_lines(
-        [f"dlbricks: passed over as baselines, measured under high noise: */{second.name}", f"*compared with */{first.name} -*"]
+        [
+            f"dlbricks: passed over as baselines, measured under high noise: */{second.name}",
+            f"*compared with */{first.name} -*",
+        ]
     )
     named = run(pytester, f"--dlbricks-compare={second.relative_to(pytester.path)}", *args)
-    named.stdout.fnmatch_lines([f"dlbricks: */{second.name} measured under high noise; it is compared with only because*"])
+    named.stdout.fnmatch_lines(
+        [f"dlbricks: */{second.name} measured under high noise; it is compared with only because*"]
+    )
 
 
 def test_incompatible_runs_are_refused_unless_asked(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
@@ -444,8 +456,10 @@ def test_nothing_to_compare_with_is_a_note_and_a_first_gated_run_the_baseline(
     first = run(pytester, "--benchmark-autosave", *gate)
     assert first.ret == 0
     first.stdout.fnmatch_lines(
-        ["dlbricks: no baseline yet (no saved run with dlbricks estimates in *): this run is saved as the baseline;"
-         " the gate passes"]
+        [
+            "dlbricks: no baseline yet (no saved run with dlbricks estimates in *): this run is saved as the baseline;"
+            " the gate passes"
+        ]
     )
     (saved,) = saved_runs(pytester)
     second = run(pytester, "--benchmark-autosave", *gate)
