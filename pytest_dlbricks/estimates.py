@@ -67,16 +67,22 @@ def model_estimates(report: Mapping[str, Any]) -> list[HistoryEntry]:
 
 
 def reused_brick(name: str, fullname: str, stats: Mapping[str, float], extra_info: Mapping[str, Any]) -> HistoryEntry:
-    """The entry of a brick whose time was taken from the store: its stored statistics, marked reused."""
-    mean = float(stats["mean"])
+    """The entry of a brick whose time was taken from the store: its stored statistics, marked reused.
+
+    A record keeps at least the statistic its run composed with; pytest-benchmark's other fields
+    missing from it (older records) take that value, or no spread."""
+    value = next((float(stats[name]) for name in ("mean", "median", "min") if name in stats), 0.0)
     rounds = int(stats.get("rounds", 1))
     complete: dict[str, Any] = {
-        "ld15iqr": stats.get("min", mean),
-        "hd15iqr": stats.get("max", mean),
+        **{field: value for field in ("min", "max", "mean", "median", "q1", "q3")},
+        "stddev": 0.0,
+        "iqr": 0.0,
+        "ld15iqr": stats.get("min", value),
+        "hd15iqr": stats.get("max", value),
         "iqr_outliers": 0,
         "stddev_outliers": 0,
-        "ops": 1 / mean if mean else 0,
-        "total": mean * rounds,
+        "ops": 1 / value if value else 0,
+        "total": value * rounds,
         **stats,
         "rounds": rounds,
         "iterations": 1,

@@ -79,6 +79,8 @@ def test_a_reused_brick_makes_the_entry_its_timed_item_would_have_made() -> None
     assert saved["stats"]["median"] == 1.5 and saved["stats"]["rounds"] == 9 and saved["stats"]["data"] == []
     assert (saved["stats"]["ld15iqr"], saved["stats"]["hd15iqr"], saved["stats"]["outliers"]) == (1.0, 4.0, "0;0")
     assert saved["stats"]["ops"] == pytest.approx(0.5) and saved["stats"]["total"] == pytest.approx(18.0)
+    older = reused_brick("b", "m.onnx::b", {"median": 2.0, "rounds": 3}, {}).as_dict(include_data=False)["stats"]
+    assert (older["mean"], older["max"], older["stddev"], older["outliers"]) == (2.0, 2.0, 0.0, "0;0")
 
 
 def test_only_complete_models_become_benchmarks() -> None:
