@@ -105,7 +105,7 @@ def run_pytest(workdir: Path, name: str, options: list[str]) -> Run:
     start = time.perf_counter()
     result = subprocess.run(command, check=False, cwd=workdir, capture_output=True, text=True)
     seconds = time.perf_counter() - start
-    if result.returncode not in (0, 1):
+    if result.returncode not in (0, 1, 6):  # 6: the gate could not tell
         sys.exit(f"pytest failed with exit code {result.returncode}:\n{result.stdout}{result.stderr}")
     distinct = re.search(r"(\d+) distinct", result.stdout)
     reused = re.search(r"(\d+) brick times reused", result.stdout)

@@ -1,24 +1,42 @@
 """``python -m pytest_dlbricks``: compose estimates from private maps, merge the reports of shards,
 report a brick store's models on every machine in it.
 
-Compose and merge print the table a pytest run prints and can write the report as JSON (``--json``),
-in the same format as ``--dlbricks-json``. A file that cannot be used, or reports that cannot be merged, end the
-command with a message naming the file and what is wrong, and exit status 1; a usage error, 2.
+Compose and merge produce what a pytest run produces: the table, the report as JSON (``--json``, the
+format of ``--dlbricks-json``) and HTML (``--html``), the estimates as pytest-benchmark entries with
+the ``dlbricks`` block (``--benchmark-json``, a file pytest-benchmark's storage and ``--dlbricks-compare``
+read), and the gate (``--compare`` and ``--compare-fail``). A file that cannot be used, or reports that
+cannot be merged, end the command with a message naming the file and what is wrong, and exit status
+1; a usage error, 2. The gate exits as pytest does: 1 on a regression, 6 when inconclusive.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from .comparing import (
+    Comparison,
+    compare,
+    conditions_of,
+    exit_status,
+    make_block,
+    render_comparison,
+    render_inconclusive,
+    render_regressions,
+)
+from .estimates import model_estimates
+from .html import render_html
+from .identity import differences
 from .machines import store_report
 from .maps import MapError, check_results, compose_from_maps, read_json, read_maps
 from .merging import IncompatibleReports, merge_reports
-from .settings import DEFAULT_STORE, STATISTICS, parse_choice
-from .store import BrickStore, write_json
+from .settings import DEFAULT_STORE, STATISTICS, parse_choice, parse_percentage
+from .store import BrickStore, write_text
 from .terminal import render_table
 
 PROG = "python -m pytest_dlbricks"
@@ -57,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_choice(STATISTICS, "statistic"),
         help=f"brick time statistic to add up: {', '.join(STATISTICS)} (default: the run's own)",
     )
-    compose.add_argument("--json", metavar="PATH", type=Path, help="also write the report as JSON to PATH")
+    _add_outputs(compose)
     merge = commands.add_parser(
         "merge",
         help="combine the reports of shards into one",
@@ -66,7 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument(
         "reports", metavar="RESULT.json", type=Path, nargs="+", help="reports written by --dlbricks-json"
     )
-    merge.add_argument("--json", metavar="PATH", type=Path, help="also write the merged report as JSON to PATH")
+    merge.add_argument(
+        "--allow-missing-shards",
+        action="store_true",
+        help="merge although shards of the split are missing (their models are then incomplete)",
+    )
+    _add_outputs(merge)
     report = commands.add_parser(
         "report",
         help="every model of a brick store estimated on every machine in it, side by side",
@@ -86,13 +109,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_outputs(command: argparse.ArgumentParser) -> None:
+    """The outputs and the gate compose and merge share with a pytest run."""
+    command.add_argument("--json", metavar="PATH", type=Path, help="also write the report as JSON to PATH")
+    command.add_argument("--html", metavar="PATH", type=Path, help="also write the report as HTML to PATH")
+    command.add_argument(
+        "--benchmark-json",
+        metavar="PATH",
+        type=Path,
+        help="also write the estimates as pytest-benchmark entries, with the dlbricks block, to PATH",
+    )
+    command.add_argument(
+        "--compare",
+        metavar="PATH",
+        type=Path,
+        help="compare the estimates with a saved run: a pytest-benchmark JSON file with a dlbricks block"
+        " (--benchmark-save, --benchmark-json) or a report (--json, --dlbricks-json)",
+    )
+    command.add_argument(
+        "--compare-fail",
+        metavar="PCT",
+        type=parse_percentage,
+        help="with --compare, exit 1 when a model's changed bricks make it slower by more than PCT, 6 when"
+        " the noise is too high to tell",
+    )
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run the command line ``argv``; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
-    arguments = build_parser().parse_args(argv)
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
     if arguments.command == "report":
         return _report(arguments, out, err)
+    if arguments.compare_fail is not None and arguments.compare is None:
+        parser.error("--compare-fail needs --compare, the saved run to compare with")
     try:
         report, warnings = _compose(arguments) if arguments.command == "compose" else _merge(arguments)
     except (MapError, IncompatibleReports) as error:
@@ -100,7 +152,49 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         return 1
     for warning in warnings:
         print(f"{PROG} {arguments.command}: warning: {warning}", file=err)
-    return _emit(report, arguments.json, out, err)
+    comparison = None
+    if arguments.compare is not None:
+        try:
+            comparison = _compare(report, arguments.compare, arguments.compare_fail)
+        except MapError as error:
+            print(f"{PROG} {arguments.command}: error: {error}", file=err)
+            return 1
+        report["comparison"] = comparison.as_dict()
+    status = _emit(report, arguments, out, err)
+    if comparison is None or status:
+        return status
+    print(f"estimates compared with {comparison.baseline}:", file=out)
+    print(render_comparison(comparison), file=out)
+    if comparison.regressions:
+        print("performance regression:\n" + _indented(render_regressions(comparison)), file=out)
+    elif comparison.inconclusive:
+        print(
+            f"inconclusive: the noise is too high for a {comparison.threshold or 0.0:.0%} threshold:\n"
+            + _indented(render_inconclusive(comparison)),
+            file=out,
+        )
+    return exit_status(comparison)
+
+
+def _compare(report: dict[str, Any], path: Path, threshold: float | None) -> Comparison:
+    """Compare ``report`` with the saved run at ``path``; refuses one measured under other conditions."""
+    saved = read_json(path)
+    if isinstance(saved, dict) and isinstance(saved.get("dlbricks"), dict):
+        before = saved["dlbricks"]
+    elif isinstance(saved, dict) and "models" in saved and "bricks" in saved:
+        before = make_block(saved, conditions_of(saved))
+    else:
+        raise MapError(f"{path} is neither a saved run with a dlbricks block nor a pytest-dlbricks report")
+    now = make_block(report, conditions_of(report))
+    mismatches = [m for m in differences(now, before) if "None then" not in m and "None now" not in m]
+    if mismatches:
+        raise MapError(f"{path} ran under other conditions ({'; '.join(mismatches)})")
+    statistic = str(report["settings"].get("statistic", "median"))
+    return compare(now, before, baseline=str(path), statistic=statistic, threshold=threshold)
+
+
+def _indented(text: str) -> str:
+    return "\n".join(f"  {line}" for line in text.splitlines())
 
 
 def _compose(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
@@ -120,7 +214,10 @@ def _merge(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     shards = [r["settings"].get("shard") for _, r in reports if r["settings"].get("shard")]
     warnings = []
     if shards and len(shards) < int(shards[0].split("/")[1]):
-        warnings.append(f"{len(shards)} of {shards[0].split('/')[1]} shards given: models are incomplete")
+        missing = f"{len(shards)} of {shards[0].split('/')[1]} shards given"
+        if not arguments.allow_missing_shards:
+            raise IncompatibleReports(f"{missing}; pass --allow-missing-shards to merge them all the same")
+        warnings.append(f"{missing}: models are incomplete")
     return merged, warnings
 
 
@@ -132,13 +229,35 @@ def _report(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def _emit(report: dict[str, Any], json_path: Path | None, out: TextIO, err: TextIO) -> int:
+def _emit(report: dict[str, Any], arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The table, and each output asked for."""
     print(render_table(report), file=out)
-    if json_path is not None:
+    outputs = [
+        (arguments.json, "report", lambda: json.dumps(report, indent=2) + "\n"),
+        (arguments.html, "HTML report", lambda: render_html(report)),
+        (arguments.benchmark_json, "pytest-benchmark entries", lambda: json.dumps(_benchmark_file(report), indent=2)),
+    ]
+    for path, what, render in outputs:
+        if path is None:
+            continue
         try:
-            write_json(json_path, report)
+            write_text(path, render())
         except OSError as error:
-            print(f"{PROG}: error: cannot write {json_path}: {error.strerror or error}", file=err)
+            print(f"{PROG}: error: cannot write {path}: {error.strerror or error}", file=err)
             return 1
-        print(f"report written to {json_path}", file=out)
+        print(f"{what} written to {path}", file=out)
     return 0
+
+
+def _benchmark_file(report: dict[str, Any]) -> dict[str, Any]:
+    """A file in pytest-benchmark's format: the estimates as its entries, and the dlbricks block."""
+    import pytest_benchmark  # here, not at the top: report and merge do not need it
+
+    return {
+        "machine_info": dict(report.get("machine") or {}),
+        "commit_info": {},
+        "benchmarks": [estimate.as_dict() for estimate in model_estimates(report)],
+        "datetime": datetime.now(timezone.utc).isoformat(),
+        "version": pytest_benchmark.__version__,
+        "dlbricks": make_block(report, conditions_of(report)),
+    }

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .analysis import BrickWork, RunMeasurements, plan_work
+from .analysis import BrickWork, plan_work
 from .bricks import BrickSpec
 from .clock import PausableClock
 from .cutting import ModelPlan, plan_model
@@ -24,7 +24,7 @@ from .maps import write_maps
 from .numerics import convert, float32_work
 from .overhead import CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
 from .plans import CutModel, PlanCache
-from .probes import measure_run
+from .probes import RunMeasurements, describe_machine, measure_run
 from .report import BrickResult, FailedModel, RunReport, build_report
 from .running import ModelRunner
 from .samples import SampleInputs, find_samples, from_hook
@@ -305,7 +305,7 @@ class DLBricksRun:
             wall_time_s=time.perf_counter() - self.started,
             partial=partial,
             work=self.work,
-            measured=self._measure_run() if measure else None,
+            measured=self._measure_run() if measure else RunMeasurements(machine=describe_machine()),
             unsupported=self.unsupported,
             placements=self.placements,
             store_damage=self.store_damage,
@@ -313,18 +313,18 @@ class DLBricksRun:
         self.report = self.composed.as_json()
         return self.report
 
-    def attach_comparison(self, comparison: dict[str, Any]) -> None:
-        """Add the comparison with a saved run to the composed report."""
+    def attach(self, **fields: Any) -> None:
+        """Add to the composed report what the pytest layer learns of it: its conditions, the comparison."""
         assert self.composed is not None
-        self.composed = dataclasses.replace(self.composed, comparison=comparison)
+        self.composed = dataclasses.replace(self.composed, **fields)
         self.report = self.composed.as_json()
 
-    def _measure_run(self) -> RunMeasurements | None:
+    def _measure_run(self) -> RunMeasurements:
         """The machine's peak and the load time of every model with a brick timed in this run (not taken
-        from the brick store); None if none was."""
+        from the brick store); only the machine if none was."""
         timed = {signature for signature, result in self.results.items() if not result.reused}
         if not timed:
-            return None
+            return RunMeasurements(machine=describe_machine())
         measured = [plan.path for plan in self.plans if timed.intersection(plan.signatures)]
         return measure_run(self.settings, {path: self.model_files[path] for path in measured})
 

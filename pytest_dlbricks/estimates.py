@@ -1,13 +1,14 @@
-"""Per-model estimates in pytest-benchmark's own shape, so its table, saved runs and comparisons carry them.
+"""Entries in pytest-benchmark's own shape, so its table, saved runs and histories carry what dlbricks knows.
 
-Each complete model becomes one benchmark named ``dlbricks::<model path>`` in the group
-``dlbricks estimates``. Its statistics are the sequential composition of its bricks' statistics: each
-one (min, max, mean, median, quartiles, standard deviation, interquartile range) is the sum over the
-model's bricks, counted as often as they occur, and the values (not the spreads) are shifted by the
-correction composition makes for the inference call's cost, so that the run's statistic equals the
-model's sequential estimate. Summing the spreads supposes that the bricks' times vary together, which
-bounds the model's spread from above. Rounds are the fewest rounds of any brick; ``extra_info``
-records the critical path, the brick counts and how many times were reused from the store.
+* Each complete model becomes one entry named ``dlbricks::<model path>`` in the group ``dlbricks
+  estimates``: its sequential estimate, as one value. An estimate is composed, not timed: it has no
+  rounds of its own, and its bricks' rounds were never run together, so it offers no spread, no
+  minimum and no maximum it does not have. Every statistic is the estimate, over one round (so, as
+  for any one-round benchmark, its standard deviation and interquartile range are 0); the gate that
+  knows how estimates vary is ``--dlbricks-compare-fail`` (see :mod:`.comparing`).
+  ``extra_info`` records the critical path, the brick counts and how many times were reused.
+* Each brick reused from the store becomes the entry its timed item would have made, with the stored
+  statistics and ``extra_info["reused"]``, so that a brick's history has an entry in every run.
 """
 
 from __future__ import annotations
@@ -17,39 +18,33 @@ from typing import Any
 
 GROUP = "dlbricks estimates"
 PREFIX = "dlbricks::"
-_VALUES = ("min", "max", "mean", "median", "q1", "q3")
-_SPREADS = ("stddev", "iqr")
+#: pytest-benchmark's statistics of an entry, as one value.
+_VALUES = ("min", "max", "mean", "median", "q1", "q3", "ld15iqr", "hd15iqr")
 
 
 def model_stats(report: Mapping[str, Any], model: Mapping[str, Any]) -> dict[str, Any] | None:
-    """pytest-benchmark's statistics for one complete model of ``report``; None unless it has an estimate."""
+    """pytest-benchmark's statistics for one complete model of ``report``: its estimate, once; None unless
+    every brick of the model has a time."""
     path, estimate = model["path"], model.get("sequential_s")
-    shares = [
-        (int(brick["models"][path]), brick["stats"]) for brick in report["bricks"] if path in brick.get("models", {})
-    ]
-    if estimate is None or not shares or any(stats is None for _, stats in shares):
+    shares = [brick["stats"] for brick in report["bricks"] if path in brick.get("models", {})]
+    if estimate is None or not shares or any(stats is None for stats in shares):
         return None
-    sums = {name: sum(count * _stat(stats, name) for count, stats in shares) for name in (*_VALUES, *_SPREADS)}
-    correction = estimate - sums[report["settings"]["statistic"]]
-    values = {name: max(sums[name] + correction, 0.0) for name in _VALUES}
-    rounds = min(int(stats.get("rounds", 1)) for _, stats in shares)
     return {
-        **values,
-        **{name: sums[name] for name in _SPREADS},
-        "rounds": rounds,
+        **{name: float(estimate) for name in _VALUES},
+        "stddev": 0.0,
+        "iqr": 0.0,
+        "rounds": 1,
         "iterations": 1,
-        "ld15iqr": values["min"],
-        "hd15iqr": values["max"],
         "iqr_outliers": 0,
         "stddev_outliers": 0,
         "outliers": "0;0",
-        "ops": 1 / values["mean"] if values["mean"] else 0,
-        "total": values["mean"] * rounds,
+        "ops": 1 / estimate if estimate else 0,
+        "total": float(estimate),
     }
 
 
-def model_estimates(report: Mapping[str, Any]) -> list[ModelEstimate]:
-    """A benchmark per complete model of ``report``."""
+def model_estimates(report: Mapping[str, Any]) -> list[HistoryEntry]:
+    """An entry per complete model of ``report``."""
     estimates = []
     for model in report["models"]:
         stats = model_stats(report, model) if model.get("complete") else None
@@ -64,28 +59,67 @@ def model_estimates(report: Mapping[str, Any]) -> list[ModelEstimate]:
             "critical_path_s": model["critical_path_s"],
             "statistic": report["settings"]["statistic"],
         }
-        estimates.append(ModelEstimate(model["path"], stats, extra_info))
+        options = {"composed": "one sequential estimate of brick times; no rounds, spread, minimum or maximum"}
+        estimates.append(
+            HistoryEntry(f"{PREFIX}{model['path']}", f"{PREFIX}{model['path']}", GROUP, stats, extra_info, options)
+        )
     return estimates
 
 
-class ModelEstimate:
-    """A model's composed estimate, with the part of pytest-benchmark's ``Metadata`` interface its session uses.
+def reused_brick(name: str, fullname: str, stats: Mapping[str, float], extra_info: Mapping[str, Any]) -> HistoryEntry:
+    """The entry of a brick whose time was taken from the store: its stored statistics, marked reused.
 
-    pytest-benchmark keeps one ``Metadata`` per timed test; an estimate is not timed, so it only provides
-    what the session reads to save, compare and display a benchmark: names, ``as_dict``, item access.
+    A record keeps at least the statistic its run composed with; pytest-benchmark's other fields
+    missing from it (older records) take that value, or no spread."""
+    value = next((float(stats[name]) for name in ("mean", "median", "min") if name in stats), 0.0)
+    rounds = int(stats.get("rounds", 1))
+    complete: dict[str, Any] = {
+        **{field: value for field in ("min", "max", "mean", "median", "q1", "q3")},
+        "stddev": 0.0,
+        "iqr": 0.0,
+        "ld15iqr": stats.get("min", value),
+        "hd15iqr": stats.get("max", value),
+        "iqr_outliers": 0,
+        "stddev_outliers": 0,
+        "ops": 1 / value if value else 0,
+        "total": value * rounds,
+        **stats,
+        "rounds": rounds,
+        "iterations": 1,
+    }
+    complete["outliers"] = f"{int(complete['stddev_outliers'])};{int(complete['iqr_outliers'])}"
+    options = {"reused": "statistics measured in an earlier run, taken from the brick store"}
+    return HistoryEntry(fullname, name, None, complete, {**extra_info, "reused": True}, options)
+
+
+class HistoryEntry:
+    """An entry pytest-benchmark did not time, with the part of its ``Metadata`` interface its session uses.
+
+    pytest-benchmark keeps one ``Metadata`` per timed test; an estimate or a reused brick is not timed
+    in the run, so it only provides what the session reads to save, compare and display a benchmark:
+    names, ``as_dict``, item access.
     """
 
     has_error = False
-    group = GROUP
     param = None
     params = None
     iterations = 1
 
-    def __init__(self, path: str, stats: Mapping[str, Any], extra_info: Mapping[str, Any]) -> None:
-        self.name = self.fullname = f"{PREFIX}{path}"
+    def __init__(
+        self,
+        fullname: str,
+        name: str,
+        group: str | None,
+        stats: Mapping[str, Any],
+        extra_info: Mapping[str, Any],
+        options: Mapping[str, str],
+    ) -> None:
+        self.fullname = fullname
+        self.name = name
+        self.group = group
         self.stats = dict(stats)
         self.extra_info = dict(extra_info)
-        self.options = {"composed": "sequential sum of brick statistics"}
+        self.options = dict(options)
 
     def __bool__(self) -> bool:
         return True
@@ -112,17 +146,11 @@ class ModelEstimate:
             "options": dict(self.options),
         }
         if stats:
-            values = {**self.stats, **({"data": []} if include_data else {})}
+            # The one value of an estimate is its data; a reused brick's rounds were not kept.
+            data = [self.stats["mean"]] if self.stats["rounds"] == 1 else []
+            values = {**self.stats, **({"data": data} if include_data else {})}
             if flat:
                 result.update(values)
             else:
                 result["stats"] = values
         return result
-
-
-def _stat(stats: Mapping[str, float], name: str) -> float:
-    """A brick statistic; quartiles missing from older records are taken half a range around the median."""
-    if name in stats:
-        return float(stats[name])
-    half = float(stats.get("iqr", 0.0)) / 2
-    return float(stats["median"]) + (half if name == "q3" else -half if name == "q1" else 0.0)

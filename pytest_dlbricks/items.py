@@ -20,8 +20,25 @@ from .running import BrickError, BrickRunner, UnsupportedByProvider
 from .settings import DEFAULT_DIM
 from .validation import BrickRounds, Validation, rounds_for
 
-#: pytest-benchmark statistics kept per brick.
-KEPT_STATS = ("min", "max", "mean", "median", "stddev", "iqr", "q1", "q3", "rounds")
+#: pytest-benchmark statistics kept per brick: all its numbers, so that a brick reused from the store makes
+#: the same entry in pytest-benchmark's history as when it was timed.
+KEPT_STATS = (
+    "min",
+    "max",
+    "mean",
+    "median",
+    "stddev",
+    "iqr",
+    "q1",
+    "q3",
+    "rounds",
+    "ld15iqr",
+    "hd15iqr",
+    "iqr_outliers",
+    "stddev_outliers",
+    "ops",
+    "total",
+)
 #: Confidence level of ``--dlbricks-precision``'s margin of error.
 PRECISION_CONFIDENCE = 0.95
 

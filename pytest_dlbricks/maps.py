@@ -128,8 +128,14 @@ def compose_from_maps(
         entries=entries,
         records=records,
         overhead=overhead_of(results["summary"]),
-        extra={"machine": results.get("machine"), "maps": [document["model"] for document in maps]},
+        extra={
+            "machine": results.get("machine"),
+            "conditions": results.get("conditions"),
+            "maps": [document["model"] for document in maps],
+        },
     )
+    for name in ("noise", "high_noise"):
+        report["summary"][name] = results["summary"].get(name)
     warnings = []
     for name in TIMING_SETTINGS:
         exported = {document["settings"].get(name) for document in maps}

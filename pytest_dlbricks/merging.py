@@ -5,6 +5,7 @@ Reports merge only when their times are comparable: the same report version, the
 cores, operating system). A brick measured by two reports, or a model cut differently in two, is refused too:
 shards split work, they do not repeat it. The merged call cost, taken off every brick, is the median
 of the reports' own measurements, and every model is composed again from all the bricks' times.
+The merged run measured under high noise when any of its reports did.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def merge_reports(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> Report:
         records=records,
         overhead=_median_overhead(overheads),
         extra={
-            "machine": first.get("machine"),
+            "machine": next((report["machine"] for _, report in reports if report.get("machine")), None),
+            "conditions": next((report["conditions"] for _, report in reports if report.get("conditions")), None),
             "merged": [
                 {
                     "report": name,
@@ -59,6 +61,9 @@ def merge_reports(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> Report:
     )
     walls = [report["summary"].get("wall_time_s") for _, report in reports]
     merged["summary"]["wall_time_s"] = max((w for w in walls if w is not None), default=None)
+    noises = [report["summary"].get("noise") for _, report in reports]
+    merged["summary"]["noise"] = max((n for n in noises if n is not None), default=None)
+    merged["summary"]["high_noise"] = any(report["summary"].get("high_noise") for _, report in reports)
     return merged
 
 
@@ -71,7 +76,8 @@ def _check_compatible(first_name: str, first: Mapping[str, Any], name: str, repo
             differences.append(f"setting {key} {first['settings'].get(key)!r} vs {report['settings'].get(key)!r}")
     first_machine, machine = _comparable(first.get("machine")), _comparable(report.get("machine"))
     for key in sorted(set(first_machine) | set(machine)):
-        if first_machine.get(key) != machine.get(key):
+        # A report of an older version that timed nothing does not know its machine: nothing to compare.
+        if None not in (first_machine.get(key), machine.get(key)) and first_machine.get(key) != machine.get(key):
             differences.append(f"machine {key} {first_machine.get(key)!r} vs {machine.get(key)!r}")
     if differences:
         raise IncompatibleReports(

@@ -26,6 +26,7 @@ from .analysis import (
 from .bricks import BrickSpec
 from .composition import brick_calls, compose
 from .cutting import ModelPlan
+from .noise import HIGH_NOISE, run_noise
 from .overhead import NO_OVERHEAD, CallOverhead
 from .probes import RunMeasurements
 from .settings import Settings
@@ -169,6 +170,10 @@ class Summary:
     #: Records of the brick store found damaged, by what was done and kind: ``{"discarded": {"brick
     #: times": 2}, "repaired": {"identity": 1}}``; None without a store.
     store_damage: dict[str, dict[str, int]] | None = None
+    #: The machine's noise in the run: the typical relative interquartile range of the bricks it timed.
+    noise: float | None = None
+    #: Whether that noise exceeds :data:`.noise.HIGH_NOISE`: the run is no baseline for comparisons.
+    high_noise: bool = False
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,8 @@ class RunReport:
     peak: dict[str, Any] | None = None
     #: The comparison with a saved run, when one was made (see :mod:`.comparing`).
     comparison: dict[str, Any] | None = None
+    #: What two runs must share to be compared (see :meth:`.identity.Identity.conditions`), when known.
+    conditions: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The report in its JSON format, keys as other tools read them."""
@@ -201,6 +208,8 @@ class RunReport:
             "machine": dict(self.machine),
             "peak": self.peak,
         }
+        if self.conditions is not None:
+            report["conditions"] = self.conditions
         if self.comparison is not None:
             report["comparison"] = self.comparison
         return report
@@ -297,6 +306,7 @@ def build_report(
     estimated = sum(model.sequential_s or 0.0 for model in analysed)
     unknown = sum(model.analysis.times.unknown_flops_time_s or 0.0 for model in analysed)
     json_models = [model.as_json() for model in models if isinstance(model, ModelEntry)]
+    noise = run_noise(result.stats for result in results.values() if not result.reused)
     return RunReport(
         granularity=settings.granularity,
         partial=partial,
@@ -315,6 +325,8 @@ def build_report(
             unknown_flops_time_s=unknown if analysed else None,
             unknown_flops_share=unknown / estimated if estimated > 0 else None,
             store_damage=store_damage,
+            noise=noise,
+            high_noise=noise is not None and noise > HIGH_NOISE,
         ),
         accuracy=_accuracy(json_models, times, users),
         models=models,

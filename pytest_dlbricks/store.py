@@ -40,6 +40,7 @@ import networkx as nx
 
 from .composition import BrickCall
 from .identity import Identity, digest
+from .noise import margin_of_error
 from .overhead import CallOverhead
 from .settings import STATISTICS
 
@@ -59,15 +60,20 @@ class StoredBrick:
     stats: Mapping[str, float]
     provider: str
     measured_at: datetime
-    #: Relative margin of error of the mean the brick was timed to; None for pytest-benchmark's own rounds.
+    #: Relative margin of error of the mean (95% confidence) the brick reached; None when unknown.
     precision: float | None = None
 
     def age_s(self, now: datetime) -> float:
         return (now - self.measured_at).total_seconds()
 
     def precise_enough(self, requested: float | None) -> bool:
-        """Whether these times satisfy a run asking for ``requested`` precision (None asks for none)."""
-        return requested is None or (self.precision is not None and self.precision <= requested)
+        """Whether these times satisfy a run asking for ``requested`` precision (None asks for none).
+
+        The precision reached is computed again from the statistics where they allow it: records of
+        older versions hold the precision their run asked for, not the one it reached."""
+        reached = margin_of_error(self.stats)
+        reached = self.precision if reached is None else reached
+        return requested is None or (reached is not None and reached <= requested * (1 + 1e-9))
 
     def to_json(self) -> dict[str, Any]:
         return {

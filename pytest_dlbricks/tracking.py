@@ -13,15 +13,27 @@ from typing import Any
 
 import pytest
 
-from .comparing import BLOCK_VERSION, Comparison, compare, make_block, render_comparison, render_regressions
+from .comparing import (
+    BLOCK_VERSION,
+    INCONCLUSIVE_EXIT,
+    Comparison,
+    compare,
+    make_block,
+    render_comparison,
+    render_inconclusive,
+    render_regressions,
+    suspects,
+)
 from .composition import brick_calls
 from .cutting import ModelPlan
-from .estimates import model_estimates
+from .estimates import HistoryEntry, model_estimates, reused_brick
 from .identity import Identity, differences, identify
 from .items import signature_of
+from .noise import HIGH_NOISE, margin_of_error
 from .overhead import CallOverhead
 from .plans import PlanCache
 from .report import BrickResult
+from .retiming import retime
 from .session import DLBricksSession
 from .settings import Settings
 from .store import BrickStore, ModelManifest, Shelf, StoredBrick
@@ -34,9 +46,11 @@ class Tracking:
     the store's shelf for them and loads the saved run to compare with, refusing an incompatible one;
     ``pytest_runtest_setup`` skips a brick the shelf has a fresh time for and hands that time to the
     session; ``pytest_runtest_makereport`` saves each brick time the moment it is measured;
-    ``pytest_sessionfinish`` adds per-model estimates to pytest-benchmark's benchmarks, compares them and
-    fails the session on a regression; ``pytest_benchmark_update_json`` adds the ``dlbricks`` block to
-    saved runs; ``pytest_terminal_summary`` prints what the store did, the comparison and any regression.
+    ``pytest_sessionfinish`` adds per-model estimates and reused bricks to pytest-benchmark's benchmarks,
+    compares the estimates, re-times suspects and decides the gate (exit status 1 on a regression,
+    :data:`~pytest_dlbricks.comparing.INCONCLUSIVE_EXIT` when the noise is too high to tell);
+    ``pytest_benchmark_update_json`` adds the ``dlbricks`` block to saved runs; ``pytest_terminal_summary``
+    prints what the store did, the comparison and the gate's decision.
     """
 
     def __init__(self, config: pytest.Config, settings: Settings, dlbricks: DLBricksSession) -> None:
@@ -54,6 +68,12 @@ class Tracking:
         self.mismatches: list[str] = []
         self.notes: list[str] = []
         self.reused_at: list[datetime] = []
+        #: pytest-benchmark's entries for the bricks reused from the store, so their histories have no holes.
+        self.reused_entries: list[HistoryEntry] = []
+        #: Saved runs passed over as baselines because they measured under high noise.
+        self.noisy_runs: list[str] = []
+        #: The gate found nothing to compare with: this run, saved, becomes the baseline.
+        self.first_baseline = False
         self.saved = 0
         self.store_error: str | None = None
         self._identity: Identity | None = None
@@ -116,18 +136,33 @@ class Tracking:
                 " write --dlbricks-compare=NUM, or put it after the paths."
             )
         usable = ((str(name), data["dlbricks"]) for name, data in runs if isinstance(data.get("dlbricks"), Mapping))
-        baseline = next(usable, None)
+        baseline = None
+        for name, block in usable:
+            if which == "latest" and _high_noise(block):
+                self.noisy_runs.append(name)
+                continue
+            baseline = name, block
+            break
         if baseline is None:
             runs_named = "no saved run" if which == "latest" else f"no saved run {which}"
-            message = f"{runs_named} with dlbricks estimates in {storage}"
-            if self.settings.compare_fail is not None:
+            quiet = " measured under low noise" if self.noisy_runs else ""
+            message = f"{runs_named}{quiet} with dlbricks estimates in {storage}"
+            if self.settings.compare_fail is not None and which != "latest":
+                raise pytest.UsageError(f"--dlbricks-compare-fail cannot gate anything: {message}.")
+            if self.settings.compare_fail is not None and not self._saving():
                 raise pytest.UsageError(
-                    f"--dlbricks-compare-fail cannot gate anything: {message}."
-                    " Save a run first, with --benchmark-autosave or --benchmark-save=NAME."
+                    f"--dlbricks-compare-fail cannot gate anything: {message}, and this run is not saved"
+                    " to become one. Add --benchmark-autosave (or --benchmark-save=NAME)."
                 )
-            self.notes.append(f"nothing to compare with: {message}")
+            if self.settings.compare_fail is not None:
+                self.first_baseline = True
+                self.notes.append(f"no baseline yet ({message}): this run is saved as the baseline; the gate passes")
+            else:
+                self.notes.append(f"nothing to compare with: {message}")
             return None
         name, block = baseline
+        if _high_noise(block):
+            self.notes.append(f"{name} measured under high noise; it is compared with only because it was named")
         if block.get("version") != BLOCK_VERSION:
             raise pytest.UsageError(f"--dlbricks-compare: {name} was saved by another version of pytest-dlbricks")
         mismatches = differences(self.identity.conditions(self.settings), block)
@@ -157,6 +192,13 @@ class Tracking:
             ),
         )
         self.reused_at.append(stored.measured_at)
+        extra_info = {
+            "signature": signature,
+            "ops": list(self.run.bricks[signature].ops),
+            "models": self.run.models_using(signature),
+            "measured_at": stored.measured_at.isoformat(timespec="seconds"),
+        }
+        self.reused_entries.append(reused_brick(item.name, item.nodeid, stored.stats, extra_info))
         pytest.skip(f"reused from store {self._store_name()}")
 
     @pytest.hookimpl(tryfirst=True)
@@ -172,7 +214,8 @@ class Tracking:
         self.run.mark_measured_at(signature, now.isoformat())
         label = self.run.bricks[signature].label
         try:
-            self.shelf.put(StoredBrick(signature, label, result.stats, result.provider, now, self._precision()))
+            reached = margin_of_error(result.stats)
+            self.shelf.put(StoredBrick(signature, label, result.stats, result.provider, now, reached))
             self._save_overhead(self.shelf)
         except OSError as error:
             self.store_error = f"cannot save brick times in {self._store_name()}: {error.strerror or error}"
@@ -196,9 +239,12 @@ class Tracking:
         if report is not None:
             benchmarks = self.config.pluginmanager.get_plugin("pytest-benchmark")
             if benchmarks is not None:
+                self.run.attach(conditions=self.identity.conditions(self.settings))
+                report = self.run.report
+                assert report is not None
                 # No public way adds a benchmark pytest-benchmark did not time: its session's list is what
-                # it saves, compares and displays (see estimates.ModelEstimate).
-                benchmarks.benchmarks.extend(model_estimates(report))
+                # it saves, compares and displays (see estimates.HistoryEntry).
+                benchmarks.benchmarks.extend([*model_estimates(report), *self.reused_entries])
             if self.baseline is not None:
                 self._compare(report, session)
             if self.store is not None and self.shelf is not None:
@@ -225,12 +271,24 @@ class Tracking:
         assert self.baseline is not None
         name, block = self.baseline
         now = make_block(report, self.identity.conditions(self.settings))
-        self.comparison = compare(
-            now, block, baseline=name, statistic=self.settings.statistic, threshold=self.settings.compare_fail
+        statistic, threshold = self.settings.statistic, self.settings.compare_fail
+        first = compare(now, block, baseline=name, statistic=statistic, threshold=threshold)
+        # A model the reports' statistics cannot pass is judged on its bricks timed again, beside its references.
+        retimed = {
+            model.path: retime(self.run.bricks, [*model.changed, *model.references], self.settings)
+            for model in suspects(first)
+        }
+        self.comparison = (
+            compare(now, block, baseline=name, statistic=statistic, threshold=threshold, retimed=retimed)
+            if retimed
+            else first
         )
-        self.run.attach_comparison(self.comparison.as_dict())
-        if self.comparison.regressions and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        self.run.attach(comparison=self.comparison.as_dict())
+        if session.exitstatus == pytest.ExitCode.OK:
+            if self.comparison.regressions:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            elif self.comparison.inconclusive:
+                session.exitstatus = INCONCLUSIVE_EXIT
 
     def _save_models(self, store: BrickStore, shelf: Shelf) -> None:
         """Keep each model's bricks in the store, so that its estimate can be composed for any machine later."""
@@ -271,6 +329,9 @@ class Tracking:
             write(f"dlbricks: {self.store_error}", yellow=True)
         for note in self.notes:
             write(f"dlbricks: {note}", yellow=True)
+        if self.noisy_runs:
+            write(f"dlbricks: passed over as baselines, measured under high noise: {', '.join(self.noisy_runs)}")
+        self._summarize_noise(write)
         if self.comparison is None:
             return
         terminalreporter.write_sep(
@@ -283,6 +344,32 @@ class Tracking:
             write("dlbricks: performance regression:", red=True, bold=True)
             for line in render_regressions(self.comparison).splitlines():
                 write(f"  {line}", red=True)
+        elif self.comparison.inconclusive:
+            write(
+                f"dlbricks: inconclusive (exit status {INCONCLUSIVE_EXIT}): the machine is too noisy for a"
+                f" {self.comparison.threshold or 0.0:.0%} threshold; run again on a quieter machine or raise it:",
+                yellow=True,
+                bold=True,
+            )
+            for line in render_inconclusive(self.comparison).splitlines():
+                write(f"  {line}", yellow=True)
+        elif self.comparison.threshold is not None:
+            write(f"dlbricks: gate passed: no model's changed bricks make it {self.comparison.threshold:.0%} slower")
+
+    def _summarize_noise(self, write: Any) -> None:
+        """Say when this run measured under high noise, and that it will not serve as a baseline."""
+        summary = (self.run.report or {}).get("summary", {})
+        if summary.get("high_noise"):
+            write(
+                f"dlbricks: this run measured under high noise (bricks' typical spread {summary['noise']:.0%},"
+                f" above {HIGH_NOISE:.0%}): it is marked so and --dlbricks-compare will not take it as a baseline",
+                yellow=True,
+            )
+
+    def _saving(self) -> bool:
+        """Whether pytest-benchmark saves this run (where --dlbricks-compare looks for baselines)."""
+        benchmarks = self.config.pluginmanager.get_plugin("pytest-benchmark")
+        return bool(getattr(benchmarks, "save", None) or getattr(benchmarks, "autosave", None))
 
     def _precision(self) -> float | None:
         """The precision bricks are timed to in this run: pytest-benchmark's own when given, else dlbricks'."""
@@ -327,6 +414,11 @@ def manifest_of(plan: ModelPlan, settings: Settings) -> ModelManifest:
         edges=tuple((int(a), int(b)) for a, b in plan.graph.edges),
         io=plan.io,
     )
+
+
+def _high_noise(block: Mapping[str, Any]) -> bool:
+    """Whether a saved run was marked as measured under high noise."""
+    return bool((block.get("report") or {}).get("summary", {}).get("high_noise"))
 
 
 def _newest_first(storage: Any) -> Iterator[tuple[Any, dict[str, Any]]]:

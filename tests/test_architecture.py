@@ -18,12 +18,23 @@ import pytest_dlbricks
 PACKAGE = Path(pytest_dlbricks.__file__).parent
 #: The stages in the order the pipeline runs them; a module may import from its own stage and earlier ones.
 STAGES: dict[str, set[str]] = {
-    "vocabulary": {"__init__", "graph", "errors", "settings", "sweeps", "clock", "synthetic", "placement", "identity"},
+    "vocabulary": {
+        "__init__",
+        "graph",
+        "errors",
+        "settings",
+        "sweeps",
+        "clock",
+        "synthetic",
+        "placement",
+        "identity",
+        "noise",
+    },
     "runtime": {"runtime"},
     "load": {"screening", "ordering", "samples", "loading"},
     "cut": {"bricks", "cutting", "flops", "numerics"},
     "synthesize": {"synthesis"},
-    "run": {"running", "overhead", "probes", "sharding"},
+    "run": {"running", "overhead", "probes", "sharding", "retiming"},
     "compose": {"composition", "analysis", "validation", "store", "plans"},
     "report": {
         *("report", "recomposition", "merging", "maps", "machines", "comparing", "estimates"),

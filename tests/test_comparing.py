@@ -1,4 +1,4 @@
-"""Unit tests of comparisons between two runs: estimates, noise bands, verdicts, messages."""
+"""Unit tests of comparisons between two runs and the gate's decision, on synthetic brick statistics and rounds."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pytest_dlbricks.comparing import (
     FASTER,
     GONE,
     INCOMPLETE,
+    INCONCLUSIVE,
     NEW,
     REGRESSION,
     SLOWER,
@@ -20,49 +22,47 @@ from pytest_dlbricks.comparing import (
     compare,
     make_block,
     render_comparison,
+    render_inconclusive,
     render_regressions,
+    suspects,
 )
 
 US = 1e-6
 
 
-def stats(median_us: float, iqr_us: float = 2.0, *, low_us: float | None = None) -> dict[str, float]:
-    """Brick statistics in microseconds; quartiles half a range around the median unless ``low_us`` sets q1."""
+def stats(median_us: float, iqr_us: float = 2.0, rounds: int = 100) -> dict[str, float]:
+    """Brick statistics in microseconds, quartiles half a range around the median."""
     median = median_us * US
-    q1 = median - iqr_us / 2 * US if low_us is None else low_us * US
-    q3 = q1 + iqr_us * US
-    return {"min": median * 0.9, "median": median, "mean": median * 1.05, "iqr": q3 - q1, "q1": q1, "q3": q3}
+    return {
+        "min": median * 0.9,
+        "median": median,
+        "mean": median * 1.02,
+        "stddev": iqr_us * US,
+        "iqr": iqr_us * US,
+        "q1": median - iqr_us / 2 * US,
+        "q3": median + iqr_us / 2 * US,
+        "rounds": rounds,
+    }
 
 
-def block(
-    models: Mapping[str, Mapping[str, int]],
-    bricks: Mapping[str, Any],
-    incomplete: tuple[str, ...] = (),
-    *,
-    correction_us: float = 0.0,
-    overhead: Mapping[str, float] | None = None,
-) -> Any:
-    """A dlbricks block: models as {path: {signature: count}}, bricks as {signature: stats or None}.
-
-    A model's estimate is the sum of its bricks' medians plus ``correction_us``, what composition adds
-    for the call overhead ``overhead`` (the report's ``call_overhead_s``).
-    """
+def block(models: Mapping[str, Mapping[str, int]], bricks: Mapping[str, Any], incomplete: tuple[str, ...] = ()) -> Any:
+    """A dlbricks block: models as {path: {signature: count}}, bricks as {signature: stats or None}."""
 
     def estimate(uses: Mapping[str, int]) -> float | None:
         if any(bricks[signature] is None for signature in uses):
             return None
-        return sum(count * bricks[signature]["median"] for signature, count in uses.items()) + correction_us * US
+        return sum(count * bricks[signature]["median"] for signature, count in uses.items())
 
     report = {
-        "summary": {"call_overhead_s": overhead},
+        "summary": {},
         "models": [
             {"path": path, "complete": path not in incomplete, "sequential_s": estimate(uses)}
             for path, uses in models.items()
         ],
         "bricks": [
             {
-                "signature": signature * 64,
-                "label": f"Op{signature.upper()}-{signature * 8}",
+                "signature": signature,
+                "label": f"Op{signature[0].upper()}-{signature * 4}",
                 "stats": brick_stats,
                 "models": {path: uses[signature] for path, uses in models.items() if signature in uses},
             }
@@ -72,106 +72,117 @@ def block(
     return make_block(report, {"machine": {}, "timing": {}, "model": {}})
 
 
-def one(now: Any, before: Any, threshold: float | None = 0.1, statistic: str = "median") -> Any:
-    (delta,) = compare(now, before, baseline="0001_base.json", statistic=statistic, threshold=threshold).models
+def one(now: Any, before: Any, threshold: float | None = 0.1, retimed: Any = None) -> Any:
+    comparison = compare(
+        now, before, baseline="0001_base.json", statistic="median", threshold=threshold, retimed=retimed
+    )
+    (delta,) = comparison.models
     return delta
 
 
-MODEL = {"m.onnx": {"a": 2, "b": 1}}
-BEFORE = block(MODEL, {"a": stats(100, 10), "b": stats(50, 4)})
+#: A model of four unchanged reference bricks r, s, t, u and one brick a, which a change replaces by c.
+BEFORE_MODEL = {"m.onnx": {"r": 2, "s": 1, "t": 1, "u": 1, "a": 1}}
+NOW_MODEL = {"m.onnx": {"r": 2, "s": 1, "t": 1, "u": 1, "c": 1}}
+REFERENCES = {"r": 100.0, "s": 80.0, "t": 60.0, "u": 40.0}
+BEFORE = block(BEFORE_MODEL, {**{k: stats(v) for k, v in REFERENCES.items()}, "a": stats(100)})  # 480 us
 
 
-def test_a_model_whose_brick_times_all_came_from_the_store_is_unchanged() -> None:
-    delta = one(block(MODEL, {"a": stats(100, 10), "b": stats(50, 4)}), BEFORE)
-    assert (delta.verdict, delta.band_s, delta.change) == (UNCHANGED, 0.0, 0.0)
-    assert delta.before_s == delta.now_s == pytest.approx(250 * US)
-    assert delta.moves == ()
+def now_block(speed: float, c_us: float, iqr_us: float = 2.0, scatter: Mapping[str, float] | None = None) -> Any:
+    """The changed model measured on a machine ``speed`` times slower, c taking ``c_us`` at the baseline's speed."""
+    scatter = scatter or {}
+    bricks = {k: stats(v * speed * scatter.get(k, 1.0), iqr_us) for k, v in REFERENCES.items()}
+    return block(NOW_MODEL, {**bricks, "c": stats(c_us * speed, iqr_us)})
 
 
-def test_a_remeasured_brick_within_its_spread_is_noise() -> None:
-    # b moves 50 -> 53 us; the band is half of b's range on each side: (4 + 4) / 2 = 4 us.
-    delta = one(block(MODEL, {"a": stats(100, 10), "b": stats(53, 4)}), BEFORE)
-    assert delta.verdict == WITHIN_NOISE
-    assert delta.band_s == pytest.approx(4 * US)
-    assert delta.change == pytest.approx(3 / 250)
+def test_a_model_of_the_same_bricks_is_unchanged_however_its_times_moved() -> None:
+    """Fresh timings on a machine 40% slower: the same bricks are the same computation."""
+    slower = block(BEFORE_MODEL, {**{k: stats(v * 1.4) for k, v in REFERENCES.items()}, "a": stats(140)})
+    delta = one(slower, BEFORE, threshold=0.0)
+    assert delta.verdict == UNCHANGED and delta.judged is None and delta.moves == ()
+    assert delta.change == pytest.approx(0.4)
 
 
-def test_slower_beyond_threshold_and_noise_is_a_regression() -> None:
-    # a (used twice) moves 100 -> 130 us: +60 us, 24%; band (2 * 10 + 2 * 10) / 2 = 20 us.
-    delta = one(block(MODEL, {"a": stats(130, 10), "b": stats(50, 4)}), BEFORE)
+def test_a_changed_brick_is_judged_at_the_baselines_machine_speed() -> None:
+    """c costs 72 us more than a (+15% of 480 us); the machine ran 30% slower, which the references show."""
+    delta = one(now_block(1.3, 172), BEFORE)
+    assert delta.judged.drift == pytest.approx(1.3)
+    assert delta.judged.change == pytest.approx(0.15)
     assert delta.verdict == REGRESSION
-    assert delta.band_s == pytest.approx(20 * US)
-    assert delta.change == pytest.approx(0.24)
-    (move,) = delta.moves
-    assert (move.label, move.count_before, move.count_now) == ("OpA-aaaaaaaa", 2, 2)
-    assert (move.before_s, move.now_s) == (pytest.approx(200 * US), pytest.approx(260 * US))
+    assert delta.change == pytest.approx((1.3 * 552) / 480 - 1), "as measured, the change is +49%"
+    assert delta.changed == ("c",)
+    assert [(m.label, m.count_before, m.count_now) for m in delta.moves] == [("OpC-cccc", 0, 1), ("OpA-aaaa", 1, 0)]
 
 
-def test_slower_beyond_noise_but_within_threshold_only_reports() -> None:
-    now = block(MODEL, {"a": stats(130, 10), "b": stats(50, 4)})
-    assert one(now, BEFORE, threshold=0.3).verdict == SLOWER
-    assert one(now, BEFORE, threshold=None).verdict == SLOWER
-
-
-def test_a_noisy_run_widens_the_band_instead_of_failing() -> None:
-    # The same +24% as a regression, but measured on a busy machine: a's range is 100 us wide now.
-    delta = one(block(MODEL, {"a": stats(130, 100), "b": stats(50, 4)}), BEFORE)
+def test_a_slower_machine_alone_does_not_fail_a_changed_model() -> None:
+    """c replaces a at the same cost; measured on a machine 60% slower, the raw estimate is +60%."""
+    delta = one(now_block(1.6, 100), BEFORE)
+    assert delta.judged.change == pytest.approx(0.0, abs=1e-9)
     assert delta.verdict == WITHIN_NOISE
-    assert delta.band_s == pytest.approx((2 * 50 + 2 * 5) * US)
 
 
-def test_slow_rounds_of_a_busy_machine_do_not_hide_a_real_slowdown() -> None:
-    """Stalls stretch a's upper quartile to 400 us, but its median and lower quartile moved up together."""
-    delta = one(block(MODEL, {"a": stats(130, 280, low_us=120), "b": stats(50, 4)}), BEFORE)
-    # Toward the old estimate, a may only come down to its first quartile: 2 * (130 - 120) + 2 * (105 - 100).
-    assert delta.band_s == pytest.approx(30 * US)
+def test_bricks_drifting_apart_widen_the_interval_until_the_gate_cannot_tell() -> None:
+    """The references slowed by 1.0x to 1.9x: single bricks drift too unevenly to tell +15% from +10%."""
+    delta = one(now_block(1.3, 172, scatter={"r": 0.75, "s": 1.0, "t": 1.25, "u": 1.45}), BEFORE)
+    assert delta.judged.low < 0.1 < delta.judged.high
+    assert delta.verdict == INCONCLUSIVE
+    assert one(now_block(1.3, 172, scatter={"r": 0.75, "s": 1.0, "t": 1.25, "u": 1.45}), BEFORE, None).verdict in (
+        SLOWER,
+        WITHIN_NOISE,
+    )
+
+
+def test_wide_brick_statistics_make_a_suspect_the_session_times_again() -> None:
+    comparison = compare(now_block(1.0, 172, iqr_us=150.0), BEFORE, baseline="b", statistic="median", threshold=0.1)
+    (delta,) = comparison.models
+    assert delta.verdict == INCONCLUSIVE
+    assert suspects(comparison) == [delta]
+    assert set(delta.references) == set(REFERENCES), "every unchanged brick, fewer than the most re-timed"
+
+
+def rounds(speeds: np.ndarray, c_us: float, noise: float = 0.0, seed: int = 1) -> dict[str, list[float]]:
+    """Interleaved rounds: every brick of a round runs at that round's speed, times its own noise."""
+    rng = np.random.default_rng(seed)
+    times = {**REFERENCES, "c": c_us}
+    return {
+        signature: list(us * US * speeds * (1 + noise * rng.standard_normal(len(speeds))))
+        for signature, us in times.items()
+    }
+
+
+def test_re_timed_rounds_cancel_a_machine_whose_speed_swings_from_round_to_round() -> None:
+    """The machine's speed swings between 0.8x and 2.4x from round to round; every round still shows +15%."""
+    speeds = np.random.default_rng(0).uniform(0.8, 2.4, 15)
+    delta = one(now_block(1.0, 172, iqr_us=150.0), BEFORE, retimed={"m.onnx": rounds(speeds, 172)})
+    assert delta.judged.method == "re-timed" and delta.judged.rounds == 15
+    assert delta.judged.change == pytest.approx(0.15)
+    assert 0.1 < delta.judged.low < 0.15 < delta.judged.high < 0.2
     assert delta.verdict == REGRESSION
+    unchanged_cost = one(now_block(1.0, 172, iqr_us=150.0), BEFORE, retimed={"m.onnx": rounds(speeds, 100)})
+    assert unchanged_cost.verdict == WITHIN_NOISE
 
 
-def test_a_measurement_spread_below_its_median_is_noise() -> None:
-    delta = one(block(MODEL, {"a": stats(130, 100, low_us=95), "b": stats(50, 4)}), BEFORE)
-    assert delta.band_s == pytest.approx((2 * 35 + 2 * 5) * US)
-    assert delta.verdict == WITHIN_NOISE
+def test_re_timed_rounds_too_noisy_for_the_threshold_are_inconclusive() -> None:
+    speeds = np.ones(15)
+    delta = one(now_block(1.0, 172), BEFORE, retimed={"m.onnx": rounds(speeds, 172, noise=0.3)})
+    assert delta.judged.low < 0.1 < delta.judged.high
+    assert delta.verdict == INCONCLUSIVE
 
 
-def test_faster_beyond_noise() -> None:
-    assert one(block(MODEL, {"a": stats(60, 10), "b": stats(50, 4)}), BEFORE).verdict == FASTER
-
-
-def test_a_changed_model_counts_only_what_changed() -> None:
-    """One of a's two uses became a new brick c: a's stored time is shared, only its count moved."""
-    now = block({"m.onnx": {"a": 1, "b": 1, "c": 1}}, {"a": stats(100, 10), "b": stats(50, 4), "c": stats(400, 6)})
+def test_a_count_change_is_a_changed_brick() -> None:
+    """One use of r more: r's 100 us at the baseline's speed, +20.8%."""
+    now = block(
+        {"m.onnx": {"r": 3, "s": 1, "t": 1, "u": 1, "a": 1}},
+        {**{k: stats(v) for k, v in REFERENCES.items()}, "a": stats(100)},
+    )
     delta = one(now, BEFORE)
-    assert delta.now_s == pytest.approx(550 * US)
-    # a: one use less of the same measurement adds 10 / 2; c is new: 6 / 2.
-    assert delta.band_s == pytest.approx(8 * US)
-    assert delta.verdict == REGRESSION
-    assert [(m.label, m.count_before, m.count_now) for m in delta.moves] == [
-        ("OpC-cccccccc", 0, 1),
-        ("OpA-aaaaaaaa", 2, 1),
-    ]
+    assert delta.judged.change == pytest.approx(100 / 480)
+    assert delta.verdict == REGRESSION and [m.label for m in delta.moves] == ["OpR-rrrr"]
 
 
-def test_estimates_are_the_reports_own() -> None:
-    """Composition took the call overhead off: the comparison uses the estimates the reports show."""
-    overhead = {"fixed_s": 2 * US}
-    before = block(MODEL, {"a": stats(100, 10), "b": stats(50, 4)}, correction_us=-4, overhead=overhead)
-    now = block(MODEL, {"a": stats(130, 10), "b": stats(50, 4)}, correction_us=-4, overhead=overhead)
-    delta = one(now, before)
-    assert (delta.before_s, delta.now_s) == (pytest.approx(246 * US), pytest.approx(306 * US))
-    assert delta.band_s == pytest.approx(20 * US)
-
-
-def test_a_call_overhead_measured_again_counts_as_noise() -> None:
-    """The same brick times, but the overhead measured again took 2 us more off the model."""
-    bricks = {"a": stats(100, 10), "b": stats(50, 4)}
-    before = block(MODEL, bricks, correction_us=-4, overhead={"fixed_s": 2 * US})
-    now = block(MODEL, bricks, correction_us=-6, overhead={"fixed_s": 3 * US})
-    delta = one(now, before)
-    assert delta.band_s == pytest.approx(2 * US)
-    assert delta.verdict == WITHIN_NOISE
-    steady = block(MODEL, bricks, correction_us=-6, overhead={"fixed_s": 2 * US})
-    assert one(steady, before).verdict == FASTER, "with the same overhead, the same shift is not noise"
+def test_faster_and_slower_below_the_threshold() -> None:
+    assert one(now_block(1.0, 50), BEFORE).verdict == FASTER
+    assert one(now_block(1.0, 130), BEFORE, threshold=0.2).verdict == SLOWER
+    assert one(now_block(1.0, 130), BEFORE, threshold=None).verdict == SLOWER
 
 
 def test_new_gone_and_incomplete_models_never_fail() -> None:
@@ -185,24 +196,27 @@ def test_new_gone_and_incomplete_models_never_fail() -> None:
     before["report"]["bricks"][0]["models"]["half.onnx"] = 1
     comparison = compare(now, before, baseline="b", statistic="median", threshold=0.0)
     verdicts = {model.path: model.verdict for model in comparison.models}
-    assert verdicts == {"kept.onnx": REGRESSION, "new.onnx": NEW, "half.onnx": INCOMPLETE, "gone.onnx": GONE}
-    assert [model.path for model in comparison.regressions] == ["kept.onnx"]
+    assert verdicts == {"kept.onnx": UNCHANGED, "new.onnx": NEW, "half.onnx": INCOMPLETE, "gone.onnx": GONE}
+    assert comparison.regressions == [] and comparison.inconclusive == []
     new = next(model for model in comparison.models if model.path == "new.onnx")
     assert (new.before_s, new.now_s) == (None, pytest.approx(30 * US))
 
 
-def test_the_table_and_the_failure_message() -> None:
-    now = block(MODEL, {"a": stats(130, 10), "b": stats(49, 4)})
-    comparison = compare(now, BEFORE, baseline="0001_base.json", statistic="median", threshold=0.1)
+def test_the_table_and_the_messages_name_the_model_and_its_bricks() -> None:
+    comparison = compare(now_block(1.3, 172), BEFORE, baseline="0001_base.json", statistic="median", threshold=0.1)
     lines = render_comparison(comparison).splitlines()
-    assert lines[0].split() == ["Model", "Before", "Now", "Change", "Noise", "band", "Verdict"]
-    assert lines[2].split() == ["m.onnx", "250.0", "us", "309.0", "us", "+23.6%", "24.0", "us", "REGRESSION"]
-    assert render_regressions(comparison) == (
-        "m.onnx is 23.6% slower than in 0001_base.json (250.0 us -> 309.0 us), more than 10% and more than its"
-        " noise band of 24.0 us; bricks that moved most: OpA-aaaaaaaa x2 +60.0 us (200.0 us -> 260.0 us)"
-    )
+    assert lines[0].split() == ["Model", "Before", "Now", "Measured", "Changed", "bricks", "[95%]", "Verdict"]
+    assert lines[2].split()[:7] == ["m.onnx", "480.0", "us", "717.6", "us", "+49.5%", "+15.0%"]
+    assert lines[2].split()[-1] == REGRESSION
+    message = render_regressions(comparison)
+    assert message.startswith("m.onnx is 15.0% (95% interval +")
+    assert "from the brick statistics, drift x1.30) slower than in 0001_base.json (480.0 us -> 717.6 us)" in message
+    assert message.endswith("more than 10%; bricks that changed: OpC-cccc +223.6 us (new), OpA-aaaa -100.0 us (gone)")
     data = comparison.as_dict()
     json.dumps(data)
-    assert data["failed"] is True and data["threshold"] == 0.1
-    assert data["models"][0]["verdict"] == REGRESSION
-    assert [brick["brick"] for brick in data["models"][0]["moved_bricks"]] == ["OpA-aaaaaaaa", "OpB-bbbbbbbb"]
+    assert (data["failed"], data["inconclusive"], data["threshold"]) == (True, False, 0.1)
+    assert data["models"][0]["judged"]["change"] == pytest.approx(0.15)
+    assert [brick["brick"] for brick in data["models"][0]["moved_bricks"]] == ["OpC-cccc", "OpA-aaaa"]
+    unsure = compare(now_block(1.0, 172, 150.0), BEFORE, baseline="b", statistic="median", threshold=0.1)
+    assert render_inconclusive(unsure).startswith("m.onnx: its changed bricks make it 15.0% (95% interval")
+    assert unsure.as_dict()["inconclusive"] is True

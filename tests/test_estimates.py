@@ -1,4 +1,4 @@
-"""Unit tests of per-model estimates shaped as pytest-benchmark benchmarks."""
+"""Unit tests of the entries dlbricks adds to pytest-benchmark: model estimates and reused bricks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pytest_benchmark.utils import parse_compare_fail
 
-from pytest_dlbricks.estimates import GROUP, model_estimates, model_stats
+from pytest_dlbricks.estimates import GROUP, model_estimates, model_stats, reused_brick
 
 STATS_A = {"min": 1.0, "max": 4.0, "mean": 2.0, "median": 1.5, "stddev": 0.5, "iqr": 0.4, "q1": 1.3, "q3": 1.7}
 STATS_B = {"min": 10.0, "max": 40.0, "mean": 20.0, "median": 15.0, "stddev": 5.0, "iqr": 4.0, "q1": 13.0, "q3": 17.0}
@@ -47,38 +47,40 @@ def report() -> dict[str, Any]:
     }
 
 
-def test_each_statistic_is_the_count_weighted_sum_over_bricks() -> None:
-    data = report()
-    stats = model_stats(data, data["models"][0])
-    assert stats is not None
-    for name in STATS_A:
-        assert stats[name] == pytest.approx(2 * STATS_A[name] + STATS_B[name]), name
-    assert stats["rounds"] == 4
-    assert stats["ops"] == pytest.approx(1 / 24.0)
-    assert stats["total"] == pytest.approx(24.0 * 4)
-    assert (stats["ld15iqr"], stats["hd15iqr"]) == (stats["min"], stats["max"])
-    assert model_stats(data, data["models"][1]) is None
-
-
-def test_values_follow_the_call_overhead_correction_and_spreads_do_not() -> None:
-    """Composition took 2 us of call overhead off the 18 us sum of medians: every value moves by as much."""
+def test_an_estimate_is_one_value_without_spread_or_extremes_it_does_not_have() -> None:
+    """Composition took 2 us of call overhead off the 18 us sum of medians: the estimate, 16 us, is every value."""
     data = report()
     data["models"][0]["sequential_s"] = 16.0
     stats = model_stats(data, data["models"][0])
     assert stats is not None
-    assert stats["median"] == pytest.approx(16.0)
-    assert (stats["min"], stats["q1"], stats["max"]) == (pytest.approx(10.0), pytest.approx(13.6), pytest.approx(46.0))
-    assert (stats["stddev"], stats["iqr"]) == (pytest.approx(6.0), pytest.approx(4.8))
+    for name in ("min", "max", "mean", "median", "q1", "q3", "ld15iqr", "hd15iqr", "total"):
+        assert stats[name] == pytest.approx(16.0), name
+    assert (stats["stddev"], stats["iqr"], stats["rounds"], stats["outliers"]) == (0.0, 0.0, 1, "0;0")
+    assert stats["ops"] == pytest.approx(1 / 16.0)
+    assert model_stats(data, data["models"][1]) is None
 
 
-def test_quartiles_missing_from_older_records_come_from_the_range() -> None:
-    data = report()
-    for brick in data["bricks"][:2]:
-        del brick["stats"]["q1"], brick["stats"]["q3"]
-    stats = model_stats(data, data["models"][0])
-    assert stats is not None
-    assert stats["q1"] == pytest.approx(2 * (1.5 - 0.2) + (15.0 - 2.0))
-    assert stats["q3"] == pytest.approx(2 * (1.5 + 0.2) + (15.0 + 2.0))
+def test_pytest_benchmark_compare_fail_sees_the_estimate_not_sums_of_brick_maxima() -> None:
+    """A brick's one slow round moved the old entries' max by its whole outlier; an estimate has no max of its own."""
+    quiet, noisy = report(), report()
+    noisy["bricks"][0]["stats"] = {**STATS_A, "max": 400.0, "mean": 50.0, "rounds": 9}
+    (before,), (now,) = model_estimates(quiet), model_estimates(noisy)
+    for field in ("min", "max", "mean"):
+        assert parse_compare_fail(f"{field}:5%").fails(now, before.as_dict(flat=True)) is None, field
+
+
+def test_a_reused_brick_makes_the_entry_its_timed_item_would_have_made() -> None:
+    stats = {**STATS_A, "rounds": 9}
+    entry = reused_brick("test_brick[Conv-1]", "m.onnx::Conv-1", stats, {"signature": "a"})
+    saved = entry.as_dict(include_data=True)
+    json.dumps(saved)
+    assert (saved["name"], saved["fullname"], saved["group"]) == ("test_brick[Conv-1]", "m.onnx::Conv-1", None)
+    assert saved["extra_info"] == {"signature": "a", "reused": True}
+    assert saved["stats"]["median"] == 1.5 and saved["stats"]["rounds"] == 9 and saved["stats"]["data"] == []
+    assert (saved["stats"]["ld15iqr"], saved["stats"]["hd15iqr"], saved["stats"]["outliers"]) == (1.0, 4.0, "0;0")
+    assert saved["stats"]["ops"] == pytest.approx(0.5) and saved["stats"]["total"] == pytest.approx(18.0)
+    older = reused_brick("b", "m.onnx::b", {"median": 2.0, "rounds": 3}, {}).as_dict(include_data=False)["stats"]
+    assert (older["mean"], older["max"], older["stddev"], older["outliers"]) == (2.0, 2.0, 0.0, "0;0")
 
 
 def test_only_complete_models_become_benchmarks() -> None:
@@ -102,7 +104,7 @@ def test_an_estimate_answers_like_pytest_benchmark_metadata() -> None:
     json.dumps(saved)
     assert set(saved) == {"group", "name", "fullname", "params", "param", "extra_info", "options", "stats"}
     assert saved["stats"]["median"] == pytest.approx(18.0) and "data" not in saved["stats"]
-    assert estimate.as_dict()["stats"]["data"] == []
+    assert estimate.as_dict()["stats"]["data"] == [pytest.approx(18.0)]
     flat = estimate.as_dict(include_data=False, flat=True, cprofile=("tottime", 25))
     assert flat["median"] == pytest.approx(18.0) and "stats" not in flat
     assert "stats" not in estimate.as_dict(include_data=False, stats=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,8 @@ def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
         "unknown_flops_time_s": None,
         "unknown_flops_share": None,
         "store_damage": None,
+        "noise": None,  # no brick has the rounds to show a spread
+        "high_noise": False,
     }
     first, *rest = report["bricks"]
     assert first["signature"] == next(iter(bricks))
@@ -82,6 +85,23 @@ def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
     assert [entry["ops"] for entry in rest] == [["Relu"], ["Sigmoid"], ["Tanh"], ["Neg"], ["Add"]]
     assert all(entry["models"] == {"diamond.onnx": 1} for entry in rest)
     json.dumps(report)  # JSON-ready as it is
+
+
+def test_the_report_measures_the_noise_of_the_bricks_timed_in_the_run(plans: list[ModelPlan]) -> None:
+    """Spreads of 4%, 8% and 30%: the median, 8%; a reused brick's spread was another run's noise."""
+    bricks = distinct_bricks(plans)
+    spreads = [0.04, 0.08, 0.3, 0.9, 0.9, 0.9]
+    results = {
+        signature: BrickResult(
+            stats={"median": 1e-5, "iqr": 1e-5 * spread, "rounds": 9}, provider=PROVIDER, reused=index >= 3
+        )
+        for index, (signature, spread) in enumerate(zip(bricks, spreads))
+    }
+    summary = build_report(Settings(granularity=2), plans, [], bricks, results).as_json()["summary"]
+    assert (summary["noise"], summary["high_noise"]) == (pytest.approx(0.08), False)
+    results = {signature: dataclasses.replace(result, reused=False) for signature, result in results.items()}
+    summary = build_report(Settings(granularity=2), plans, [], bricks, results).as_json()["summary"]
+    assert (summary["noise"], summary["high_noise"]) == (pytest.approx(0.6), True)
 
 
 def test_the_statistic_chosen_is_the_one_composed(plans: list[ModelPlan]) -> None:

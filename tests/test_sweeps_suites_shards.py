@@ -12,6 +12,7 @@ from typing import Any
 
 import onnxruntime as ort
 import pytest
+import tiny_models
 
 from conftest import SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks.bricks import BrickSpec
@@ -341,7 +342,50 @@ def test_three_shards_merge_into_the_single_run_composition(pytester: pytest.Pyt
     status, _, err = cli("merge", str(pytester.path / "s1.json"), str(pytester.path / "s1.json"))
     assert status == 1 and "are both shard 1/3; give each shard once" in err
     status, _, err = cli("merge", str(pytester.path / "s1.json"), str(pytester.path / "s2.json"))
+    assert status == 1 and "2 of 3 shards given; pass --allow-missing-shards to merge them all the same" in err
+    status, _, err = cli(
+        "merge", "--allow-missing-shards", str(pytester.path / "s1.json"), str(pytester.path / "s2.json")
+    )
     assert status == 0 and "2 of 3 shards given: models are incomplete" in err
+
+
+def test_shards_with_and_without_the_store_merge_and_gate_like_a_direct_run(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]]
+) -> None:
+    """After a one-layer change, one shard times the changed brick and the other takes all of its own from the
+    store: each report carries its machine, the shards merge, and merge writes and gates what a run does."""
+    models = pytester.path / "models"
+    copy_models(SAMPLE_MODELS / "mlp.onnx")
+    tiny_models.chain(models, "net.onnx", blocks=1, channels=16, size=32, kernel=1)
+    common = ("--dlbricks-granularity=1", "--dlbricks-dim=batch=1", "--dlbricks-precision=off", "models")
+    assert run(pytester, "--benchmark-autosave", *common).ret == 0
+    (saved,) = (pytester.path / ".benchmarks").glob("*-*/0001_*.json")
+    tiny_models.chain(models, "net.onnx", blocks=1, channels=16, size=32, kernel=9)
+    measured = []
+    for shard in (1, 2):
+        result = run(pytester, f"--dlbricks-shard={shard}/2", f"--dlbricks-json=s{shard}.json", *common)
+        assert result.ret == 0
+        report = read(pytester.path / f"s{shard}.json")
+        assert report["machine"]["cpu"] and report["machine"]["cores"], "a report knows its machine"
+        measured.append(report["summary"]["measured_bricks"] - report["summary"]["reused_bricks"])
+    assert sorted(measured) == [0, 1], "one shard timed the changed brick, the other reused all of its own"
+
+    outputs = ("--json", "m.json", "--html", "m.html", "--benchmark-json", "m-bench.json")
+    status, out, err = cli("merge", "s1.json", "s2.json", *outputs, "--compare", str(saved), "--compare-fail=10%")
+    assert err == "" and status in (1, 6), out
+    merged = read(pytester.path / "m.json")
+    assert all(model["complete"] for model in merged["models"]) and merged["machine"]["cpu"]
+    assert "<html" in (pytester.path / "m.html").read_text()
+    entries = read(pytester.path / "m-bench.json")
+    assert {b["fullname"] for b in entries["benchmarks"]} == {"dlbricks::models/mlp.onnx", "dlbricks::models/net.onnx"}
+    assert entries["dlbricks"]["report"]["models"] == merged["models"]
+    assert entries["dlbricks"]["timing"] == read(saved)["dlbricks"]["timing"], "comparable with the run's own"
+    verdicts = {m["path"]: m["verdict"] for m in merged["comparison"]["models"]}
+    assert verdicts["models/mlp.onnx"] == "unchanged" and verdicts["models/net.onnx"] in ("REGRESSION", "INCONCLUSIVE")
+    assert "models/net.onnx" in out and "bricks that changed: " in out and "Conv" in out
+    # The merged run's entries are a baseline like a saved run: compared with themselves, nothing changed.
+    status, out, _ = cli("merge", "s1.json", "s2.json", "--compare", "m-bench.json", "--compare-fail=10%")
+    assert status == 0 and "models/net.onnx" in out
 
 
 @pytest.mark.parametrize(

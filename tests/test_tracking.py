@@ -13,6 +13,8 @@ import tiny_models
 
 from conftest import QUICK_TIMING, SAMPLE_DIMS, SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks.cli import main
+from pytest_dlbricks.comparing import INCONCLUSIVE_EXIT
+from pytest_dlbricks.noise import margin_of_error
 
 STORE = ".benchmarks/dlbricks"
 #: Enough rounds for the quartiles the gate relies on, at a few milliseconds per brick; one thread, so that a
@@ -20,7 +22,12 @@ STORE = ".benchmarks/dlbricks"
 GATE_TIMING = ("--benchmark-min-rounds=15", "--benchmark-max-time=0.000001")
 
 
-run = run_dlbricks
+def run(pytester: pytest.Pytester, *args: str, **options: Any) -> pytest.RunResult:
+    """A run as :func:`run_dlbricks` makes it; its quick timing reaches no precision, so none is asked for
+    (a stored brick is reused only by a run asking for no more precision than it reached), unless given."""
+    if not any(arg.startswith("--dlbricks-precision") for arg in args):
+        args = ("--dlbricks-precision=off", *args)
+    return run_dlbricks(pytester, *args, **options)
 
 
 def read(path: Path) -> Any:
@@ -125,12 +132,34 @@ def test_remeasure_and_the_age_limit(pytester: pytest.Pytester, sample_models: l
 
 
 def test_times_of_a_looser_precision_are_not_reused(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
-    args = ("--dlbricks-granularity=2", "models/mlp.onnx")
+    args = ("--dlbricks-granularity=2", "--benchmark-max-time=0.2", "models/mlp.onnx")
     run(pytester, "--dlbricks-precision=5%", *args).assert_outcomes(passed=3)
-    run(pytester, "--dlbricks-precision=10%", *args).assert_outcomes(skipped=3)
-    run(pytester, "--dlbricks-precision=1%", *args).assert_outcomes(passed=3)
+    reached = [read(path)["precision"] for path in brick_records(pytester)]
+    assert all(
+        margin == pytest.approx(margin_of_error(read(path)["stats"]))
+        for margin, path in zip(reached, brick_records(pytester))
+    )
+    precise = sum(margin <= 0.1 for margin in reached)
+    run(pytester, "--dlbricks-precision=10%", *args).assert_outcomes(passed=3 - precise, skipped=precise)
+    run(pytester, "--dlbricks-precision=0.1%", *args).assert_outcomes(passed=3)
     run(pytester, "--dlbricks-precision=off", *args).assert_outcomes(skipped=3)
-    assert {read(path)["precision"] for path in brick_records(pytester)} == {0.01}
+
+
+def test_the_store_keeps_the_precision_reached_not_the_one_asked(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    """Quick timing reaches a margin far above 2%: a default run must not reuse it, nor a record of an older
+    version that kept the precision its run asked for."""
+    args = ("--dlbricks-granularity=2", "models/mlp.onnx")
+    run(pytester, "--dlbricks-precision=off", *args).assert_outcomes(passed=3)
+    reached = [read(path)["precision"] for path in brick_records(pytester)]
+    assert all(margin > 0.02 for margin in reached), reached
+    rewrite_records(pytester, lambda record: record.update(precision=0.02))
+    run(pytester, "--dlbricks-precision=2%", *args).assert_outcomes(passed=3)
+    records = [read(path) for path in brick_records(pytester)]
+    assert all(record["precision"] == pytest.approx(margin_of_error(record["stats"])) for record in records)
+    precise = sum(record["precision"] <= 0.02 for record in records)
+    run(pytester, "--dlbricks-precision=2%", *args).assert_outcomes(passed=3 - precise, skipped=precise)
 
 
 def test_a_changed_model_times_only_its_new_bricks(pytester: pytest.Pytester) -> None:
@@ -243,9 +272,15 @@ def test_saved_runs_carry_the_estimates(pytester: pytest.Pytester, sample_models
             "dlbricks::models/mlp.onnx (NOW)*",
         ]
     )
-    assert [read(path)["benchmarks"][-1]["stats"]["median"] for path in saved_runs(pytester)] == [
-        estimate["stats"]["median"]
-    ] * 2, "the re-run reused every brick: the same estimate"
+    second = read(saved_runs(pytester)[1])["benchmarks"]
+    (again,) = [b for b in second if b["fullname"] == estimate["fullname"]]
+    assert again["stats"]["median"] == estimate["stats"]["median"], "the re-run reused every brick: the same estimate"
+    bricks = [b for b in data["benchmarks"] if not b["fullname"].startswith("dlbricks::")]
+    reused = [b for b in second if not b["fullname"].startswith("dlbricks::")]
+    assert [b["fullname"] for b in reused] == [b["fullname"] for b in bricks], "every brick's history goes on"
+    assert all(
+        b["extra_info"]["reused"] and b["stats"] == {**b["stats"], **old["stats"]} for b, old in zip(reused, bricks)
+    )
 
 
 # -- comparisons and the gate -------------------------------------------------------------------
@@ -277,12 +312,12 @@ def test_a_regression_introduced_into_a_model_fails_the_session(
     result.stdout.fnmatch_lines(
         [
             "*- dlbricks: median estimates compared with *0001_*.json -*",
-            "Model * Before * Now * Change * Noise band * Verdict",
-            "models/mlp.onnx * +0.0% * unchanged",
+            "Model * Before * Now * Measured * Changed bricks [[]95%[]] * Verdict",
+            "models/mlp.onnx * +0.0% * same bricks * unchanged",
             "models/net.onnx * REGRESSION",
             "dlbricks: performance regression:",
-            "  models/net.onnx is *% slower than in *0001_*.json (* -> *), more than 10% and more than its noise"
-            " band of *; bricks that moved most: *Conv* (new)*",
+            "  models/net.onnx is *% (95% interval * re-timed in 15 rounds, drift x*) slower than in *0001_*.json"
+            " (* -> *), more than 10%; bricks that changed: *Conv* (new)*",
         ]
     )
     comparison = read(pytester.path / "r.json")["comparison"]
@@ -293,40 +328,71 @@ def test_a_regression_introduced_into_a_model_fails_the_session(
     run(pytester, *gate, *args, timing=GATE_TIMING).assert_outcomes(skipped=summary["distinct_bricks"])
 
 
-@pytest.mark.parametrize(
-    ("low", "high", "verdict", "exit_code"), [(0.5, 4.0, "within noise", 0), (1.45, 1.6, "REGRESSION", 1)]
-)
-def test_the_noise_band_decides_a_slower_rerun(
-    pytester: pytest.Pytester, sample_models: list[Path], low: float, high: float, verdict: str, exit_code: int
-) -> None:
-    """Every brick of an unchanged model comes back 50% slower: the spread of its rounds decides.
-
-    Both runs take their brick times from the store, rewritten: for the saved run, tight quartiles
-    around the measured medians; for the re-run, medians 1.5x slower with quartiles spread around them
-    (as on a busy machine, the lower quartile below the old median) or tight (a machine that really got
-    slower).
-    """
+def test_unchanged_bricks_timed_slower_pass_the_gate(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    """Every brick of the model comes back 50% slower, as from a busy machine: the same bricks cannot regress."""
     args = ("--dlbricks-granularity=2", "models/mlp.onnx")
-    run(pytester, *args).assert_outcomes(passed=3)
+    run(pytester, "--benchmark-autosave", *args).assert_outcomes(passed=3)
 
-    def quartiles(low: float, high: float, scale: float = 1.0) -> Callable[[dict[str, Any]], None]:
-        def change(record: dict[str, Any]) -> None:
-            stats = record["stats"]
-            median = stats["median"]
-            for name in ("min", "max", "mean", "median"):
-                stats[name] *= scale
-            stats["q1"], stats["q3"] = median * low, median * high
-            stats["iqr"] = stats["q3"] - stats["q1"]
+    def slower(record: dict[str, Any]) -> None:
+        record["stats"] = {name: value * ((name != "rounds" and 1.5) or 1) for name, value in record["stats"].items()}
 
-        return change
-
-    rewrite_records(pytester, quartiles(0.98, 1.02))
-    run(pytester, "--benchmark-autosave", *args).assert_outcomes(skipped=3)
-    rewrite_records(pytester, quartiles(low, high, scale=1.5))
+    rewrite_records(pytester, slower)
     result = run(pytester, "--dlbricks-compare", "--dlbricks-compare-fail=10%", *args)
     result.assert_outcomes(skipped=3)
-    result.stdout.fnmatch_lines([f"models/mlp.onnx * +*% * {verdict}"])
-    assert result.ret == exit_code
+    result.stdout.fnmatch_lines(
+        ["models/mlp.onnx * +*% * same bricks * unchanged", "dlbricks: gate passed: no model's changed bricks *"]
+    )
+    assert result.ret == 0
+
+
+def test_a_gate_too_noisy_for_its_threshold_is_inconclusive(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bricks taken to drift apart by a factor of e between runs: no interval can tell 10%."""
+    monkeypatch.setattr("pytest_dlbricks.comparing.DEFAULT_DRIFT_SPREAD", 1.0)
+    (pytester.path / "models").mkdir()
+    net(pytester, kernel=1)
+    args = ("--dlbricks-granularity=1", "--benchmark-autosave", "models")
+    assert run(pytester, *args).ret == 0
+    net(pytester, kernel=9)
+    result = run(pytester, "--dlbricks-compare", "--dlbricks-compare-fail=10%", *args)
+    assert result.ret == INCONCLUSIVE_EXIT == 6
+    result.stdout.fnmatch_lines(
+        [
+            "models/net.onnx * INCONCLUSIVE",
+            "dlbricks: inconclusive (exit status 6): the machine is too noisy for a 10% threshold; *",
+            "  models/net.onnx: its changed bricks make it *: the noise is too high to tell whether that exceeds"
+            " 10%; bricks that changed: *Conv* (new)*",
+        ]
+    )
+
+
+def test_a_run_under_high_noise_is_marked_and_passed_over_as_a_baseline(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ("--dlbricks-granularity=2", "--benchmark-autosave", "--dlbricks-json=r.json", "models/mlp.onnx")
+    run(pytester, *args).assert_outcomes(passed=3)
+    with monkeypatch.context() as patch:
+        patch.setattr("pytest_dlbricks.report.HIGH_NOISE", 0.0)
+        noisy = run(pytester, "--dlbricks-remeasure", *args, timing=GATE_TIMING)
+    noisy.stdout.fnmatch_lines(
+        ["dlbricks: this run measured under high noise (bricks' typical spread *): it is marked*"]
+    )
+    summary = read(pytester.path / "r.json")["summary"]
+    assert summary["high_noise"] is True and summary["noise"] > 0
+    first, second = saved_runs(pytester)
+    assert read(second)["dlbricks"]["report"]["summary"]["high_noise"] is True
+    result = run(pytester, "--dlbricks-compare", *args)
+    result.stdout.fnmatch_lines(
+        [
+            f"dlbricks: passed over as baselines, measured under high noise: */{second.name}",
+            f"*compared with */{first.name} -*",
+        ]
+    )
+    named = run(pytester, f"--dlbricks-compare={second.relative_to(pytester.path)}", *args)
+    named.stdout.fnmatch_lines(
+        [f"dlbricks: */{second.name} measured under high noise; it is compared with only because*"]
+    )
 
 
 def test_incompatible_runs_are_refused_unless_asked(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
@@ -372,18 +438,33 @@ def test_compare_picks_a_run_by_number_or_file(pytester: pytest.Pytester, sample
     latest.stdout.fnmatch_lines([f"*compared with */{second.name} -*", "models/mlp.onnx * unchanged"])
 
 
-def test_nothing_to_compare_with_is_a_note_unless_gating(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+def test_nothing_to_compare_with_is_a_note_and_a_first_gated_run_the_baseline(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
     result = run(pytester, "--dlbricks-granularity=1", "models/mlp.onnx", "--dlbricks-compare")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["dlbricks: nothing to compare with: no saved run with dlbricks estimates in *"])
-    gated = run(pytester, "--dlbricks-granularity=1", "--dlbricks-compare-fail=5%", "models", "--dlbricks-compare")
-    assert gated.ret == pytest.ExitCode.USAGE_ERROR
-    gated.stderr.fnmatch_lines(
+    gate = ("--dlbricks-granularity=1", "--dlbricks-compare-fail=5%", "models", "--dlbricks-compare")
+    unsaved = run(pytester, *gate)
+    assert unsaved.ret == pytest.ExitCode.USAGE_ERROR
+    unsaved.stderr.fnmatch_lines(
         [
-            "ERROR: --dlbricks-compare-fail cannot gate anything: no saved run with dlbricks estimates in *."
-            " Save a run first, with --benchmark-autosave or --benchmark-save=NAME."
+            "ERROR: --dlbricks-compare-fail cannot gate anything: no saved run with dlbricks estimates in *, and"
+            " this run is not saved to become one. Add --benchmark-autosave (or --benchmark-save=NAME)."
         ]
     )
+    first = run(pytester, "--benchmark-autosave", *gate)
+    assert first.ret == 0
+    first.stdout.fnmatch_lines(
+        [
+            "dlbricks: no baseline yet (no saved run with dlbricks estimates in *): this run is saved as the baseline;"
+            " the gate passes"
+        ]
+    )
+    (saved,) = saved_runs(pytester)
+    second = run(pytester, "--benchmark-autosave", *gate)
+    assert second.ret == 0
+    second.stdout.fnmatch_lines([f"*compared with */{saved.name} -*", "dlbricks: gate passed: *"])
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,214 @@
+"""The CI gate on a noisy runner: no false alarm in ten unchanged runs, a 15% regression caught.
+
+Copies the bundled ``sample_models/`` into a temporary folder and runs pytest on them as CI would, one
+command line for every run: fresh timings (``--dlbricks-store=none``), each run saved
+(``--benchmark-autosave``) and compared with the latest saved run (``--dlbricks-compare
+--dlbricks-compare-fail``). A second process keeps one core busy throughout.
+
+1. **Ten-run check**: a first run records the baseline, then ``--runs`` unchanged runs follow; none may
+   fail the gate (exit status 1). Inconclusive runs (exit status 6) are counted apart.
+2. **15%-regression check**: one model, ``tiny_resnet.onnx``, is replaced by one about 15% slower:
+   one convolution widened from 3x3 to 5x5 or 7x7 (zero-padded weights, the same outputs and shapes):
+   of all its convolutions and both widths, the one that brings the whole model, timed interleaved
+   with the original, closest to ``--slowdown`` is chosen. The gate must fail, naming the model and the bricks.
+
+Run it from the repository root, in the environment where pytest-dlbricks is installed::
+
+    python bench/gate.py [--runs N] [--threshold PCT] [--slowdown PCT] [--granularity G] [--no-load]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_MODELS = ROOT / "sample_models"
+CHANGED_MODEL = "tiny_resnet.onnx"
+PYTEST_INI = "[pytest]\n# Symbolic dimensions of the bundled sample models.\ndlbricks_dims =\n    batch=1\n    seq=16\n"
+BUSY_LOOP = "while True:\n    pass\n"
+REGRESSION, INCONCLUSIVE = 1, 6
+
+
+@dataclass
+class Run:
+    name: str
+    exit_code: int
+    seconds: float
+    #: Per model: measured change of the estimate, judged change of its changed bricks, verdict.
+    models: dict[str, tuple[float | None, float | None, str]]
+    noise: float | None
+    output: str
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", metavar="N", type=int, default=10, help="Unchanged runs. Default: %(default)r")
+    parser.add_argument(
+        "--threshold", metavar="PCT", default="10%", help="--dlbricks-compare-fail. Default: %(default)r"
+    )
+    parser.add_argument(
+        "--slowdown",
+        metavar="PCT",
+        type=float,
+        default=15.0,
+        help="Slowdown of the changed model. Default: %(default)r",
+    )
+    parser.add_argument(
+        "--granularity", metavar="G", type=int, default=2, help="Layers per brick. Default: %(default)r"
+    )
+    parser.add_argument("--no-load", action="store_true", help="Leave out the process keeping one core busy.")
+    return parser.parse_args()
+
+
+def widened(model: onnx.ModelProto, conv_name: str, kernel: int) -> onnx.ModelProto:
+    """``model`` with the 3x3 Conv ``conv_name`` widened to ``kernel``: zero-padded weights, the same outputs."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    conv = next(node for node in copy.graph.node if node.name == conv_name)
+    weights = next(tensor for tensor in copy.graph.initializer if tensor.name == conv.input[1])
+    grow = (kernel - 3) // 2
+    wide = np.pad(numpy_helper.to_array(weights), [(0, 0), (0, 0), (grow, grow), (grow, grow)])
+    weights.CopyFrom(numpy_helper.from_array(wide, conv.input[1]))
+    for attribute in conv.attribute:
+        if attribute.name == "kernel_shape":
+            attribute.CopyFrom(helper.make_attribute("kernel_shape", [kernel, kernel]))
+        elif attribute.name == "pads":
+            attribute.CopyFrom(helper.make_attribute("pads", [value + grow for value in attribute.ints]))
+    return copy
+
+
+def slowdown(original: onnx.ModelProto, changed: onnx.ModelProto, rounds: int = 15, calls: int = 40) -> float:
+    """How much slower ``changed`` runs than ``original``, timed whole, interleaved round by round."""
+    sessions = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (original, changed)
+    ]
+    feed = {"image": np.random.default_rng(0).random((1, 3, 32, 32), dtype=np.float32)}
+
+    def median_call(session: ort.InferenceSession) -> float:
+        for _ in range(3):
+            session.run(None, feed)
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            session.run(None, feed)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    return statistics.median(median_call(sessions[1]) / median_call(sessions[0]) for _ in range(rounds)) - 1
+
+
+def regressed_model(path: Path, target: float) -> tuple[onnx.ModelProto, str, float]:
+    """The widening of one 3x3 Conv of the model at ``path`` that slows it closest to ``target``."""
+    model = onnx.load(str(path))
+    convs = [
+        node.name
+        for node in model.graph.node
+        if node.op_type == "Conv" and next(a.ints for a in node.attribute if a.name == "kernel_shape") == [3, 3]
+    ]
+    measured = {(name, kernel): slowdown(model, widened(model, name, kernel)) for name in convs for kernel in (5, 7)}
+    best = min(measured, key=lambda choice: abs(measured[choice] - target))
+    return widened(model, *best), f"{best[0]} widened 3x3 -> {best[1]}x{best[1]}", measured[best]
+
+
+def run_pytest(workdir: Path, name: str, options: list[str]) -> Run:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, "models"]
+    start = time.perf_counter()
+    result = subprocess.run(command, check=False, cwd=workdir, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if result.returncode not in (0, REGRESSION, INCONCLUSIVE):
+        sys.exit(f"pytest failed with exit code {result.returncode}:\n{result.stdout}{result.stderr}")
+    report = json.loads((workdir / "report.json").read_text())
+    models = {}
+    for model in (report.get("comparison") or {}).get("models", []):
+        judged = model.get("judged") or {}
+        models[model["path"]] = (model.get("change"), judged.get("change"), model["verdict"])
+    run = Run(name, result.returncode, seconds, models, report["summary"].get("noise"), result.stdout)
+    print(f"{name}: exit {run.exit_code} in {seconds:.1f} s, run noise {_percent(run.noise)}", file=sys.stderr)
+    return run
+
+
+def main() -> None:
+    args = parse_args()
+    options = [
+        f"--dlbricks-granularity={args.granularity}",
+        "--dlbricks-store=none",
+        "--benchmark-autosave",
+        "--dlbricks-compare",
+        f"--dlbricks-compare-fail={args.threshold}",
+        "--dlbricks-json=report.json",
+    ]
+    load = None if args.no_load else subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
+    try:
+        with tempfile.TemporaryDirectory(prefix="dlbricks-gate-") as tmp:
+            workdir = Path(tmp)
+            (workdir / "models").mkdir()
+            for path in sorted(SAMPLE_MODELS.glob("*.onnx")):
+                shutil.copy(path, workdir / "models" / path.name)
+            (workdir / "pytest.ini").write_text(PYTEST_INI)
+            baseline = run_pytest(workdir, "baseline", options)
+            unchanged = [run_pytest(workdir, f"unchanged {index}", options) for index in range(1, args.runs + 1)]
+            model, conv, true_slowdown = regressed_model(workdir / "models" / CHANGED_MODEL, args.slowdown / 100)
+            onnx.save(model, str(workdir / "models" / CHANGED_MODEL))
+            regressed = run_pytest(workdir, "regressed", options)
+    finally:
+        if load is not None:
+            load.kill()
+            load.wait()
+    report(args, baseline, unchanged, regressed, conv, true_slowdown)
+
+
+def report(
+    args: argparse.Namespace, baseline: Run, unchanged: list[Run], regressed: Run, conv: str, true: float
+) -> None:
+    load = "no other load" if args.no_load else "a second process keeping one core busy"
+    print(
+        f"pytest-dlbricks gate: {len(list(SAMPLE_MODELS.glob('*.onnx')))} sample models, granularity"
+        f" {args.granularity}, fresh timings (--dlbricks-store=none), gate {args.threshold}, {load}\n"
+    )
+    print(f"baseline run: exit {baseline.exit_code} (records the baseline)")
+    print(f"\n{'run':<14} {'exit':>4} {'noise':>6} {'largest measured change':>34} {'verdicts':>10}")
+    for run in unchanged:
+        changes = {path: measured for path, (measured, _, _) in run.models.items() if measured is not None}
+        worst = max(changes, key=lambda path: abs(changes[path]), default=None)
+        largest = f"{changes[worst]:+.1%} ({Path(worst).name})" if worst else "-"
+        verdicts = ",".join(sorted({verdict for _, _, verdict in run.models.values()}))
+        print(f"{run.name:<14} {run.exit_code:>4} {_percent(run.noise):>6} {largest:>34} {verdicts:>10}")
+    failed = sum(run.exit_code == REGRESSION for run in unchanged)
+    unsure = sum(run.exit_code == INCONCLUSIVE for run in unchanged)
+    print(
+        f"\nten-run check: {failed} of {len(unchanged)} unchanged runs failed the gate, {unsure} inconclusive:"
+        f" {'met' if failed == 0 else 'NOT met'}"
+    )
+    path = f"models/{CHANGED_MODEL}"
+    measured, judged, verdict = regressed.models.get(path, (None, None, "-"))
+    message = regressed.output.split("performance regression:")[-1] if regressed.exit_code == REGRESSION else ""
+    named = path in message and "bricks that changed: " in message
+    print(
+        f"15%-regression check: {conv}, whole model {true:+.1%} slower (timed interleaved);"
+        f" estimate {_percent(measured, signed=True)} as measured, changed bricks {_percent(judged, signed=True)};"
+        f" verdict {verdict}, exit {regressed.exit_code}: {'met' if named else 'NOT met'}"
+    )
+    section = regressed.output.split("- dlbricks: median estimates compared with")[-1]
+    print("\n".join(line for line in section.splitlines()[1:] if not line.startswith("=")))
+
+
+def _percent(value: float | None, signed: bool = False) -> str:
+    return "-" if value is None else f"{value:+.1%}" if signed else f"{value:.1%}"
+
+
+if __name__ == "__main__":
+    main()
