@@ -94,7 +94,8 @@ class Tracking:
                 self.store_error = f"cannot repair {self._store_name()}: {error.strerror or error}"
             if not self.settings.remeasure and self.run.overhead is None:
                 # Reused brick times compose with the call overhead measured beside them.
-                self._saved_overhead = self.shelf.get_overhead()
+                saved = self.shelf.get_overhead()
+                self._saved_overhead = saved.composed() if saved is not None else None
                 self.run.assume_overhead(self._saved_overhead)
         if self.settings.compare is not None and not self.config.option.collectonly:
             self.baseline = self._load_baseline(benchmarks.storage)
@@ -180,8 +181,9 @@ class Tracking:
         self.saved += 1
 
     def _save_overhead(self, shelf: Shelf) -> None:
-        """Keep the call overhead the session measured (once, or again for the parallel executor)."""
-        overhead = self.run.overhead
+        """Keep the call overhead the session measured, as estimates compose with it: the parallel
+        executor's cost, which only validation measures, stays in that run's report."""
+        overhead = self.run.overhead.composed() if self.run.overhead is not None else None
         if overhead is not None and overhead != self._saved_overhead:
             shelf.put_overhead(overhead)
             self._saved_overhead = overhead

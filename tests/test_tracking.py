@@ -108,6 +108,30 @@ def test_models_cut_before_are_not_loaded_again(
     assert [m["sequential_s"] for m in reused["models"]] == [m["sequential_s"] for m in measured["models"]]
 
 
+def test_a_validation_run_does_not_change_later_estimates(pytester: pytest.Pytester) -> None:
+    """Validation also measures the parallel executor's call cost; plain runs never compose with it."""
+    models = pytester.path / "models"
+    models.mkdir()
+    tiny_models.chain(models, "chain.onnx", blocks=2)
+    tiny_models.diamond(models)
+    args = ("--dlbricks-granularity=1", "--dlbricks-json=r.json", "models")
+
+    def estimates() -> dict[str, tuple[float, float]]:
+        report = read(pytester.path / "r.json")
+        return {m["path"]: (m["sequential_s"], m["critical_path_s"]) for m in report["models"]}
+
+    run(pytester, *args)
+    before = estimates()
+    run(pytester, "--dlbricks-validate", "--benchmark-min-rounds=1", *args)
+    assert read(pytester.path / "r.json")["summary"]["call_overhead_s"]["parallel_fixed_s"] is not None
+    assert estimates() == before, "the validation run composes as plain runs do"
+    run(pytester, *args)
+    assert estimates() == before
+    sequential, critical = before["models/chain.onnx"]
+    assert critical == sequential, "a model without branches has no shorter path"
+    assert read(pytester.path / "r.json")["summary"]["call_overhead_s"]["parallel_fixed_s"] is None
+
+
 def test_remeasure_and_the_age_limit(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     args = ("--dlbricks-granularity=2", "models/mlp.onnx")
     run(pytester, *args).assert_outcomes(passed=3)
