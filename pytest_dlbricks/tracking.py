@@ -25,6 +25,7 @@ from .report import BrickResult
 from .session import DLBricksSession
 from .settings import Settings
 from .store import BrickStore, ModelManifest, Shelf, StoredBrick
+from .wording import plural
 
 
 class Tracking:
@@ -261,11 +262,7 @@ class Tracking:
     def _summarize(self, terminalreporter: pytest.TerminalReporter) -> None:
         write = terminalreporter.write_line
         if self.reused_at or self.saved:
-            reused = ""
-            if self.reused_at:
-                oldest = min(self.reused_at).strftime("%Y-%m-%d %H:%M UTC")
-                reused = f"{len(self.reused_at)} brick times reused (oldest measured {oldest}), "
-            write(f"dlbricks: store {self._store_name()}: {reused}{self.saved} measured and saved")
+            write(f"dlbricks: {self._store_use()}")
         damage = self.run.store_damage or {}
         if any(damage.values()):
             write(f"dlbricks: store {self._store_name()}: {describe_damage(damage)}", yellow=True)
@@ -285,6 +282,21 @@ class Tracking:
             write("dlbricks: performance regression:", red=True, bold=True)
             for line in render_regressions(self.comparison).splitlines():
                 write(f"  {line}", red=True)
+
+    def _store_use(self) -> str:
+        """What the store did, in words that tie it to pytest's count of skipped items."""
+        store = self._store_name()
+        measured = f"{plural(self.saved, 'brick')} measured in this run and saved"
+        if not self.reused_at:
+            return f"{measured} to store {store}"
+        oldest, newest = (when.strftime("%Y-%m-%d %H:%M UTC") for when in (min(self.reused_at), max(self.reused_at)))
+        reused = len(self.reused_at)
+        return (
+            f"{plural(reused, 'brick time')} reused from store {store}, measured"
+            f" {oldest if oldest == newest else f'from {oldest} to {newest}'}"
+            f" (the {reused} skipped {'item' if reused == 1 else 'items'}; --dlbricks-remeasure times them again);"
+            f" {measured}"
+        )
 
     def _precision(self) -> float | None:
         """The precision bricks are timed to in this run: pytest-benchmark's own when given, else dlbricks'."""

@@ -18,7 +18,10 @@ import pytest_dlbricks
 PACKAGE = Path(pytest_dlbricks.__file__).parent
 #: The stages in the order the pipeline runs them; a module may import from its own stage and earlier ones.
 STAGES: dict[str, set[str]] = {
-    "vocabulary": {"__init__", "graph", "errors", "settings", "sweeps", "clock", "synthetic", "placement", "identity"},
+    "vocabulary": {
+        *("__init__", "graph", "errors", "settings", "sweeps", "clock", "synthetic", "placement", "identity"),
+        "wording",
+    },
     "runtime": {"runtime"},
     "load": {"screening", "ordering", "samples", "loading"},
     "cut": {"bricks", "cutting", "flops", "numerics"},

@@ -17,6 +17,11 @@ def read_report(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def seconds(value: str, unit: str) -> float:
+    """A time as the terminal prints it (``12.3 us``), in seconds."""
+    return float(value) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
+
+
 def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--help")
     result.stdout.fnmatch_lines(
@@ -67,8 +72,9 @@ def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
             "*Ini: dlbricks_precision. Default: 2%.",
             "  --dlbricks-validate   Also time every model end to end, interleaved with its",
             "*bricks, and report how close the estimates come (items*",
-            "*<model>::e2e and, for models with parallel branches,*",
-            "*::e2e-parallel). Ini: dlbricks_validate. Default: off.",
+            "*<model>::e2e[[]<file name>[]] and, for models with parallel*",
+            "*branches, ::e2e-parallel[[]<file name>[]]). Ini:*",
+            "*dlbricks_validate. Default: off.",
         ],
         consecutive=True,
     )
@@ -414,24 +420,34 @@ def test_validation_times_models_end_to_end_and_reports_accuracy(
     report = read_report(pytester.path / "r.json")
     result.stdout.fnmatch_lines_random(
         [
-            "models/tiny_resnet.onnx::e2e PASSED*",
-            "models/tiny_inception.onnx::e2e PASSED*",
-            "models/tiny_inception.onnx::e2e-parallel PASSED*",
+            "models/tiny_resnet.onnx::e2e[[]tiny_resnet.onnx[]] PASSED*",
+            "models/tiny_inception.onnx::e2e[[]tiny_inception.onnx[]] PASSED*",
+            "models/tiny_inception.onnx::e2e-parallel[[]tiny_inception.onnx[]] PASSED*",
         ]
     )
     assert "tiny_resnet.onnx::e2e-parallel" not in result.stdout.str(), "a chain has nothing to overlap"
+    # pytest-benchmark's table names its rows by item name: each names its model.
+    result.stdout.fnmatch_lines_random(["e2e[[]tiny_resnet.onnx[]] *", "e2e-parallel[[]tiny_inception.onnx[]] *"])
     result.assert_outcomes(passed=report["summary"]["distinct_bricks"] + 3)
     result.stdout.fnmatch_lines(
         [
             "Model * Complete * Measured * Ratio",
-            "accuracy of sequential estimates: *% (geometric mean ratio *, */2 models within +-10%)",
-            "accuracy of critical path (parallel executor) estimates: *",
+            "accuracy of sequential estimates (Sequential / Measured): *% (geometric mean ratio *, */2 models within*",
+            "  in paired rounds (*): *% (geometric mean ratio *, */2 models within +-10%)",
+            "accuracy of critical paths against the parallel executor (*): *% (*, */1 model within +-10%)",
+            "  in paired rounds (*",
             "machine noise +-*; benchmarking speedup *x (end-to-end latencies / distinct brick latencies); wall time *",
         ]
     )
+    rows = [line.split() for line in result.stdout.lines if line.startswith("models/") and "  yes  " in line]
+    assert len(rows) == 2
+    for row in rows:
+        sequential, measured, ratio = seconds(*row[4:6]), seconds(*row[9:11]), float(row[11])
+        assert ratio == pytest.approx(sequential / measured, abs=0.006), "the ratio follows from the times beside it"
     for model in report["models"]:
         assert model["measured_s"] > 0
-        assert 0.2 < model["ratio"] < 5, "a sane ratio even on a noisy machine"
+        assert model["ratio"] == pytest.approx(model["sequential_s"] / model["measured_s"])
+        assert 0.2 < model["paired_ratio"] < 5, "a sane ratio even on a noisy machine"
         assert model["validation"]["sequential"]["rounds"] >= 7
     assert report["accuracy"]["sequential"]["models"] == 2
     assert report["accuracy"]["critical_path"]["models"] == 1

@@ -67,7 +67,12 @@ def test_a_rerun_reuses_every_brick_from_the_store(pytester: pytest.Pytester, sa
     measured = read(pytester.path / "r.json")
     distinct = measured["summary"]["distinct_bricks"]
     first.assert_outcomes(passed=distinct)
-    first.stdout.fnmatch_lines([f"dlbricks: store {STORE}: {distinct} measured and saved"])
+    first.stdout.fnmatch_lines(
+        [
+            f"* {distinct} distinct (*), {distinct} measured",
+            f"dlbricks: {distinct} bricks measured in this run and saved to store {STORE}",
+        ]
+    )
     assert len(brick_records(pytester)) == distinct
 
     again = run(pytester, "-rs", *args)
@@ -76,7 +81,10 @@ def test_a_rerun_reuses_every_brick_from_the_store(pytester: pytest.Pytester, sa
     again.stdout.fnmatch_lines(
         [
             "models/mlp.onnx * yes",
-            f"dlbricks: store {STORE}: {distinct} brick times reused (oldest measured * UTC), 0 measured and saved",
+            f"* {distinct} distinct (*), 0 measured, {distinct} reused from the brick store",
+            f"dlbricks: {distinct} brick times reused from store {STORE}, measured ????-??-?? ??:?? UTC"
+            f" (the {distinct} skipped items; --dlbricks-remeasure times them again);"
+            " 0 bricks measured in this run and saved",
             f"SKIPPED [[]{distinct}[]] *: reused from store {STORE}",
         ]
     )
@@ -137,7 +145,7 @@ def test_remeasure_and_the_age_limit(pytester: pytest.Pytester, sample_models: l
     run(pytester, *args).assert_outcomes(passed=3)
     result = run(pytester, "--dlbricks-remeasure", *args)
     result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines([f"dlbricks: store {STORE}: 3 measured and saved"])
+    result.stdout.fnmatch_lines([f"dlbricks: 3 bricks measured in this run and saved to store {STORE}"])
 
     old = (datetime.now(timezone.utc) - timedelta(days=40)).isoformat(timespec="seconds")
     first = brick_records(pytester)[0]
@@ -166,7 +174,12 @@ def test_a_changed_model_times_only_its_new_bricks(pytester: pytest.Pytester) ->
     tiny_models.chain(models, "b.onnx", blocks=2, channels=4, kernel=5)
     result = run(pytester, "--dlbricks-granularity=1", "models")
     result.assert_outcomes(passed=1, skipped=3)  # b's Conv changed; its Relu and a's bricks did not
-    result.stdout.fnmatch_lines([f"dlbricks: store {STORE}: 3 brick times reused (*), 1 measured and saved"])
+    result.stdout.fnmatch_lines(
+        [
+            "* 4 distinct (50%), 1 measured, 3 reused from the brick store",
+            f"dlbricks: 3 brick times reused from store {STORE}, * (the 3 skipped items; *); 1 brick measured in this*",
+        ]
+    )
 
 
 def test_an_interrupted_run_keeps_every_brick_measured(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
