@@ -204,7 +204,9 @@ class Tracking:
                 benchmarks.benchmarks.extend(model_estimates(report))
             if self.baseline is not None:
                 self._compare(report, session)
-            if self.store is not None and self.shelf is not None:
+            # A model is kept once it was run: after --collect-only the store's report would list it
+            # as if its estimate were coming (the plans kept while collecting only spare a later cut).
+            if self.store is not None and self.shelf is not None and not self.config.option.collectonly:
                 self._save_models(self.store, self.shelf)
         return (yield)
 

@@ -140,6 +140,24 @@ def test_a_validation_run_does_not_change_later_estimates(pytester: pytest.Pytes
     assert read(pytester.path / "r.json")["summary"]["call_overhead_s"]["parallel_fixed_s"] is None
 
 
+def test_collecting_only_leaves_no_model_in_the_stores_report(
+    pytester: pytest.Pytester, sample_models: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its plans spare the next run a cut, but no model record promises an estimate that no run is making."""
+    args = ("--dlbricks-granularity=2", "models/mlp.onnx")
+    run(pytester, "--collect-only", *args)
+    assert list((pytester.path / STORE).glob("*/plans/*.json"))
+    assert not (pytester.path / STORE / "models").exists()
+    capsys.readouterr()
+    assert main(["report", str(pytester.path / STORE)]) == 0
+    assert "mlp.onnx" not in capsys.readouterr().out
+    run(pytester, *args).assert_outcomes(passed=3)
+    capsys.readouterr()
+    assert main(["report", str(pytester.path / STORE)]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("models/mlp.onnx ")]
+    assert row.endswith(" us")
+
+
 def test_remeasure_and_the_age_limit(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     args = ("--dlbricks-granularity=2", "models/mlp.onnx")
     run(pytester, *args).assert_outcomes(passed=3)
