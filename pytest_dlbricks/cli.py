@@ -20,6 +20,7 @@ from .merging import IncompatibleReports, merge_reports
 from .settings import DEFAULT_STORE, STATISTICS, parse_choice
 from .store import BrickStore, write_json
 from .terminal import render_table
+from .wording import plural
 
 PROG = "python -m pytest_dlbricks"
 DESCRIPTION = (
@@ -119,8 +120,9 @@ def _merge(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     merged = merge_reports(reports)
     shards = [r["settings"].get("shard") for _, r in reports if r["settings"].get("shard")]
     warnings = []
-    if shards and len(shards) < int(shards[0].split("/")[1]):
-        warnings.append(f"{len(shards)} of {shards[0].split('/')[1]} shards given: models are incomplete")
+    expected = int(shards[0].split("/")[1]) if shards else 0
+    if len(shards) < expected:
+        warnings.append(f"{len(shards)} of {plural(expected, 'shard')} given: models are incomplete")
     return merged, warnings
 
 

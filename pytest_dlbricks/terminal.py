@@ -156,8 +156,13 @@ def format_table(rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> s
         ).rstrip()
         for row in rows
     ]
-    lines.insert(1, "-" * len(lines[0]))
+    lines.insert(1, "-" * max(map(len, lines)))
     return "\n".join(lines)
+
+
+def table_width(text: str) -> int:
+    """The width of a table made by :func:`format_table` (its rule under the header), for a title rule above it."""
+    return len(text.splitlines()[1])
 
 
 _COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path", "Inputs", "Complete")

@@ -25,6 +25,7 @@ from .report import BrickResult
 from .session import DLBricksSession
 from .settings import Settings
 from .store import BrickStore, ModelManifest, Shelf, StoredBrick
+from .terminal import table_width
 from .wording import plural
 
 
@@ -274,10 +275,13 @@ class Tracking:
             write(f"dlbricks: {note}", yellow=True)
         if self.comparison is None:
             return
+        table = render_comparison(self.comparison)
         terminalreporter.write_sep(
-            "-", f"dlbricks: {self.comparison.statistic} estimates compared with {self.comparison.baseline}"
+            "-",
+            f"dlbricks: {self.comparison.statistic} estimates compared with {self.comparison.baseline}",
+            fullwidth=table_width(table),
         )
-        write(render_comparison(self.comparison))
+        write(table)
         if self.mismatches:
             write(f"dlbricks: compared although {'; '.join(self.mismatches)}", yellow=True)
         if self.comparison.regressions:

@@ -135,6 +135,10 @@ def test_sample_models_become_brick_benchmarks_and_estimates(
             "dlbricks: report written to *report.json",
         ]
     )
+    lines = result.stdout.lines
+    title = next(index for index, line in enumerate(lines) if "- dlbricks: granularity 2" in line)
+    assert len(lines[title]) == len(lines[title + 2]) > 80, "the title's rule is as wide as the table under it"
+    assert set(lines[title + 2]) == {"-"}
     models = {model["path"]: model for model in report["models"]}
     assert set(models) == {f"models/{path.name}" for path in sample_models}
     for model in models.values():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import ModelPlan
 from pytest_dlbricks.report import REPORT_VERSION, BrickResult, FailedModel, build_report
 from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.terminal import render_table
+from pytest_dlbricks.terminal import count_line, render_table
 from pytest_dlbricks.validation import Validation
 
 PROVIDER = "CPUExecutionProvider"
@@ -179,6 +180,19 @@ def test_render_table_has_a_row_per_model_and_a_summary(plans: list[ModelPlan]) 
     assert lines[4].split() == ["broken.onnx", "-", "-", "-", "-", "-", "-", "error"]
     assert lines[5] == "3 models, 11 layers, 8 bricks, 6 distinct (75%), 5 measured"
     assert len(lines) == 6
+
+
+def test_the_closing_line_counts_in_the_singular_and_says_what_the_store_gave(plans: list[ModelPlan]) -> None:
+    chain = plans[0]
+    (signature,) = chain.signatures
+    reused = {signature: dataclasses.replace(result(2e-6), reused=True)}
+    report = build_report(Settings(granularity=2), [chain], [], distinct_bricks([chain]), reused).as_json()
+    assert (
+        count_line(report["summary"])
+        == "1 model, 6 layers, 3 bricks, 1 distinct (33%), 0 measured, 1 reused from the brick store"
+    )
+    measured = build_report(Settings(granularity=2), [chain], [], distinct_bricks([chain]), {signature: result(2e-6)})
+    assert count_line(measured.as_json()["summary"]) == "1 model, 6 layers, 3 bricks, 1 distinct (33%), 1 measured"
 
 
 def test_render_table_aligns_its_columns(plans: list[ModelPlan]) -> None:
