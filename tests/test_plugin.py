@@ -522,7 +522,7 @@ def test_verbose_shows_where_the_time_goes(pytester: pytest.Pytester, sample_mod
 def test_default_output_stays_compact(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     result = run(pytester, "--dlbricks-granularity=2", "models/mlp.onnx")
     result.stdout.fnmatch_lines(
-        ["1 models, * measured", "dlbricks: peak * GFLOP/s (GEMM), * (-v: load times, operator types)"]
+        ["1 model, * measured", "dlbricks: peak * GFLOP/s (GEMM), * (-v: load times, operator types)"]
     )
     assert "Time by operator type" not in result.stdout.str()
     quiet = run(pytester, "--dlbricks-granularity=2", "-q", "models/mlp.onnx")
