@@ -15,6 +15,7 @@ from test_analysis import analysed_report
 from conftest import SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks.html import CALL, CALL_COLOUR, OP_COLOURS, OTHER_COLOUR, SHOWN_OP_TYPES, op_colour, render_html
 from pytest_dlbricks.terminal import (
+    describe_inputs,
     format_flops,
     format_rate,
     format_ratio,
@@ -229,6 +230,7 @@ def assert_every_number_matches(page: str, report: dict[str, Any]) -> None:
             format_flops(model.get("flops")), format_rate(model.get("flops_per_s")),
             format_share(model.get("peak_fraction")),
             "-" if not unknown else f"{format_seconds(unknown)} ({format_share(unknown / model['sequential_s'])})",
+            describe_inputs(model),
             "yes" if model["complete"] else f"no ({model['measured_bricks']}/{model['bricks']})",
         ]  # fmt: skip
         assert rows[model["path"]] == expected
