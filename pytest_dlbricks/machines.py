@@ -14,7 +14,7 @@ from .identity import describe_machine, describe_timing
 from .overhead import NO_OVERHEAD
 from .store import BrickStore, times_of
 from .terminal import format_seconds, format_table
-from .wording import plural
+from .wording import counted, plural
 
 
 def store_report(store: BrickStore, statistic: str = "median", critical_path: bool = False) -> str:
@@ -35,8 +35,10 @@ def store_report(store: BrickStore, statistic: str = "median", critical_path: bo
         )
     damaged = store.discarded + sum((shelf.discarded for shelf in shelves), Counter())
     if damaged:
-        kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(damaged.items()))
-        lines.append(f"Skipped {sum(damaged.values())} damaged records ({kinds}); a run on their machine repairs them.")
+        kinds = ", ".join(counted(count, kind) for kind, count in sorted(damaged.items()))
+        lines.append(
+            f"Skipped {plural(sum(damaged.values()), 'damaged record')} ({kinds}); a run on their machine repairs them."
+        )
     if not shelves or not models:
         return "\n".join(lines)
     times = [times_of(found, statistic) for found in bricks]

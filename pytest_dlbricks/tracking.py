@@ -26,7 +26,7 @@ from .session import DLBricksSession
 from .settings import Settings
 from .store import BrickStore, ModelManifest, Shelf, StoredBrick
 from .terminal import table_width
-from .wording import plural
+from .wording import counted, plural
 
 
 class Tracking:
@@ -324,8 +324,8 @@ def describe_damage(damage: Mapping[str, Mapping[str, int]]) -> str:
     parts = []
     discarded = damage.get("discarded") or {}
     if discarded:
-        kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(discarded.items()))
-        parts.append(f"discarded {sum(discarded.values())} damaged records ({kinds}), measured or cut again")
+        kinds = ", ".join(counted(count, kind) for kind, count in sorted(discarded.items()))
+        parts.append(f"discarded {plural(sum(discarded.values()), 'damaged record')} ({kinds}), measured or cut again")
     repaired = damage.get("repaired") or {}
     if repaired:
         parts.append(

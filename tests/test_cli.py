@@ -14,6 +14,7 @@ from pytest_dlbricks.identity import Identity
 from pytest_dlbricks.machines import store_report
 from pytest_dlbricks.overhead import CallOverhead
 from pytest_dlbricks.store import BrickStore, ModelManifest, StoredBrick
+from pytest_dlbricks.wording import counted
 
 WHEN = datetime(2025, 3, 1, tzinfo=timezone.utc)
 TIMING = {"onnxruntime": "1.31.1", "providers": ["CPUExecutionProvider"], "intra_op_threads": 0, "optimization": "all"}
@@ -98,6 +99,11 @@ def test_counts_of_one_read_in_the_singular(tmp_path: Path) -> None:
         "[1] Lone CPU, 1 core, x86_64 Linux, CPython 3.11; onnxruntime 1.31.1 CPUExecutionProvider, 1 thread,"
         " optimization all; 1 brick"
     )
+    assert [counted(1, "shelves"), counted(1, "brick times"), counted(2, "shelves")] == [
+        "1 shelf",
+        "1 brick time",
+        "2 shelves",
+    ], "counts kept under plural keys (damaged records by kind)"
 
 
 def test_main_refuses_a_missing_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
