@@ -90,7 +90,7 @@ def _render(reports: dict[int, dict], cut: str) -> str:
     granularities = list(reports)
     paths = [model["path"] for model in next(iter(reports.values()))["models"]]
     width = max(len(Path(path).stem) for path in paths)
-    lines = [f"estimate / measured (sequential executor), cut={cut}", ""]
+    lines = [f"sequential_s / measured_s, cut={cut}", ""]
     lines.append("model".ljust(width) + "".join(f"  G={g:<4}" for g in granularities))
     lines.append("-" * len(lines[-1]))
     for path in paths:
@@ -104,11 +104,11 @@ def _render(reports: dict[int, dict], cut: str) -> str:
     for g in granularities:
         results = reports[g].get("accuracy") or {}
         summary = reports[g]["summary"]
-        for executor in ("sequential", "critical_path"):
+        for executor in ("sequential", "sequential_paired", "critical_path", "critical_path_paired"):
             result = results.get(executor)
             if result:
                 lines.append(
-                    f"G={g:<3} {executor:13s} accuracy {result['accuracy']:.3f}, geometric mean ratio"
+                    f"G={g:<3} {executor:20s} accuracy {result['accuracy']:.3f}, geometric mean ratio"
                     f" {result['geometric_mean_ratio']:.3f}, {result['within_10_percent']}/{result['models']}"
                     " within +-10%"
                 )

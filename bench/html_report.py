@@ -8,7 +8,7 @@ expanded. Look at the screenshots: that is the check.
 
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
 
-    python bench/html_report.py [--granularity G] [--out DIR] [MODEL_DIR ...]
+    python bench/html_report.py [--granularity G] [--validate] [--out DIR] [MODEL_DIR ...]
 """
 
 from __future__ import annotations
@@ -40,13 +40,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--max-time", metavar="S", default="0.05", help="pytest-benchmark seconds per brick. Default: %(default)s"
     )
+    parser.add_argument(
+        "--validate", action="store_true", help="Also validate (--dlbricks-validate): the ratio chart. Default: off"
+    )
     parser.add_argument("--width", type=int, default=1400, help="Browser window width. Default: %(default)r")
     parser.add_argument("--height", type=int, default=1800, help="Browser window height. Default: %(default)r")
     return parser.parse_args()
 
 
-def run_plugin(models: list[Path], granularity: int, out: Path, max_time: str) -> Path:
-    """pytest with dlbricks on ``models``, from the repository root (its setup.cfg sets the sample dims)."""
+def run_plugin(models: list[Path], granularity: int, out: Path, max_time: str, validate: bool) -> Path:
+    """pytest with dlbricks on ``models``, from the repository root (its setup.cfg sets the sample dims), with
+    a store of its own in ``out`` so that bricks are timed and the peak measured."""
     html = out / "report.html"
     command = [
         sys.executable,
@@ -59,6 +63,9 @@ def run_plugin(models: list[Path], granularity: int, out: Path, max_time: str) -
         f"--dlbricks-html={html}",
         f"--dlbricks-json={out / 'report.json'}",
         f"--benchmark-max-time={max_time}",
+        f"--dlbricks-store={out / 'store'}",
+        "--dlbricks-remeasure",
+        *(["--dlbricks-validate"] if validate else []),
         *map(str, models),
     ]
     start = time.perf_counter()
@@ -106,7 +113,7 @@ def main() -> None:
         sys.exit("no Chromium found: install the Debian package chromium (apt-get install chromium)")
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    html = run_plugin(args.models or [ROOT / "sample_models"], args.granularity, out, args.max_time)
+    html = run_plugin(args.models or [ROOT / "sample_models"], args.granularity, out, args.max_time, args.validate)
     check_self_contained(html)
     screenshot(browser, html, out / "report.png", args.width, args.height)
     expanded = out / "report-expanded.html"

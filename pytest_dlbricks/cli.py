@@ -38,6 +38,7 @@ from .merging import IncompatibleReports, merge_reports
 from .settings import DEFAULT_STORE, STATISTICS, parse_choice, parse_percentage
 from .store import BrickStore, write_text
 from .terminal import render_table
+from .wording import plural
 
 PROG = "python -m pytest_dlbricks"
 DESCRIPTION = (
@@ -213,8 +214,9 @@ def _merge(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     merged = merge_reports(reports)
     shards = [r["settings"].get("shard") for _, r in reports if r["settings"].get("shard")]
     warnings = []
-    if shards and len(shards) < int(shards[0].split("/")[1]):
-        missing = f"{len(shards)} of {shards[0].split('/')[1]} shards given"
+    expected = int(shards[0].split("/")[1]) if shards else 0
+    if len(shards) < expected:
+        missing = f"{len(shards)} of {plural(expected, 'shard')} given"
         if not arguments.allow_missing_shards:
             raise IncompatibleReports(f"{missing}; pass --allow-missing-shards to merge them all the same")
         warnings.append(f"{missing}: models are incomplete")

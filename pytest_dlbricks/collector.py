@@ -56,7 +56,8 @@ class ModelFile(pytest.File):
             yield brick_item(self, self.run, brick, point)
         if self.run.settings.validate:
             for executor in self.run.executors_to_validate(plan):
-                name = ("e2e" if executor == "sequential" else f"e2e-{executor}") + suffix
+                # Named after the model: pytest-benchmark's table shows item names, not the file they are in.
+                name = ("e2e" if executor == "sequential" else f"e2e-{executor}") + f"[{self.path.name}]{suffix}"
                 item = pytest.Function.from_parent(self, name=name, callobj=e2e_test(self.run, plan, executor))
                 item.extra_keyword_matches.update(point.keywords)
                 yield item

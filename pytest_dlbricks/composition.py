@@ -69,8 +69,8 @@ def compose_calls(
         work.append(max(seconds - overhead.of(call[1], call[2]), 0.0))
     if len(work) < len(calls):
         return Estimate(None, None, len(work), len(calls))
-    sequential = sum(work) + overhead.of(*io)
-    return Estimate(sequential, _longest_path(graph, work) + overhead.of(*io, parallel=True), len(work), len(calls))
+    model_call = overhead.of(*io)
+    return Estimate(sum(work) + model_call, _longest_path(graph, work) + model_call, len(work), len(calls))
 
 
 def critical_path(plan: ModelPlan, brick_times: list[float]) -> float:

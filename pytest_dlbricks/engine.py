@@ -34,6 +34,7 @@ from .store import write_json, write_text
 from .suite import SuiteError, export_suite, read_manifest
 from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
 from .validation import Validation, has_parallel_branches
+from .wording import plural
 
 
 def readable(name: str) -> str:
@@ -364,8 +365,8 @@ class DLBricksRun:
             return
         self.messages.append(
             (
-                f"dlbricks: exported {bricks} bricks to {suite} (the suite to share) and the maps of {models}"
-                f" models to {maps} (private: keep them)",
+                f"dlbricks: exported {plural(bricks, 'brick')} to {suite} (the suite to share) and the maps of"
+                f" {plural(models, 'model')} to {maps} (private: keep them)",
                 False,
             )
         )

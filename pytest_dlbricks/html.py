@@ -1,31 +1,43 @@
 """The HTML report: one self-contained page rendered as a string from the report's data.
 
-No server, no network, no script, no external font: styles are inline and charts are inline SVG
-drawn here, so the file opens from disk anywhere and can be attached to a CI run as it is.
+No server, no network, no script, no external font: styles are inline and charts are drawn with
+HTML and CSS, so the file opens from disk anywhere and can be attached to a CI run as it is. Every
+number on the page is one of the report's, formatted as the terminal formats it.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
 from . import __version__
-from .terminal import describe_inputs, format_flops, format_rate, format_seconds, format_share
+from .terminal import describe_inputs, format_flops, format_rate, format_ratio, format_seconds, format_share
+from .wording import plural
 
-#: Colours of the operator types, heaviest first; the rest share OTHER_COLOUR.
-PALETTE = (
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
-    "#b07aa1", "#ff9da7", "#9c755f", "#a0cbe8", "#8cd17d", "#d37295",
-)  # fmt: skip
+#: Colours of common operator types, fixed so that an operator looks the same in every report.
+OP_COLOURS = {
+    "Conv": "#4e79a7", "FusedConv": "#a0cbe8", "Gemm": "#e15759", "FusedGemm": "#ff9d9a",
+    "MatMul": "#f28e2b", "FusedMatMul": "#ffbe7d", "Attention": "#59a14f", "MultiHeadAttention": "#8cd17d",
+    "LayerNormalization": "#b6992d", "SkipLayerNormalization": "#f1ce63", "Softmax": "#499894",
+    "Add": "#86bcb6", "Mul": "#d37295", "Relu": "#fabfd2", "MaxPool": "#b07aa1", "AveragePool": "#d4a6c8",
+    "GlobalAveragePool": "#9d7660", "BatchNormalization": "#d7b5a6", "LSTM": "#7b4ea3", "GRU": "#2f6f8f",
+    "Transpose": "#8c6d31", "Concat": "#bcbd22", "Gelu": "#17becf", "Sigmoid": "#ad494a",
+    "ReorderInput": "#8ca252", "ReorderOutput": "#cedb9c", "Reshape": "#636363",
+}  # fmt: skip
+#: Operator types drawn in a colour of their own, heaviest over all models first; the rest are "other".
+SHOWN_OP_TYPES = 12
 OTHER_COLOUR = "#bab0ac"
 #: Colour and label of a model's own inference call, counted once in its estimate.
 CALL_COLOUR = "#d4dae1"
 CALL = "inference call"
+#: Operator types named beside each model's bar, largest first.
+NAMED_PARTS = 3
 #: Bricks in the run-wide table, heaviest first.
 TOP_BRICKS = 15
-#: Longest model path drawn in a chart before it is shortened from the left.
+#: Longest model path shown in a chart before it is shortened from the left.
 LABEL_CHARS = 42
 
 _STYLE = """
@@ -50,19 +62,27 @@ th { background: var(--band); font-weight: 600; vertical-align: bottom; }
 td.num, th.num { text-align: right; }
 td.num { white-space: nowrap; }
 td code.path { overflow-wrap: anywhere; }
+.chart td code.path { overflow-wrap: normal; white-space: nowrap; }
 tbody tr:nth-child(even) td { background: #fbfcfd; }
 code { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
-.bar { position: relative; min-width: 160px; }
-.bar span.fill { position: absolute; left: 0; top: 5px; bottom: 5px; background: #c8d9ea; border-radius: 2px; }
-.bar span.text { position: relative; padding-left: 4px; }
+.bar { display: flex; align-items: center; gap: 8px; min-width: 180px; }
+.bar .text { min-width: 3.5em; text-align: right; }
+.bar .track { flex: 1; height: 10px; background: var(--band); border-radius: 2px; overflow: hidden; }
+.bar .fill { display: block; height: 100%; background: #9fbfdf; }
 .legend { display: flex; flex-wrap: wrap; gap: 6px 16px; margin: 8px 0 0; font-size: 13px; }
 .legend i { display: inline-block; width: 12px; height: 12px; border-radius: 2px; margin-right: 5px;
             vertical-align: -1px; }
-svg { display: block; width: 100%; height: auto; font: 12px system-ui, -apple-system, "Segoe UI", Roboto,
-      Arial, sans-serif; }
-svg text { fill: var(--ink); }
-svg text.inside { font-size: 11px; }
-svg text.muted { fill: var(--muted); }
+.chart td { vertical-align: middle; }
+.chart td:nth-child(2) { width: 50%; min-width: 240px; }
+.stack { display: flex; height: 20px; border-radius: 2px; overflow: hidden; }
+.stack span { display: block; height: 100%; }
+.axis { position: relative; height: 20px; }
+.axis .band { position: absolute; top: 0; bottom: 0; background: #e6f4ea; }
+.axis .one { position: absolute; top: 0; bottom: 0; width: 1px; background: var(--muted); }
+.axis .dot { position: absolute; top: 4px; width: 12px; height: 12px; margin-left: -6px; border-radius: 50%; }
+.axis .tick { position: absolute; top: 2px; transform: translateX(-50%); color: var(--muted); font-size: 12px; }
+.good { background: #1a7f37; }
+.off { background: #cf222e; }
 details { border: 1px solid var(--line); border-radius: 6px; padding: 6px 12px; margin: 8px 0; }
 details[open] { padding-bottom: 12px; }
 summary { cursor: pointer; font-weight: 600; }
@@ -83,7 +103,7 @@ def render_html(report: Mapping[str, Any]) -> str:
     validated = [m for m in models if m.get("measured_s") is not None]
     sections = [
         _header(report),
-        _section("Models", _models_table(models, validated=bool(validated))),
+        _section("Models", _models_table(models, validated=bool(validated)), anchor="models"),
         _section("Where the time goes", _op_chart(models, colours), anchor="op-types"),
     ]
     if validated:
@@ -97,7 +117,7 @@ def render_html(report: Mapping[str, Any]) -> str:
     return (
         '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>pytest-dlbricks report: {len(models)} models</title>\n<style>{_STYLE}</style>\n</head>\n"
+        f"<title>pytest-dlbricks report: {plural(len(models), 'model')}</title>\n<style>{_STYLE}</style>\n</head>\n"
         f"<body>\n<main>\n{''.join(sections)}</main>\n</body>\n</html>\n"
     )
 
@@ -109,11 +129,15 @@ def _header(report: Mapping[str, Any]) -> str:
     summary = report["summary"]
     settings = report.get("settings", {})
     ratio = summary.get("distinct_ratio")
+    reused = summary.get("reused_bricks") or 0
     lead = (
-        f"{summary['models']} models, {summary['layers']} layers cut into {summary['bricks']} bricks of at most"
-        f" {report['granularity']} layers; {summary['distinct_bricks']} distinct"
+        f"{plural(summary['models'], 'model')}, {plural(summary['layers'], 'layer')} cut into"
+        f" {plural(summary['bricks'], 'brick')} of at most {plural(report['granularity'], 'layer')};"
+        f" {summary['distinct_bricks']} distinct"
         + (f" ({format_share(ratio)})" if ratio is not None else "")
-        + f", {summary['measured_bricks']} measured. Estimates add {settings.get('statistic', 'median')} brick times."
+        + f", {summary['measured_bricks'] - reused} measured"
+        + (f", {reused} reused from the brick store" if reused else "")
+        + f". Estimates add {settings.get('statistic', 'median')} brick times."
     )
     peak = report.get("peak") or {}
     unknown = summary.get("unknown_flops_share")
@@ -149,8 +173,7 @@ def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool) -> st
             format_seconds(model["critical_path_s"]),
         ]
         if validated:
-            ratio = model.get("ratio")
-            cells += [format_seconds(model.get("measured_s")), "-" if ratio is None else f"{ratio:.3f}"]
+            cells += [format_seconds(model.get("measured_s")), format_ratio(model.get("ratio"))]
         unknown = model.get("unknown_flops_time_s")
         cells += [
             _load(model),
@@ -185,38 +208,29 @@ def _load(model: Mapping[str, Any]) -> str:
 
 
 def _op_chart(models: Sequence[Mapping[str, Any]], colours: Mapping[str, str]) -> str:
-    """A bar per model, 100% wide, in segments by operator type; the model's estimate at its end."""
+    """A bar per model, 100% wide, in segments by operator type; its estimate and largest parts beside it."""
     rows = [m for m in models if "error" not in m]
     if not rows:
         return "<p class=muted>No model was cut into bricks.</p>"
-    left, right, width, row_height = 300, 90, 1180, 30
-    bar_width = width - left - right
-    parts = []
-    for index, model in enumerate(rows):
-        y = 8 + index * row_height
-        parts.append(_svg_label(model["path"], left - 10, y + 15))
+    body = []
+    for model in rows:
         op_time = _op_times(model)
         total = sum(op_time.values()) if op_time else 0.0
         if not op_time or total <= 0:
-            parts.append(f'<text class="muted" x="{left}" y="{y + 15}">incomplete: not every brick was measured</text>')
-            continue
-        x = float(left)
-        for op, seconds in _grouped(op_time, colours):
-            span = bar_width * seconds / total
-            tip = f"{op}: {format_seconds(seconds)} ({format_share(seconds / total)})"
-            colour = CALL_COLOUR if op == CALL else colours.get(op, OTHER_COLOUR)
-            parts.append(
-                f'<rect x="{x:.1f}" y="{y + 3}" width="{max(span, 0.5):.1f}" height="20" fill="{colour}">'
-                f"<title>{escape(model['path'])}: {escape(tip)}</title></rect>"
-            )
-            if span >= 34:
-                ink = "#1f2328" if _is_light(colour) else "#ffffff"
-                share = format_share(seconds / total)
-                parts.append(f'<text class="inside" style="fill:{ink}" x="{x + 4:.1f}" y="{y + 17}">{share}</text>')
-            x += span
-        parts.append(f'<text x="{left + bar_width + 8}" y="{y + 17}">{escape(format_seconds(total))}</text>')
-    height = 16 + len(rows) * row_height
-    svg = f'<svg viewBox="0 0 {width} {height}" role="img" aria-label="time by operator type">{"".join(parts)}</svg>'
+            plot, parts = '<span class="muted">incomplete: not every brick was measured</span>', ""
+        else:
+            segments = [
+                f'<span style="width:{100 * seconds / total:.3f}%;background:{_colour(op, colours)}"'
+                f' title="{escape(op)}: {escape(format_seconds(seconds))} ({escape(format_share(seconds / total))})">'
+                "</span>"
+                for op, seconds in _grouped(op_time, colours)
+            ]
+            plot = f'<div class="stack">{"".join(segments)}</div>'
+            largest = sorted(op_time.items(), key=lambda item: -item[1])[:NAMED_PARTS]
+            parts = escape(", ".join(f"{op} {format_share(seconds / total)}" for op, seconds in largest))
+        estimate = escape(format_seconds(model["sequential_s"]))
+        body.append([_path(model["path"], wrap=False), plot, estimate, f"<span class=muted>{parts}</span>"])
+    table = _table(["Model", "Time by operator type", "Sequential", "Largest parts"], body, numeric={2}, chart=True)
     legend = "".join(f'<span><i style="background:{colour}"></i>{escape(op)}</span>' for op, colour in colours.items())
     if any(op not in colours for m in rows for op in (m.get("op_time_s") or {})):
         legend += f'<span><i style="background:{OTHER_COLOUR}"></i>other</span>'
@@ -224,9 +238,13 @@ def _op_chart(models: Sequence[Mapping[str, Any]], colours: Mapping[str, str]) -
         legend += f'<span><i style="background:{CALL_COLOUR}"></i>{CALL} (once per model)</span>'
     note = (
         "<p class=muted>Share of each model's sequential estimate by operator type, and of the model's own"
-        " inference call; the estimate is at the right. Hover a segment for its time.</p>"
+        " inference call. Hover a segment for its time.</p>"
     )
-    return f"{note}{svg}<div class=legend>{legend}</div>"
+    return f"{note}{table}<div class=legend>{legend}</div>"
+
+
+def _colour(op: str, colours: Mapping[str, str]) -> str:
+    return CALL_COLOUR if op == CALL else colours.get(op, OTHER_COLOUR)
 
 
 def _grouped(op_time: Mapping[str, float], colours: Mapping[str, str]) -> list[tuple[str, float]]:
@@ -245,46 +263,48 @@ def _op_times(model: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _ratio_chart(models: Sequence[Mapping[str, Any]]) -> str:
-    """Estimate / measured per model on a common axis, with the +-10% band."""
+    """Sequential / Measured per model on a common axis, with the +-10% band, and the two times beside it."""
     ratios = [float(m["ratio"]) for m in models if m.get("ratio") is not None]
     low = min([0.8, *ratios]) - 0.05
     high = max([1.2, *ratios]) + 0.05
-    left, right, width, row_height = 300, 330, 1180, 26
-    span = width - left - right
 
-    def x_of(ratio: float) -> float:
-        return left + span * (ratio - low) / (high - low)
+    def at(ratio: float) -> str:
+        return f"{100 * (ratio - low) / (high - low):.2f}%"
 
-    height = 36 + len(models) * row_height
-    parts = [
-        f'<rect x="{x_of(0.9):.1f}" y="6" width="{x_of(1.1) - x_of(0.9):.1f}" height="{height - 30}" fill="#e6f4ea"/>',
-        f'<line x1="{x_of(1.0):.1f}" x2="{x_of(1.0):.1f}" y1="6" y2="{height - 24}" stroke="#59636e"/>',
-    ]
-    for tick in _ticks(low, high):
-        parts.append(
-            f'<text class="muted" x="{x_of(tick):.1f}" y="{height - 8}" text-anchor="middle">{tick:.1f}</text>'
-        )
-    for index, model in enumerate(models):
-        y = 10 + index * row_height
-        parts.append(_svg_label(model["path"], left - 10, y + 13))
-        ratio = model.get("ratio")
-        # The ratio pairs each timed round of the model with an estimate timed beside it.
-        paired = (model.get("validation") or {}).get("sequential", {}).get("estimate_s", model["sequential_s"])
-        text = f"estimate {format_seconds(paired)}, measured {format_seconds(model['measured_s'])}"
-        if ratio is not None:
-            colour = "#1a7f37" if 0.9 <= ratio <= 1.1 else "#cf222e"
-            parts.append(
-                f'<circle cx="{x_of(float(ratio)):.1f}" cy="{y + 9}" r="6" fill="{colour}">'
-                f"<title>{escape(model['path'])}: ratio {ratio:.3f}</title></circle>"
-            )
-            text += f", ratio {ratio:.3f}"
-        parts.append(f'<text x="{left + span + 12}" y="{y + 13}">{escape(text)}</text>')
-    svg = f'<svg viewBox="0 0 {width} {height}" role="img" aria-label="estimate over measured">{"".join(parts)}</svg>'
-    note = (
-        "<p class=muted>Ratio of the sequential estimate to the measured whole model, each round of the"
-        " model paired with an estimate timed beside it; the band is +-10%.</p>"
+    band = (
+        f'<span class="band" style="left:{at(0.9)};width:{100 * 0.2 / (high - low):.2f}%"></span>'
+        f'<span class="one" style="left:{at(1.0)}"></span>'
     )
-    return note + svg
+    ticks = "".join(f'<span class="tick" style="left:{at(tick)}">{tick:.1f}</span>' for tick in _ticks(low, high))
+    body = []
+    for model in models:
+        ratio = model.get("ratio")
+        dot = ""
+        if ratio is not None:
+            paired = model.get("paired_ratio")
+            tip = f"{model['path']}: ratio {format_ratio(ratio)}" + (
+                f"; in paired rounds {format_ratio(paired)}" if paired is not None else ""
+            )
+            grade = "good" if 0.9 <= ratio <= 1.1 else "off"
+            dot = f'<span class="dot {grade}" style="left:{at(float(ratio))}" title="{escape(tip)}"></span>'
+        body.append(
+            [
+                _path(model["path"], wrap=False),
+                f'<div class="axis">{band}{dot}</div>',
+                escape(format_seconds(model["sequential_s"])),
+                escape(format_seconds(model["measured_s"])),
+                format_ratio(ratio),
+            ]
+        )
+    body.append(["", f'<div class="axis">{ticks}</div>', "", "", ""])
+    columns = ["Model", "Sequential / Measured", "Sequential", "Measured", "Ratio"]
+    table = _table(columns, body, numeric={2, 3, 4}, chart=True)
+    note = (
+        "<p class=muted>The sequential estimate, composed from the brick items, over the model measured whole;"
+        " the band is +-10%. Hover a point for the ratio of paired rounds, where the bricks were timed again"
+        " just before each timed call of the model.</p>"
+    )
+    return note + table
 
 
 def _ticks(low: float, high: float) -> list[float]:
@@ -342,7 +362,7 @@ def _model_details(model: Mapping[str, Any]) -> str:
         for brick in model["top_bricks"]
     ]
     ops = _table(["Operator type", "Time", "Share"], op_rows, numeric={1})
-    top = _table(["Brick", "Uses", "Time", "Share"], brick_rows, numeric={1, 2})
+    top = _table(["Brick", "Uses", "Time in model", "Share"], brick_rows, numeric={1, 2})
     return (
         f"<details><summary>{title}</summary><div class=columns>"
         f"<div><h3>Time by operator type</h3>{ops}</div><div><h3>Top bricks</h3>{top}</div></div></details>"
@@ -381,12 +401,21 @@ def _notes() -> str:
 
 
 def _colours(models: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """A colour for each of the heaviest operator types over all models."""
+    """A colour for each of the heaviest operator types over all models: its own in every report."""
     totals: Counter[str] = Counter()
     for model in models:
         for op, seconds in (model.get("op_time_s") or {}).items():
             totals[op] += seconds
-    return {op: PALETTE[index] for index, (op, _) in enumerate(totals.most_common(len(PALETTE)))}
+    return {op: op_colour(op) for op, _ in totals.most_common(SHOWN_OP_TYPES)}
+
+
+def op_colour(op: str) -> str:
+    """An operator type's colour: fixed for the common ones, else a hue made from its name alone."""
+    if op in OP_COLOURS:
+        return OP_COLOURS[op]
+    digest = hashlib.sha256(op.encode()).digest()
+    hue = int.from_bytes(digest[:2], "big") % 360
+    return f"hsl({hue} 50% {(45, 60, 75)[digest[2] % 3]}%)"
 
 
 def _section(title: str, body: str, anchor: str | None = None) -> str:
@@ -394,7 +423,7 @@ def _section(title: str, body: str, anchor: str | None = None) -> str:
     return f"<section{attribute}><h2>{escape(title)}</h2>\n{body}\n</section>\n"
 
 
-def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: set[int]) -> str:
+def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: set[int], chart: bool = False) -> str:
     """A table of cells that are HTML already, with the ``numeric`` columns right-aligned.
 
     The last cell of a row shorter than the header spans the remaining columns.
@@ -411,7 +440,8 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: se
 
     head = "".join(f"<th{cls(i)}>{escape(column)}</th>" for i, column in enumerate(columns))
     body = "".join(f"<tr>{cells(row)}</tr>" for row in rows)
-    return f"<div class=wide><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+    kind = ' class="chart"' if chart else ""
+    return f"<div class=wide><table{kind}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
 def _definitions(values: Mapping[str, Any]) -> str:
@@ -420,6 +450,11 @@ def _definitions(values: Mapping[str, Any]) -> str:
 
 
 def _value(value: Any) -> str:
+    """A setting as a user writes it: on and off for switches, none for nothing."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "none"
     if isinstance(value, Mapping):
         return ", ".join(f"{key}={item}" for key, item in value.items()) or "none"
     if isinstance(value, (list, tuple)):
@@ -428,30 +463,20 @@ def _value(value: Any) -> str:
 
 
 def _bar(fraction: float | None) -> str:
-    """A share as text over a bar of that width (capped at 100%)."""
+    """A share as text, and beside it a bar of that length (capped at 100%)."""
     if fraction is None:
         return "-"
     width = max(0.0, min(fraction, 1.0)) * 100
     return (
-        f'<div class="bar"><span class="fill" style="width:{width:.1f}%"></span>'
-        f'<span class="text">{escape(format_share(fraction))}</span></div>'
+        f'<div class="bar"><span class="text">{escape(format_share(fraction))}</span>'
+        f'<span class="track"><span class="fill" style="width:{width:.1f}%"></span></span></div>'
     )
 
 
-def _is_light(colour: str) -> bool:
-    """Whether dark text reads better than white on ``colour`` (``#rrggbb``), by relative luminance."""
-    red, green, blue = (int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5))
-    return 0.2126 * red + 0.7152 * green + 0.0722 * blue > 0.6
-
-
-def _path(path: str) -> str:
-    """A model path that may wrap after its slashes."""
-    return f"<code class=path>{escape(path).replace('/', '/<wbr>')}</code>"
+def _path(path: str, *, wrap: bool = True) -> str:
+    """A model path that may wrap after its slashes (not in a chart, whose rows stay one line each)."""
+    return f"<code class=path>{escape(path).replace('/', '/<wbr>') if wrap else escape(path)}</code>"
 
 
 def _short(path: str, limit: int = LABEL_CHARS) -> str:
     return path if len(path) <= limit else "..." + path[-(limit - 3) :]
-
-
-def _svg_label(path: str, x: int, y: int) -> str:
-    return f'<text x="{x}" y="{y}" text-anchor="end"><title>{escape(path)}</title>{escape(_short(path))}</text>'

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .settings import Settings
+from .wording import plural
 
 #: Bump whenever building or timing a brick changes (synthetic values, session options, timing loop):
 #: times measured the old way then stop being reused or compared without notice.
@@ -107,7 +108,7 @@ def differences(now: Mapping[str, Any], then: Mapping[str, Any]) -> list[str]:
 def describe_machine(machine: Mapping[str, Any]) -> str:
     cores = machine.get("cores")
     return (
-        f"{machine.get('cpu')}, {cores if cores is not None else '?'} cores,"
+        f"{machine.get('cpu')}, {'? cores' if cores is None else plural(cores, 'core')},"
         f" {machine.get('arch')} {machine.get('system')}, {machine.get('python')}"
     )
 
@@ -116,7 +117,7 @@ def describe_timing(timing: Mapping[str, Any]) -> str:
     threads = timing.get("intra_op_threads")
     return (
         f"onnxruntime {timing.get('onnxruntime')} {'+'.join(timing.get('providers') or [])},"
-        f" {threads or 'default'} threads, optimization {timing.get('optimization')}"
+        f" {plural(threads, 'thread') if threads else 'default threads'}, optimization {timing.get('optimization')}"
     )
 
 

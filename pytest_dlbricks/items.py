@@ -108,7 +108,9 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
 
     def test_model(request: pytest.FixtureRequest) -> None:
         if plan.unsupported:
-            pytest.skip(f"{plan.path}: {len(plan.unsupported)} of its bricks are not supported here; no estimate")
+            unsupported = len(plan.unsupported)
+            what = "1 of its bricks is" if unsupported == 1 else f"{unsupported} of its bricks are"
+            pytest.skip(f"{plan.path}: {what} not supported here; no estimate")
         try:
             model = run.whole_model_runner(plan, parallel=executor == "parallel")
             model.check()

@@ -14,6 +14,7 @@ from .identity import describe_machine, describe_timing
 from .overhead import NO_OVERHEAD
 from .store import BrickStore, times_of
 from .terminal import format_seconds, format_table
+from .wording import counted, plural
 
 
 def store_report(store: BrickStore, statistic: str = "median", critical_path: bool = False) -> str:
@@ -22,20 +23,22 @@ def store_report(store: BrickStore, statistic: str = "median", critical_path: bo
     models = store.models()
     kind = "critical-path" if critical_path else "sequential"
     lines = [
-        f"Brick store {store.root}: {len(models)} models, {kind} estimates from {statistic} brick times,"
-        f" on {len(shelves)} machines and settings:"
+        f"Brick store {store.root}: {plural(len(models), 'model')}, {kind} estimates from {statistic} brick"
+        f" times, from {plural(len(shelves), 'combination')} of machine and settings:"
     ]
     bricks = [shelf.bricks() for shelf in shelves]
     overheads = [shelf.get_overhead() or NO_OVERHEAD for shelf in shelves]
     for index, (shelf, found) in enumerate(zip(shelves, bricks), start=1):
         lines.append(
             f"[{index}] {describe_machine(shelf.identity.machine)}; {describe_timing(shelf.identity.timing)};"
-            f" {len(found)} bricks"
+            f" {plural(len(found), 'brick')}"
         )
     damaged = store.discarded + sum((shelf.discarded for shelf in shelves), Counter())
     if damaged:
-        kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(damaged.items()))
-        lines.append(f"Skipped {sum(damaged.values())} damaged records ({kinds}); a run on their machine repairs them.")
+        kinds = ", ".join(counted(count, kind) for kind, count in sorted(damaged.items()))
+        lines.append(
+            f"Skipped {plural(sum(damaged.values()), 'damaged record')} ({kinds}); a run on their machine repairs them."
+        )
     if not shelves or not models:
         return "\n".join(lines)
     times = [times_of(found, statistic) for found in bricks]

@@ -170,7 +170,8 @@ _OPTIONS = (
         "--dlbricks-validate",
         "",
         "Also time every model end to end, interleaved with its bricks, and report how close the"
-        " estimates come (items <model>::e2e and, for models with parallel branches, ::e2e-parallel).",
+        " estimates come (items <model>::e2e[<file name>] and, for models with parallel branches,"
+        " ::e2e-parallel[<file name>]).",
         "off",
         switch=True,
         ini="dlbricks_validate",

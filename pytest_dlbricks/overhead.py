@@ -6,6 +6,7 @@ brick and counts it once for the whole model.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -28,13 +29,18 @@ class CallOverhead:
     fixed_s: float = 0.0
     per_input_s: float = 0.0
     per_output_s: float = 0.0
-    #: The fixed cost under onnxruntime's parallel executor, when measured; the critical path
-    #: counts it (or, unmeasured, the sequential one: an ideal parallel executor).
+    #: The fixed cost under onnxruntime's parallel executor, measured only by a validation run that
+    #: times it and reported there. Estimates never count it: the critical path is a lower bound for an
+    #: executor with unlimited parallelism, which pays a call as the sequential one does, so a plain
+    #: run composes the same estimates whether or not a validation run measured it before.
     parallel_fixed_s: float | None = None
 
-    def of(self, inputs: int, outputs: int, *, parallel: bool = False) -> float:
-        fixed = self.parallel_fixed_s if parallel and self.parallel_fixed_s is not None else self.fixed_s
-        return fixed + self.per_input_s * max(inputs - 1, 0) + self.per_output_s * max(outputs - 1, 0)
+    def of(self, inputs: int, outputs: int) -> float:
+        return self.fixed_s + self.per_input_s * max(inputs - 1, 0) + self.per_output_s * max(outputs - 1, 0)
+
+    def composed(self) -> CallOverhead:
+        """What estimates compose with, without the figures only validation measures (kept in the store)."""
+        return dataclasses.replace(self, parallel_fixed_s=None)
 
 
 NO_OVERHEAD = CallOverhead()

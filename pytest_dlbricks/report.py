@@ -24,7 +24,7 @@ from .analysis import (
     peak_fields,
 )
 from .bricks import BrickSpec
-from .composition import brick_calls, compose
+from .composition import Estimate, brick_calls, compose
 from .cutting import ModelPlan
 from .noise import HIGH_NOISE, run_noise
 from .overhead import NO_OVERHEAD, CallOverhead
@@ -291,7 +291,7 @@ def build_report(
                 complete=estimate.complete,
                 guessed_dims=dict(plan.guessed_dims),
                 unbuildable_layers=[{"layer": b.layer_index, "op": b.op_type, "cause": b.reason} for b in plan.broken],
-                validation=_validation_fields(plan, estimate.sequential_s, validations, call),
+                validation=_validation_fields(plan, estimate, validations, call),
                 analysis=model_analysis(plan.path, estimate.sequential_s, estimate.complete, uses, measured),
                 point=plan.point,
                 unsupported=unsupported_windows(composition, unsupported),
@@ -366,12 +366,15 @@ def unsupported_windows(composition: Mapping[str, Any], unsupported: Mapping[str
 
 def _validation_fields(
     plan: ModelPlan,
-    sequential_s: float | None,
+    estimate: Estimate,
     validations: Mapping[tuple[str, str], Validation],
     overhead: CallOverhead,
 ) -> dict[str, object]:
-    """A model's end-to-end measurements: ``measured_s`` and ``ratio`` for the sequential executor,
-    ``measured_parallel_s`` and ``critical_path_ratio`` for the parallel one, and the details."""
+    """A model's end-to-end measurements against the estimates the user gets: ``measured_s`` and ``ratio``
+    (``sequential_s / measured_s``) for the sequential executor, ``measured_parallel_s`` and
+    ``critical_path_ratio`` (``critical_path_s / measured_parallel_s``) for the parallel one; beside
+    them the ratios of paired rounds (``paired_ratio``, ``paired_critical_path_ratio``: each round's
+    bricks timed again just before that round's model) and the details."""
     details = {
         executor: validation.summarize(plan, overhead)
         for (path, executor), validation in validations.items()
@@ -383,20 +386,30 @@ def _validation_fields(
     if "sequential" in details:
         sequential = details["sequential"]
         fields["measured_s"] = sequential["measured_s"]
-        fields["ratio"] = sequential["ratio"]
+        fields["ratio"] = _ratio(estimate.sequential_s, sequential["measured_s"])
+        fields["paired_ratio"] = sequential["ratio"]
         # How far the reported estimate, timed earlier, drifted from the one timed beside the model.
-        paired = sequential["estimate_s"]
-        fields["estimate_drift"] = sequential_s / paired if sequential_s and paired else None
+        fields["estimate_drift"] = _ratio(estimate.sequential_s, sequential["estimate_s"])
     if "parallel" in details:
-        fields["measured_parallel_s"] = details["parallel"]["measured_s"]
-        fields["critical_path_ratio"] = details["parallel"]["ratio"]
+        parallel = details["parallel"]
+        fields["measured_parallel_s"] = parallel["measured_s"]
+        fields["critical_path_ratio"] = _ratio(estimate.critical_path_s, parallel["measured_s"])
+        fields["paired_critical_path_ratio"] = parallel["ratio"]
     return fields
+
+
+def _ratio(estimate: float | None, measured: float | None) -> float | None:
+    return estimate / measured if estimate and measured else None
 
 
 def _accuracy(
     models: Sequence[Mapping[str, object]], times: Mapping[str, float], users: Mapping[str, Counter[str]]
 ) -> dict[str, object] | None:
-    """How close the estimates came, over all validated models, and what the method saved."""
+    """How close the estimates came, over all validated models, and what the method saved.
+
+    ``sequential`` and ``critical_path`` score the estimates the user gets (the models' ``ratio`` and
+    ``critical_path_ratio``); the ``_paired`` blocks score the paired rounds' estimates.
+    """
     validated = [model for model in models if "validation" in model]
     if not validated:
         return None
@@ -406,8 +419,10 @@ def _accuracy(
     distinct = [time_s for signature, time_s in times.items() if paths & set(users[signature])]
     measured = [float(model["measured_s"]) for model in validated if "measured_s" in model]  # type: ignore[arg-type]
     return {
-        "sequential": accuracy(_ratios(details, "sequential")),
-        "critical_path": accuracy(_ratios(details, "parallel")),
+        "sequential": accuracy(_ratios(validated, "ratio")),
+        "critical_path": accuracy(_ratios(validated, "critical_path_ratio")),
+        "sequential_paired": accuracy(_ratios(validated, "paired_ratio")),
+        "critical_path_paired": accuracy(_ratios(validated, "paired_critical_path_ratio")),
         # Typical relative spread (interquartile range) of a model's per-round ratios: the machine's noise.
         "noise": statistics.median(spreads) if spreads else None,
         # The paper's measure of the time saved: end-to-end latencies over distinct brick latencies.
@@ -415,6 +430,6 @@ def _accuracy(
     }
 
 
-def _ratios(details: Sequence[Mapping[str, Mapping[str, float | None]]], executor: str) -> list[float]:
-    """The models' ratios under ``executor``, leaving out models without an estimate."""
-    return [ratio for detail in details if executor in detail and (ratio := detail[executor]["ratio"]) is not None]
+def _ratios(models: Sequence[Mapping[str, object]], key: str) -> list[float]:
+    """The models' ratios under ``key``, leaving out models without one."""
+    return [ratio for model in models if isinstance(ratio := model.get(key), float)]

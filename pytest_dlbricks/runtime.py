@@ -46,6 +46,7 @@ from onnxruntime.capi import _pybind_state
 from .errors import ModelError, RuntimeRefusal, describe_error
 from .graph import MIN_IR_VERSION, format_bytes, memory_limit
 from .settings import DEFAULT_PROVIDERS, Settings
+from .wording import plural
 
 _OPTIMIZATION_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -136,7 +137,7 @@ def _runtime_shares_a_pool() -> bool:
 
 
 def _describe_pool(threads: int) -> str:
-    return "onnxruntime's default size" if threads == 0 else f"{threads} threads"
+    return "onnxruntime's default size" if threads == 0 else plural(threads, "thread")
 
 
 def runtime_version() -> str:

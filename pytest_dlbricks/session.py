@@ -20,8 +20,9 @@ from .engine import DLBricksRun
 from .interruption import stopped_early
 from .items import signature_of
 from .settings import Settings
-from .terminal import render_analysis, render_table
+from .terminal import render_analysis, render_table, table_width
 from .warning_types import DLBricksWarning
+from .wording import plural
 
 
 class DLBricksSession:
@@ -92,7 +93,7 @@ class DLBricksSession:
         self.run.messages.append(
             (
                 f"dlbricks: shard {shard}/{shards} benchmarks {sum(1 for s in assignment.values() if s == shard)}"
-                f" of {len(assignment)} distinct bricks; combine the shards' --dlbricks-json reports with"
+                f" of {plural(len(assignment), 'distinct brick')}; combine the shards' --dlbricks-json reports with"
                 " python -m pytest_dlbricks merge",
                 False,
             )
@@ -110,14 +111,15 @@ class DLBricksSession:
             if is_controller_without_estimates(self.config):
                 terminalreporter.write_line(f"dlbricks: {NO_ESTIMATES}", yellow=True)
             return
-        terminalreporter.write_sep(
-            "-", f"dlbricks: granularity {self.settings.granularity}, {self.settings.statistic} brick times"
-        )
+        title = f"dlbricks: granularity {self.settings.granularity}, {self.settings.statistic} brick times"
         if run.plans or run.failed:
-            terminalreporter.write_line(render_table(report))
+            table = render_table(report)
+            terminalreporter.write_sep("-", title, fullwidth=table_width(table))
+            terminalreporter.write_line(table)
         else:
+            terminalreporter.write_sep("-", title)
             terminalreporter.write_line(
-                f"{len(run.results)} of {len(run.bricks)} exported bricks measured; estimate the models with"
+                f"{len(run.results)} of {plural(len(run.bricks), 'exported brick')} measured; estimate the models with"
                 " python -m pytest_dlbricks compose --map MAPS --results <this run's --dlbricks-json report>"
             )
         if terminalreporter.verbosity >= 0:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .settings import DEFAULT_DIM
+from .wording import plural
 
 #: Operator types listed per model at ``-v``; the rest are summed as "other".
 SHOWN_OP_TYPES = 5
@@ -156,8 +157,13 @@ def format_table(rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> s
         ).rstrip()
         for row in rows
     ]
-    lines.insert(1, "-" * len(lines[0]))
+    lines.insert(1, "-" * max(map(len, lines)))
     return "\n".join(lines)
+
+
+def table_width(text: str) -> int:
+    """The width of a table made by :func:`format_table` (its rule under the header), for a title rule above it."""
+    return len(text.splitlines()[1])
 
 
 _COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path", "Inputs", "Complete")
@@ -177,15 +183,22 @@ def render_table(report: Mapping[str, object]) -> str:
     left = [index for index, name in enumerate(columns) if name in _LEFT_ALIGNED]
     lines = format_table(rows, left=left).splitlines()
     summary: Mapping[str, object] = report["summary"]  # type: ignore[assignment]
-    ratio = summary["distinct_ratio"]
-    lines.append(
-        f"{summary['models']} models, {summary['layers']} layers, {summary['bricks']} bricks,"
-        f" {summary['distinct_bricks']} distinct"
-        + (f" ({ratio:.0%})" if isinstance(ratio, float) else "")
-        + f", {summary['measured_bricks']} measured"
-    )
+    lines.append(count_line(summary))
     lines.extend(_accuracy_lines(report.get("accuracy"), summary))  # type: ignore[arg-type]
     return "\n".join(lines)
+
+
+def count_line(summary: Mapping[str, Any]) -> str:
+    """Models, layers and bricks, and where the distinct bricks' times came from: this run or the store."""
+    ratio = summary["distinct_ratio"]
+    reused = summary.get("reused_bricks") or 0
+    line = (
+        f"{plural(summary['models'], 'model')}, {plural(summary['layers'], 'layer')},"
+        f" {plural(summary['bricks'], 'brick')}, {summary['distinct_bricks']} distinct"
+        + (f" ({ratio:.0%})" if isinstance(ratio, float) else "")
+        + f", {summary['measured_bricks'] - reused} measured"
+    )
+    return line + (f", {reused} reused from the brick store" if reused else "")
 
 
 def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
@@ -206,12 +219,11 @@ def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
     )
     if not validated:
         return row
-    ratio = model.get("ratio")
     measured = model.get("measured_s")
     return (
         *row,
         format_seconds(measured if isinstance(measured, float) else None),
-        f"{ratio:.3f}" if isinstance(ratio, float) else "-",
+        format_ratio(model.get("ratio")),  # type: ignore[arg-type]
     )
 
 
@@ -228,18 +240,32 @@ def describe_inputs(model: Mapping[str, object]) -> str:
     return inputs
 
 
+def format_ratio(ratio: float | None) -> str:
+    """An estimate over a measurement, to two decimals: what the two times printed beside it give."""
+    return "-" if ratio is None else f"{ratio:.2f}"
+
+
+_PAIRED = "  in paired rounds (the bricks timed again just before each timed call of the model)"
+#: The accuracy blocks of a validated report: the estimates the user gets, each followed by its paired rounds.
+_ACCURACIES = (
+    ("sequential", "accuracy of sequential estimates (Sequential / Measured)"),
+    ("sequential_paired", _PAIRED),
+    ("critical_path", "accuracy of critical paths against the parallel executor (Critical path / its measured time)"),
+    ("critical_path_paired", _PAIRED),
+)
+
+
 def _accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, object]) -> list[str]:
     """The validation summary: accuracy per executor, the machine's noise, the time the method saved."""
     if not accuracy:
         return []
     lines = []
-    for executor, label in (("sequential", "sequential"), ("critical_path", "critical path (parallel executor)")):
-        result: Mapping[str, float] | None = accuracy[executor]  # type: ignore[assignment]
+    for key, label in _ACCURACIES:
+        result: Mapping[str, float] | None = accuracy.get(key)  # type: ignore[assignment]
         if result:
             lines.append(
-                f"accuracy of {label} estimates: {result['accuracy']:.1%}"
-                f" (geometric mean ratio {result['geometric_mean_ratio']:.3f},"
-                f" {result['within_10_percent']}/{result['models']} models within +-10%)"
+                f"{label}: {result['accuracy']:.1%} (geometric mean ratio {result['geometric_mean_ratio']:.3f},"
+                f" {result['within_10_percent']}/{plural(int(result['models']), 'model')} within +-10%)"
             )
     noise, speedup, wall = accuracy.get("noise"), accuracy.get("speedup"), summary.get("wall_time_s")
     details = []

@@ -37,6 +37,8 @@ from .retiming import retime
 from .session import DLBricksSession
 from .settings import Settings
 from .store import BrickStore, ModelManifest, Shelf, StoredBrick
+from .terminal import table_width
+from .wording import counted, plural
 
 
 class Tracking:
@@ -114,7 +116,8 @@ class Tracking:
                 self.store_error = f"cannot repair {self._store_name()}: {error.strerror or error}"
             if not self.settings.remeasure and self.run.overhead is None:
                 # Reused brick times compose with the call overhead measured beside them.
-                self._saved_overhead = self.shelf.get_overhead()
+                saved = self.shelf.get_overhead()
+                self._saved_overhead = saved.composed() if saved is not None else None
                 self.run.assume_overhead(self._saved_overhead)
         if self.settings.compare is not None and not self.config.option.collectonly:
             self.baseline = self._load_baseline(benchmarks.storage)
@@ -223,8 +226,9 @@ class Tracking:
         self.saved += 1
 
     def _save_overhead(self, shelf: Shelf) -> None:
-        """Keep the call overhead the session measured (once, or again for the parallel executor)."""
-        overhead = self.run.overhead
+        """Keep the call overhead the session measured, as estimates compose with it: the parallel
+        executor's cost, which only validation measures, stays in that run's report."""
+        overhead = self.run.overhead.composed() if self.run.overhead is not None else None
         if overhead is not None and overhead != self._saved_overhead:
             shelf.put_overhead(overhead)
             self._saved_overhead = overhead
@@ -247,7 +251,9 @@ class Tracking:
                 benchmarks.benchmarks.extend([*model_estimates(report), *self.reused_entries])
             if self.baseline is not None:
                 self._compare(report, session)
-            if self.store is not None and self.shelf is not None:
+            # A model is kept once it was run: after --collect-only the store's report would list it
+            # as if its estimate were coming (the plans kept while collecting only spare a later cut).
+            if self.store is not None and self.shelf is not None and not self.config.option.collectonly:
                 self._save_models(self.store, self.shelf)
         return (yield)
 
@@ -317,11 +323,7 @@ class Tracking:
     def _summarize(self, terminalreporter: pytest.TerminalReporter) -> None:
         write = terminalreporter.write_line
         if self.reused_at or self.saved:
-            reused = ""
-            if self.reused_at:
-                oldest = min(self.reused_at).strftime("%Y-%m-%d %H:%M UTC")
-                reused = f"{len(self.reused_at)} brick times reused (oldest measured {oldest}), "
-            write(f"dlbricks: store {self._store_name()}: {reused}{self.saved} measured and saved")
+            write(f"dlbricks: {self._store_use()}")
         damage = self.run.store_damage or {}
         if any(damage.values()):
             write(f"dlbricks: store {self._store_name()}: {describe_damage(damage)}", yellow=True)
@@ -334,10 +336,13 @@ class Tracking:
         self._summarize_noise(write)
         if self.comparison is None:
             return
+        table = render_comparison(self.comparison)
         terminalreporter.write_sep(
-            "-", f"dlbricks: {self.comparison.statistic} estimates compared with {self.comparison.baseline}"
+            "-",
+            f"dlbricks: {self.comparison.statistic} estimates compared with {self.comparison.baseline}",
+            fullwidth=table_width(table),
         )
-        write(render_comparison(self.comparison))
+        write(table)
         if self.mismatches:
             write(f"dlbricks: compared although {'; '.join(self.mismatches)}", yellow=True)
         if self.comparison.regressions:
@@ -371,6 +376,21 @@ class Tracking:
         benchmarks = self.config.pluginmanager.get_plugin("pytest-benchmark")
         return bool(getattr(benchmarks, "save", None) or getattr(benchmarks, "autosave", None))
 
+    def _store_use(self) -> str:
+        """What the store did, in words that tie it to pytest's count of skipped items."""
+        store = self._store_name()
+        measured = f"{plural(self.saved, 'brick')} measured in this run and saved"
+        if not self.reused_at:
+            return f"{measured} to store {store}"
+        oldest, newest = (when.strftime("%Y-%m-%d %H:%M UTC") for when in (min(self.reused_at), max(self.reused_at)))
+        reused = len(self.reused_at)
+        return (
+            f"{plural(reused, 'brick time')} reused from store {store}, measured"
+            f" {oldest if oldest == newest else f'from {oldest} to {newest}'}"
+            f" (the {reused} skipped {'item' if reused == 1 else 'items'}; --dlbricks-remeasure times them again);"
+            f" {measured}"
+        )
+
     def _precision(self) -> float | None:
         """The precision bricks are timed to in this run: pytest-benchmark's own when given, else dlbricks'."""
         own = self.config.getoption("benchmark_precision", None)
@@ -391,8 +411,8 @@ def describe_damage(damage: Mapping[str, Mapping[str, int]]) -> str:
     parts = []
     discarded = damage.get("discarded") or {}
     if discarded:
-        kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(discarded.items()))
-        parts.append(f"discarded {sum(discarded.values())} damaged records ({kinds}), measured or cut again")
+        kinds = ", ".join(counted(count, kind) for kind, count in sorted(discarded.items()))
+        parts.append(f"discarded {plural(sum(discarded.values()), 'damaged record')} ({kinds}), measured or cut again")
     repaired = damage.get("repaired") or {}
     if repaired:
         parts.append(

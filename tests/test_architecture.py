@@ -19,16 +19,9 @@ PACKAGE = Path(pytest_dlbricks.__file__).parent
 #: The stages in the order the pipeline runs them; a module may import from its own stage and earlier ones.
 STAGES: dict[str, set[str]] = {
     "vocabulary": {
-        "__init__",
-        "graph",
-        "errors",
-        "settings",
-        "sweeps",
-        "clock",
-        "synthetic",
-        "placement",
-        "identity",
+        *("__init__", "graph", "errors", "settings", "sweeps", "clock", "synthetic", "placement", "identity"),
         "noise",
+        "wording",
     },
     "runtime": {"runtime"},
     "load": {"screening", "ordering", "samples", "loading"},

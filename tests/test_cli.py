@@ -14,11 +14,16 @@ from pytest_dlbricks.identity import Identity
 from pytest_dlbricks.machines import store_report
 from pytest_dlbricks.overhead import CallOverhead
 from pytest_dlbricks.store import BrickStore, ModelManifest, StoredBrick
+from pytest_dlbricks.wording import counted
 
 WHEN = datetime(2025, 3, 1, tzinfo=timezone.utc)
 TIMING = {"onnxruntime": "1.31.1", "providers": ["CPUExecutionProvider"], "intra_op_threads": 0, "optimization": "all"}
 FAST = Identity({"cpu": "Fast CPU", "cores": 16, "arch": "x86_64", "system": "Linux", "python": "CPython 3.11"}, TIMING)
 SLOW = Identity({"cpu": "Slow CPU", "cores": 2, "arch": "aarch64", "system": "Linux", "python": "CPython 3.11"}, TIMING)
+SINGLE = Identity(
+    {"cpu": "Lone CPU", "cores": 1, "arch": "x86_64", "system": "Linux", "python": "CPython 3.11"},
+    {**TIMING, "intra_op_threads": 1},
+)
 
 
 def put(store: BrickStore, identity: Identity, times_us: dict[str, float]) -> None:
@@ -52,7 +57,8 @@ def test_report_puts_machines_side_by_side(store: BrickStore) -> None:
     text = store_report(store)
     lines = text.splitlines()
     assert lines[0] == (
-        f"Brick store {store.root}: 2 models, sequential estimates from median brick times, on 2 machines and settings:"
+        f"Brick store {store.root}: 2 models, sequential estimates from median brick times,"
+        " from 2 combinations of machine and settings:"
     )
     assert lines[1] == (
         "[1] Fast CPU, 16 cores, x86_64 Linux, CPython 3.11; onnxruntime 1.31.1 CPUExecutionProvider,"
@@ -75,8 +81,29 @@ def test_report_of_critical_paths_and_another_statistic(store: BrickStore) -> No
 
 def test_an_empty_store_says_so(tmp_path: Path) -> None:
     assert store_report(BrickStore(tmp_path)).splitlines() == [
-        f"Brick store {tmp_path}: 0 models, sequential estimates from median brick times, on 0 machines and settings:"
+        f"Brick store {tmp_path}: 0 models, sequential estimates from median brick times,"
+        " from 0 combinations of machine and settings:"
     ]
+
+
+def test_counts_of_one_read_in_the_singular(tmp_path: Path) -> None:
+    store = BrickStore(tmp_path)
+    store.save_model(ModelManifest("models/chain.onnx", 2, {}, 2, (("c" * 64, 1, 1),)))
+    put(store, SINGLE, {"c" * 64: 5.0})
+    lines = store_report(store).splitlines()
+    assert lines[0] == (
+        f"Brick store {tmp_path}: 1 model, sequential estimates from median brick times,"
+        " from 1 combination of machine and settings:"
+    )
+    assert lines[1] == (
+        "[1] Lone CPU, 1 core, x86_64 Linux, CPython 3.11; onnxruntime 1.31.1 CPUExecutionProvider, 1 thread,"
+        " optimization all; 1 brick"
+    )
+    assert [counted(1, "shelves"), counted(1, "brick times"), counted(2, "shelves")] == [
+        "1 shelf",
+        "1 brick time",
+        "2 shelves",
+    ], "counts kept under plural keys (damaged records by kind)"
 
 
 def test_main_refuses_a_missing_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -99,17 +99,22 @@ def test_inputs_and_outputs_beyond_the_first_cost_extra(tmp_path: Path) -> None:
     overhead = CallOverhead(fixed_s=1.0, per_input_s=0.5, per_output_s=0.25)
     assert overhead.of(1, 1) == 1.0
     assert overhead.of(3, 2) == pytest.approx(1.0 + 2 * 0.5 + 0.25)
-    assert overhead.of(3, 2, parallel=True) == overhead.of(3, 2), "unmeasured parallel cost: the sequential one"
-    parallel = CallOverhead(fixed_s=1.0, parallel_fixed_s=7.0)
-    assert parallel.of(1, 1, parallel=True) == 7.0
 
 
-def test_the_parallel_call_cost_goes_to_the_critical_path_only(tmp_path: Path) -> None:
-    plan = plan_of(tiny_models.diamond(tmp_path), 1)
-    times = times_by_op(plan, {"Relu": 3.0, "Sigmoid": 3.0, "Tanh": 3.0, "Neg": 3.0, "Add": 3.0})
-    estimate = compose(plan, times, CallOverhead(fixed_s=1.0, parallel_fixed_s=10.0))
+def test_the_parallel_executors_call_cost_enters_no_estimate(tmp_path: Path) -> None:
+    """Only validation measures it; the critical path, a lower bound, pays a call as the sequential executor does."""
+    diamond = plan_of(tiny_models.diamond(tmp_path), 1)
+    times = times_by_op(diamond, {"Relu": 3.0, "Sigmoid": 3.0, "Tanh": 3.0, "Neg": 3.0, "Add": 3.0})
+    measured = CallOverhead(fixed_s=1.0, parallel_fixed_s=10.0)
+    estimate = compose(diamond, times, measured)
     assert estimate.sequential_s == pytest.approx(5 * 2.0 + 1.0)
-    assert estimate.critical_path_s == pytest.approx(4 * 2.0 + 10.0)
+    assert estimate.critical_path_s == pytest.approx(4 * 2.0 + 1.0)
+    assert estimate == compose(diamond, times, measured.composed())
+    chain = plan_of(tiny_models.chain(tmp_path), 2)
+    (signature,) = chain.signatures
+    branchless = compose(chain, {signature: 5.0}, measured)
+    assert branchless.critical_path_s == pytest.approx(branchless.sequential_s), "no branches: nothing overlaps"
+    assert measured.composed() == CallOverhead(fixed_s=1.0)
 
 
 def test_a_brick_never_counts_for_less_than_nothing(tmp_path: Path) -> None:

@@ -17,6 +17,12 @@ def read_report(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def seconds(value: str, unit: str) -> tuple[float, float]:
+    """A time as the terminal prints it (``12.3 us``), in seconds, and half its last digit's step."""
+    scale, half_step = {"us": (1e-6, 0.05e-6), "ms": (1e-3, 0.005e-3), "s": (1.0, 0.0005)}[unit]
+    return float(value) * scale, half_step
+
+
 def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--help")
     result.stdout.fnmatch_lines(
@@ -71,8 +77,9 @@ def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
             "*Ini: dlbricks_precision. Default: 2%.",
             "  --dlbricks-validate   Also time every model end to end, interleaved with its",
             "*bricks, and report how close the estimates come (items*",
-            "*<model>::e2e and, for models with parallel branches,*",
-            "*::e2e-parallel). Ini: dlbricks_validate. Default: off.",
+            "*<model>::e2e[[]<file name>[]] and, for models with parallel*",
+            "*branches, ::e2e-parallel[[]<file name>[]]). Ini:*",
+            "*dlbricks_validate. Default: off.",
         ],
         consecutive=True,
     )
@@ -133,6 +140,10 @@ def test_sample_models_become_brick_benchmarks_and_estimates(
             "dlbricks: report written to *report.json",
         ]
     )
+    lines = result.stdout.lines
+    title = next(index for index, line in enumerate(lines) if "- dlbricks: granularity 2" in line)
+    assert len(lines[title]) == len(lines[title + 2]) > 80, "the title's rule is as wide as the table under it"
+    assert set(lines[title + 2]) == {"-"}
     models = {model["path"]: model for model in report["models"]}
     assert set(models) == {f"models/{path.name}" for path in sample_models}
     for model in models.values():
@@ -418,24 +429,36 @@ def test_validation_times_models_end_to_end_and_reports_accuracy(
     report = read_report(pytester.path / "r.json")
     result.stdout.fnmatch_lines_random(
         [
-            "models/tiny_resnet.onnx::e2e PASSED*",
-            "models/tiny_inception.onnx::e2e PASSED*",
-            "models/tiny_inception.onnx::e2e-parallel PASSED*",
+            "models/tiny_resnet.onnx::e2e[[]tiny_resnet.onnx[]] PASSED*",
+            "models/tiny_inception.onnx::e2e[[]tiny_inception.onnx[]] PASSED*",
+            "models/tiny_inception.onnx::e2e-parallel[[]tiny_inception.onnx[]] PASSED*",
         ]
     )
     assert "tiny_resnet.onnx::e2e-parallel" not in result.stdout.str(), "a chain has nothing to overlap"
+    # pytest-benchmark's table names its rows by item name: each names its model.
+    result.stdout.fnmatch_lines_random(["e2e[[]tiny_resnet.onnx[]] *", "e2e-parallel[[]tiny_inception.onnx[]] *"])
     result.assert_outcomes(passed=report["summary"]["distinct_bricks"] + 3)
     result.stdout.fnmatch_lines(
         [
             "Model * Complete * Measured * Ratio",
-            "accuracy of sequential estimates: *% (geometric mean ratio *, */2 models within +-10%)",
-            "accuracy of critical path (parallel executor) estimates: *",
+            "accuracy of sequential estimates (Sequential / Measured): *% (geometric mean ratio *, */2 models within*",
+            "  in paired rounds (*): *% (geometric mean ratio *, */2 models within +-10%)",
+            "accuracy of critical paths against the parallel executor (*): *% (*, */1 model within +-10%)",
+            "  in paired rounds (*",
             "machine noise +-*; benchmarking speedup *x (end-to-end latencies / distinct brick latencies); wall time *",
         ]
     )
+    rows = [line.split() for line in result.stdout.lines if line.startswith("models/") and "  yes  " in line]
+    assert len(rows) == 2
+    for row in rows:
+        (sequential, sequential_step), (measured, measured_step) = seconds(*row[4:6]), seconds(*row[-3:-1])
+        # Within what the times' last printed digit and the ratio's own rounding leave open.
+        slack = sequential / measured * (sequential_step / sequential + measured_step / measured) + 0.005
+        assert float(row[-1]) == pytest.approx(sequential / measured, abs=slack), "the ratio follows from the times"
     for model in report["models"]:
         assert model["measured_s"] > 0
-        assert 0.2 < model["ratio"] < 5, "a sane ratio even on a noisy machine"
+        assert model["ratio"] == pytest.approx(model["sequential_s"] / model["measured_s"])
+        assert 0.2 < model["paired_ratio"] < 5, "a sane ratio even on a noisy machine"
         assert model["validation"]["sequential"]["rounds"] >= 7
     assert report["accuracy"]["sequential"]["models"] == 2
     assert report["accuracy"]["critical_path"]["models"] == 1
@@ -506,7 +529,7 @@ def test_verbose_shows_where_the_time_goes(pytester: pytest.Pytester, sample_mod
 def test_default_output_stays_compact(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     result = run(pytester, "--dlbricks-granularity=2", "models/mlp.onnx")
     result.stdout.fnmatch_lines(
-        ["1 models, * measured", "dlbricks: peak * GFLOP/s (GEMM), * (-v: load times, operator types)"]
+        ["1 model, * measured", "dlbricks: peak * GFLOP/s (GEMM), * (-v: load times, operator types)"]
     )
     assert "Time by operator type" not in result.stdout.str()
     quiet = run(pytester, "--dlbricks-granularity=2", "-q", "models/mlp.onnx")
@@ -530,7 +553,7 @@ def test_html_report_is_one_self_contained_file(pytester: pytest.Pytester, sampl
     assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
     for name in ("mlp", "tiny_inception", "tiny_resnet", "tiny_rnn", "transformer_block"):
         assert f"{name}.onnx" in page
-    assert page.count("<svg") == 1, "the stacked bars; no validation ran"
+    assert page.count('<div class="stack">') == 5, "a bar per model; no validation ran"
     assert "Estimate vs measured" not in page
     for forbidden in ("<script", "<link", "http://", "https://", "url("):
         assert forbidden not in page

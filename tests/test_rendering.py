@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -10,8 +12,17 @@ from typing import Any
 import pytest
 from test_analysis import analysed_report
 
-from pytest_dlbricks.html import CALL, CALL_COLOUR, OTHER_COLOUR, PALETTE, render_html
-from pytest_dlbricks.terminal import format_flops, format_rate, format_seconds, format_share, render_analysis
+from conftest import SAMPLE_MODELS, run_dlbricks
+from pytest_dlbricks.html import CALL, CALL_COLOUR, OP_COLOURS, OTHER_COLOUR, SHOWN_OP_TYPES, op_colour, render_html
+from pytest_dlbricks.terminal import (
+    describe_inputs,
+    format_flops,
+    format_rate,
+    format_ratio,
+    format_seconds,
+    format_share,
+    render_analysis,
+)
 
 VOID = {"meta", "br", "wbr", "hr", "img", "input", "link"}
 SVG_LEAVES = {"rect", "circle", "line"}
@@ -139,6 +150,145 @@ def parse(page: str) -> _Checker:
     return checker
 
 
+class _Page(HTMLParser):
+    """The page's table rows (cell texts), definition lists and tooltips, by the id of the section holding them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.section = ""
+        self.rows: dict[str, list[list[str]]] = {}
+        self.lists: dict[str, list[dict[str, str]]] = {}
+        self.titles: dict[str, list[str]] = {}
+        self.texts: dict[str, list[str]] = {}
+        self.buffer: list[str] | None = None
+        self.term = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        if tag == "section":
+            self.section = attributes.get("id") or ""
+        elif tag == "tr":
+            self.rows.setdefault(self.section, []).append([])
+        elif tag == "dl":
+            self.lists.setdefault(self.section, []).append({})
+        elif tag in ("td", "th", "dt", "dd"):
+            self.buffer = []
+        if attributes.get("title"):
+            self.titles.setdefault(self.section, []).append(str(attributes["title"]))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag not in ("td", "th", "dt", "dd") or self.buffer is None:
+            return
+        text = " ".join("".join(self.buffer).split())
+        if tag == "dt":
+            self.term = text
+        elif tag == "dd":
+            self.lists[self.section][-1][self.term] = text
+        else:
+            self.rows[self.section][-1].append(text)
+        self.buffer = None
+
+    def handle_data(self, data: str) -> None:
+        self.texts.setdefault(self.section, []).append(data)
+        if self.buffer is not None:
+            self.buffer.append(data)
+
+
+def read_page(page: str) -> _Page:
+    reader = _Page()
+    reader.feed(page)
+    reader.close()
+    return reader
+
+
+def as_written(value: Any) -> str:
+    """A setting as a user writes it."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{key}={item}" for key, item in value.items()) or "none"
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    return str(value)
+
+
+def assert_every_number_matches(page: str, report: dict[str, Any]) -> None:
+    """Every number the page shows is one of the report's, as the terminal formats it, in its place."""
+    reader = read_page(page)
+    models = [m for m in report["models"] if "error" not in m]
+    validated = [m for m in models if m.get("measured_s") is not None]
+    rows = {row[0]: row for row in reader.rows["models"][1:]}
+    for model in models:
+        unknown = model.get("unknown_flops_time_s")
+        expected = [
+            model["path"], str(model["layers"]), str(model["bricks"]), str(model["unique_bricks"]),
+            format_seconds(model["sequential_s"]), format_seconds(model["critical_path_s"]),
+            *([format_seconds(model.get("measured_s")), format_ratio(model.get("ratio"))] if validated else []),
+            "failed" if "load_error" in model else format_seconds(model.get("load_s")),
+            format_flops(model.get("flops")), format_rate(model.get("flops_per_s")),
+            format_share(model.get("peak_fraction")),
+            "-" if not unknown else f"{format_seconds(unknown)} ({format_share(unknown / model['sequential_s'])})",
+            describe_inputs(model),
+            "yes" if model["complete"] else f"no ({model['measured_bricks']}/{model['bricks']})",
+        ]  # fmt: skip
+        assert rows[model["path"]] == expected
+    for row in reader.rows.get("validation", [])[1:-1]:
+        model = next(m for m in validated if m["path"] == row[0])
+        assert row[2:] == [
+            format_seconds(model["sequential_s"]),
+            format_seconds(model["measured_s"]),
+            format_ratio(model["ratio"]),
+        ]
+        assert model["ratio"] == pytest.approx(model["sequential_s"] / model["measured_s"])
+    assert len(reader.rows.get("validation", [[], []])) - 2 == len(validated)
+    for row in reader.rows["op-types"][1:]:
+        model = next(m for m in models if m["path"] == row[0])
+        assert row[2] == format_seconds(model["sequential_s"])
+        times = {**model["op_time_s"], **({"inference call": model["call_s"]} if model.get("call_s") else {})}
+        total = sum(times.values())
+        largest = sorted(times.items(), key=lambda item: -item[1])[:3]
+        assert row[3] == ", ".join(f"{op} {format_share(seconds / total)}" for op, seconds in largest)
+    bricks = {brick.get("label"): brick for brick in report["bricks"]}
+    for row in reader.rows["bricks"][1:]:
+        brick = bricks[row[0]]
+        uses = sum(brick["models"].values())
+        assert row[2:4] == [
+            format_seconds(brick["time_s"]),
+            format_seconds((brick.get("work_s") or brick["time_s"]) * uses),
+        ]
+        assert row[4:] == [
+            format_flops(brick["flops"]) if brick["flops"] is not None else row[4],
+            format_rate(brick.get("flops_per_s")),
+            format_share(brick.get("peak_fraction")),
+        ]
+    settings = reader.lists["settings"][0]
+    for key, value in report["settings"].items():
+        assert settings[key] == as_written(value), key
+    summary = report["summary"]
+    lead = " ".join(reader.texts[""])
+    for count in (summary["models"], summary["layers"], summary["bricks"], summary["distinct_bricks"]):
+        assert f"{count} " in lead
+    if report.get("peak"):
+        assert format_rate(report["peak"]["flops_per_s"]) in lead
+
+
+def test_every_number_on_the_page_is_the_reports(report: dict[str, Any]) -> None:
+    report["models"][0].update(measured_s=14e-6, ratio=15e-6 / 14e-6, paired_ratio=1.02)
+    assert_every_number_matches(render_html(report), report)
+
+
+def test_every_number_on_a_real_runs_page_is_its_json_reports(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]]
+) -> None:
+    copy_models(SAMPLE_MODELS / "mlp.onnx", SAMPLE_MODELS / "tiny_inception.onnx")
+    args = ("--dlbricks-granularity=2", "--dlbricks-validate", "--dlbricks-json=r.json", "--dlbricks-html=r.html")
+    assert run_dlbricks(pytester, *args, "models").ret == 0
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert_every_number_matches((pytester.path / "r.html").read_text(), report)
+
+
 def test_page_is_well_formed_and_self_contained(report: dict[str, Any]) -> None:
     page = render_html(report)
     checker = parse(page)
@@ -161,18 +311,22 @@ def test_a_failed_model_spans_the_row_with_its_error(report: dict[str, Any]) -> 
     assert '<td colspan="12"><span class="bad">empty</span></td>' in page
 
 
-def test_every_operator_type_keeps_one_colour(report: dict[str, Any]) -> None:
+def test_an_operator_type_has_its_colour_in_every_report(report: dict[str, Any]) -> None:
     page = render_html(report)
-    # Conv is the heaviest type over all models, then Loop, Relu, Sigmoid.
-    assert f'<i style="background:{PALETTE[0]}"></i>Conv' in page
-    assert f'<i style="background:{PALETTE[1]}"></i>Loop' in page
-    assert page.count(f'fill="{PALETTE[0]}"') == 1, "Conv only in the chain's bar"
-    assert f'fill="{PALETTE[2]}"' in page and page.count(f'fill="{PALETTE[2]}"') == 2, "Relu in both bars"
+    assert f'<i style="background:{OP_COLOURS["Conv"]}"></i>Conv' in page
+    assert f'<i style="background:{op_colour("Loop")}"></i>Loop' in page
+    assert op_colour("Loop") == op_colour("Loop") != op_colour("Sigmoid"), "from the name alone"
+    other = copy.deepcopy(report)
+    other["models"][0]["op_time_s"] = {"Relu": 1e-3, "Conv": 1e-6}  # another order of weight, another run
+    assert f'<i style="background:{OP_COLOURS["Conv"]}"></i>Conv' in render_html(other)
+    assert page.count(f'background:{OP_COLOURS["Conv"]}" title=') == 1, "Conv only in the chain's bar"
+    assert page.count(f'background:{OP_COLOURS["Relu"]}" title=') == 2, "Relu in both bars"
+    assert len(set(OP_COLOURS.values())) == len(OP_COLOURS), "no two common types look alike"
     assert OTHER_COLOUR not in page
 
 
 def test_many_operator_types_share_the_other_colour(report: dict[str, Any]) -> None:
-    report["models"][0]["op_time_s"] = {f"Op{i}": 1.0 for i in range(len(PALETTE) + 3)}
+    report["models"][0]["op_time_s"] = {f"Op{i}": 1.0 for i in range(SHOWN_OP_TYPES + 3)}
     page = render_html(report)
     assert f'<i style="background:{OTHER_COLOUR}"></i>other' in page
 
@@ -188,17 +342,16 @@ def test_text_from_the_report_is_escaped(report: dict[str, Any]) -> None:
 
 
 def test_validation_adds_columns_and_a_ratio_chart(report: dict[str, Any]) -> None:
-    chain = report["models"][0]
-    chain.update(measured_s=14e-6, ratio=15 / 14)
+    chain = report["models"][0]  # sequential_s 15 us
+    chain.update(measured_s=14e-6, ratio=15 / 14, paired_ratio=1.02)
     page = render_html(report)
     parse(page)
     assert "<h2>Estimate vs measured</h2>" in page
-    assert "estimate 15.0 us, measured 14.0 us" in page
-    chain["validation"] = {"sequential": {"estimate_s": 14.5e-6, "measured_s": 14e-6, "ratio": 15 / 14}}
-    assert "estimate 14.5 us, measured 14.0 us" in render_html(report), "the estimate paired with the model"
     assert '<th class="num">Measured</th><th class="num">Ratio</th>' in page
-    assert "ratio 1.071" in page
-    assert page.count("<circle") == 1, "one model was validated"
+    row = page.split('id="validation"')[1].split("chain.onnx</code></td>")[1].split("</tr>")[0]
+    assert '<td class="num">15.0 us</td><td class="num">14.0 us</td><td class="num">1.07</td>' in row
+    assert 'title="chain.onnx: ratio 1.07; in paired rounds 1.02"' in row
+    assert page.count('class="dot ') == 1, "one model was validated"
 
 
 def test_an_incomplete_model_says_so_instead_of_a_bar(report: dict[str, Any]) -> None:
@@ -218,12 +371,27 @@ def test_the_models_own_call_shows_beside_its_operator_types(report: dict[str, A
     page = render_html(report)
     parse(page)
     assert f'<i style="background:{CALL_COLOUR}"></i>{CALL} (once per model)' in page
-    assert f'fill="{CALL_COLOUR}"><title>chain.onnx: {CALL}: 5.0 us (25%)</title>' in page
+    assert f'background:{CALL_COLOUR}" title="{CALL}: 5.0 us (25%)"' in page
+    assert f"Conv 60%, {CALL} 25%, Relu 15%" in page
 
 
-def test_labels_inside_bars_contrast_with_their_colour(report: dict[str, Any]) -> None:
+def test_no_text_is_drawn_over_a_bar(report: dict[str, Any]) -> None:
+    """Shares stand beside their bars: a segment of the operator chart and a share bar's fill hold no text."""
     page = render_html(report)
-    assert '<text class="inside" style="fill:#ffffff"' in page, "white on Conv's dark blue"
+    assert page.count('<div class="stack">') == 2
+    for stack in page.split('<div class="stack">')[1:]:
+        segments = stack.split("</div>")[0]
+        assert segments.replace("></span>", "").count(">") == 0, "segments are empty"
+    assert (
+        '<span class="text">80%</span><span class="track"><span class="fill" style="width:80.0%"></span></span>' in page
+    )
+
+
+def test_settings_read_as_a_user_writes_them(report: dict[str, Any]) -> None:
+    report["settings"].update(validate=False, shard=None, sweep={})
+    settings = read_page(render_html(report)).lists["settings"][0]
+    assert {"validate": "off", "shard": "none", "sweep": "none"}.items() <= settings.items()
+    assert "True" not in settings.values() and "False" not in settings.values() and "None" not in settings.values()
 
 
 @pytest.mark.parametrize(

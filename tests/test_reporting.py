@@ -16,7 +16,7 @@ from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import ModelPlan
 from pytest_dlbricks.report import REPORT_VERSION, BrickResult, FailedModel, build_report
 from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.terminal import render_table
+from pytest_dlbricks.terminal import count_line, render_table
 from pytest_dlbricks.validation import Validation
 
 PROVIDER = "CPUExecutionProvider"
@@ -201,6 +201,19 @@ def test_render_table_has_a_row_per_model_and_a_summary(plans: list[ModelPlan]) 
     assert len(lines) == 6
 
 
+def test_the_closing_line_counts_in_the_singular_and_says_what_the_store_gave(plans: list[ModelPlan]) -> None:
+    chain = plans[0]
+    (signature,) = chain.signatures
+    reused = {signature: dataclasses.replace(result(2e-6), reused=True)}
+    report = build_report(Settings(granularity=2), [chain], [], distinct_bricks([chain]), reused).as_json()
+    assert (
+        count_line(report["summary"])
+        == "1 model, 6 layers, 3 bricks, 1 distinct (33%), 0 measured, 1 reused from the brick store"
+    )
+    measured = build_report(Settings(granularity=2), [chain], [], distinct_bricks([chain]), {signature: result(2e-6)})
+    assert count_line(measured.as_json()["summary"]) == "1 model, 6 layers, 3 bricks, 1 distinct (33%), 1 measured"
+
+
 def test_render_table_aligns_its_columns(plans: list[ModelPlan]) -> None:
     bricks = distinct_bricks(plans)
     text = render_table(build_report(Settings(granularity=1), plans, [], bricks, {}).as_json())
@@ -226,3 +239,38 @@ def test_a_validated_model_whose_bricks_did_not_all_run_does_not_break_the_repor
     assert by_path["diamond.onnx"]["ratio"] is None and by_path["diamond.onnx"]["measured_s"] == 5e-5
     assert report["accuracy"]["sequential"]["models"] == 1
     assert "accuracy of sequential estimates" in render_table(report)
+
+
+def test_the_ratio_is_the_users_estimate_over_the_measurement_and_the_paired_one_stands_beside_it(
+    plans: list[ModelPlan],
+) -> None:
+    """Brick items timed at 2e-5 each; the paired rounds timed the bricks faster, as on a machine that got busier."""
+    chain = plans[0]
+    (signature,) = chain.signatures
+    validations = {("chain.onnx", "sequential"): Validation("sequential", [4e-5] * 3, [{signature: 1e-5}] * 3)}
+    report: Any = build_report(
+        Settings(granularity=2),
+        [chain],
+        [],
+        distinct_bricks([chain]),
+        {signature: result(2e-5)},
+        validations=validations,
+    ).as_json()
+    (model,) = report["models"]
+    assert (model["sequential_s"], model["measured_s"]) == (pytest.approx(6e-5), 4e-5)
+    assert model["ratio"] == pytest.approx(1.5), "sequential_s / measured_s"
+    assert model["paired_ratio"] == pytest.approx(0.75), "each round's 3e-5 estimate / that round's 4e-5"
+    assert report["accuracy"]["sequential"]["geometric_mean_ratio"] == pytest.approx(1.5)
+    assert report["accuracy"]["sequential_paired"]["geometric_mean_ratio"] == pytest.approx(0.75)
+    lines = render_table(report).splitlines()
+    assert lines[0].split()[-2:] == ["Measured", "Ratio"]
+    row = lines[2].split()
+    sequential, measured, ratio = float(row[4]), float(row[-3]), float(row[-1])
+    assert (sequential, measured, ratio) == (60.0, 40.0, 1.5), "the ratio follows from the times beside it"
+    assert lines[4] == (
+        "accuracy of sequential estimates (Sequential / Measured): 66.7% (geometric mean ratio 1.500,"
+        " 0/1 model within +-10%)"
+    )
+    assert lines[5].startswith("  in paired rounds (") and lines[5].endswith(
+        ": 75.0% (geometric mean ratio 0.750, 0/1 model within +-10%)"
+    )

@@ -147,12 +147,12 @@ def test_a_run_over_a_damaged_store_completes_counts_and_repairs(
     damage = report["summary"]["store_damage"]
     counted = sum(damage["discarded"].values()) + sum(damage["repaired"].values())
     assert 0 < counted <= len(files) + 1, damage  # + 1: a lost call overhead is also measured again
-    result.stdout.fnmatch_lines(["dlbricks: store store: *damaged records*"])
+    result.stdout.fnmatch_lines(["dlbricks: store store: *damaged record*"])
 
     again = run(pytester, *STORE)
     assert again.ret == pytest.ExitCode.OK
     assert strict_json(pytester.path / "r.json")["summary"]["store_damage"] == {"discarded": {}, "repaired": {}}
-    assert "damaged records" not in again.stdout.str()
+    assert "damaged record" not in again.stdout.str()
 
 
 def test_the_report_command_counts_what_it_skips(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,8 +161,8 @@ def test_the_report_command_counts_what_it_skips(filled: Path, capsys: pytest.Ca
         path.write_bytes(MUTATIONS["random_bytes"](rng, path.read_bytes()))
     assert main(["report", str(filled)]) == 0
     out = capsys.readouterr().out
-    assert "0 models" in out and "on 0 machines" in out
-    assert "Skipped 3 damaged records (2 models, 1 shelves); a run on their machine repairs them." in out
+    assert "0 models" in out and "from 0 combinations of machine and settings" in out
+    assert "Skipped 3 damaged records (2 models, 1 shelf); a run on their machine repairs them." in out
 
 
 def test_a_string_in_the_call_overhead_is_discarded_and_measured_again(pytester: pytest.Pytester, filled: Path) -> None:

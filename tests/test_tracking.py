@@ -74,7 +74,12 @@ def test_a_rerun_reuses_every_brick_from_the_store(pytester: pytest.Pytester, sa
     measured = read(pytester.path / "r.json")
     distinct = measured["summary"]["distinct_bricks"]
     first.assert_outcomes(passed=distinct)
-    first.stdout.fnmatch_lines([f"dlbricks: store {STORE}: {distinct} measured and saved"])
+    first.stdout.fnmatch_lines(
+        [
+            f"* {distinct} distinct (*), {distinct} measured",
+            f"dlbricks: {distinct} bricks measured in this run and saved to store {STORE}",
+        ]
+    )
     assert len(brick_records(pytester)) == distinct
 
     again = run(pytester, "-rs", *args)
@@ -83,7 +88,10 @@ def test_a_rerun_reuses_every_brick_from_the_store(pytester: pytest.Pytester, sa
     again.stdout.fnmatch_lines(
         [
             "models/mlp.onnx * yes",
-            f"dlbricks: store {STORE}: {distinct} brick times reused (oldest measured * UTC), 0 measured and saved",
+            f"* {distinct} distinct (*), 0 measured, {distinct} reused from the brick store",
+            f"dlbricks: {distinct} brick times reused from store {STORE}, measured ????-??-?? ??:?? UTC"
+            f" (the {distinct} skipped items; --dlbricks-remeasure times them again);"
+            " 0 bricks measured in this run and saved",
             f"SKIPPED [[]{distinct}[]] *: reused from store {STORE}",
         ]
     )
@@ -115,12 +123,54 @@ def test_models_cut_before_are_not_loaded_again(
     assert [m["sequential_s"] for m in reused["models"]] == [m["sequential_s"] for m in measured["models"]]
 
 
+def test_a_validation_run_does_not_change_later_estimates(pytester: pytest.Pytester) -> None:
+    """Validation also measures the parallel executor's call cost; plain runs never compose with it."""
+    models = pytester.path / "models"
+    models.mkdir()
+    tiny_models.chain(models, "chain.onnx", blocks=2)
+    tiny_models.diamond(models)
+    args = ("--dlbricks-granularity=1", "--dlbricks-json=r.json", "models")
+
+    def estimates() -> dict[str, tuple[float, float]]:
+        report = read(pytester.path / "r.json")
+        return {m["path"]: (m["sequential_s"], m["critical_path_s"]) for m in report["models"]}
+
+    run(pytester, *args)
+    before = estimates()
+    run(pytester, "--dlbricks-validate", "--benchmark-min-rounds=1", *args)
+    assert read(pytester.path / "r.json")["summary"]["call_overhead_s"]["parallel_fixed_s"] is not None
+    assert estimates() == before, "the validation run composes as plain runs do"
+    run(pytester, *args)
+    assert estimates() == before
+    sequential, critical = before["models/chain.onnx"]
+    assert critical == sequential, "a model without branches has no shorter path"
+    assert read(pytester.path / "r.json")["summary"]["call_overhead_s"]["parallel_fixed_s"] is None
+
+
+def test_collecting_only_leaves_no_model_in_the_stores_report(
+    pytester: pytest.Pytester, sample_models: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its plans spare the next run a cut, but no model record promises an estimate that no run is making."""
+    args = ("--dlbricks-granularity=2", "models/mlp.onnx")
+    run(pytester, "--collect-only", *args)
+    assert list((pytester.path / STORE).glob("*/plans/*.json"))
+    assert not (pytester.path / STORE / "models").exists()
+    capsys.readouterr()
+    assert main(["report", str(pytester.path / STORE)]) == 0
+    assert "mlp.onnx" not in capsys.readouterr().out
+    run(pytester, *args).assert_outcomes(passed=3)
+    capsys.readouterr()
+    assert main(["report", str(pytester.path / STORE)]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("models/mlp.onnx ")]
+    assert row.endswith(" us")
+
+
 def test_remeasure_and_the_age_limit(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     args = ("--dlbricks-granularity=2", "models/mlp.onnx")
     run(pytester, *args).assert_outcomes(passed=3)
     result = run(pytester, "--dlbricks-remeasure", *args)
     result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines([f"dlbricks: store {STORE}: 3 measured and saved"])
+    result.stdout.fnmatch_lines([f"dlbricks: 3 bricks measured in this run and saved to store {STORE}"])
 
     old = (datetime.now(timezone.utc) - timedelta(days=40)).isoformat(timespec="seconds")
     first = brick_records(pytester)[0]
@@ -171,7 +221,12 @@ def test_a_changed_model_times_only_its_new_bricks(pytester: pytest.Pytester) ->
     tiny_models.chain(models, "b.onnx", blocks=2, channels=4, kernel=5)
     result = run(pytester, "--dlbricks-granularity=1", "models")
     result.assert_outcomes(passed=1, skipped=3)  # b's Conv changed; its Relu and a's bricks did not
-    result.stdout.fnmatch_lines([f"dlbricks: store {STORE}: 3 brick times reused (*), 1 measured and saved"])
+    result.stdout.fnmatch_lines(
+        [
+            "* 4 distinct (50%), 1 measured, 3 reused from the brick store",
+            f"dlbricks: 3 brick times reused from store {STORE}, * (the 3 skipped items; *); 1 brick measured in this*",
+        ]
+    )
 
 
 def test_an_interrupted_run_keeps_every_brick_measured(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
