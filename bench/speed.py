@@ -39,7 +39,6 @@ import argparse
 import functools
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -64,7 +63,7 @@ SWAPS = {"Relu": "Sigmoid", "Sigmoid": "Relu", "Tanh": "Sigmoid", "HardSwish": "
 #: Phases of a brick item's fixed cost, in the order printed.
 PHASES = ("session", "check", "overhead", "rewriters", "calibration", "pytest")
 
-BASELINE_TEST = '''\
+BASELINE_TEST = """\
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -92,7 +91,7 @@ def test_model(benchmark, path, dims, size):
     dims = {{**dims, **({{}} if size is None else {{SWEPT: size}})}}
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     benchmark(session.run, None, feeds(session, dims))
-'''
+"""
 
 
 # The plugin part: loaded with -p speed in every pytest process this script starts.
@@ -277,7 +276,7 @@ def main() -> None:
         for repeat in range(args.repeat):
             store = work / f"store-{repeat}"
             for name in scenarios:
-                if name == "changed" and changed is None or name == "sweep" and not swept:
+                if (name == "changed" and changed is None) or (name == "sweep" and not swept):
                     continue
                 if name == "changed":
                     change = swap_activation(changed.path)
@@ -294,8 +293,10 @@ def main() -> None:
                 rows[name].append(pair)
                 if name == "changed":
                     swap_activation(changed.path, undo=True)
-                print(f"{name} #{repeat + 1}: plugin {pair[0].seconds:.1f} s, baseline {pair[1].seconds:.1f} s",
-                      file=sys.stderr)
+                print(
+                    f"{name} #{repeat + 1}: plugin {pair[0].seconds:.1f} s, baseline {pair[1].seconds:.1f} s",
+                    file=sys.stderr,
+                )
     print(render(args, models, swept, rows))
 
 
@@ -357,8 +358,10 @@ def run_plugin(args: argparse.Namespace, work: Path, models: list[Model], store:
             dims[swept] = args.sizes
         command = [
             *[str(model.path) for model in group],
-            f"--dlbricks-granularity={args.granularity}", f"--dlbricks-precision={args.precision}",
-            f"--dlbricks-store={store}", *[f"--dlbricks-dim={name}={value}" for name, value in dims.items()],
+            f"--dlbricks-granularity={args.granularity}",
+            f"--dlbricks-precision={args.precision}",
+            f"--dlbricks-store={store}",
+            *[f"--dlbricks-dim={name}={value}" for name, value in dims.items()],
         ]
         run.processes.append(run_pytest(args, work, command))
     return run
@@ -372,7 +375,9 @@ def run_baseline(args: argparse.Namespace, work: Path, models: list[Model], swep
         listed = [(str(model.path), model.dims) for model in group]
         test.write_text(BASELINE_TEST.format(models=listed, sizes=sizes).replace("SWEPT", repr(swept)))
         command = [
-            str(test), f"--benchmark-precision={args.precision}", f"--benchmark-confidence={CONFIDENCE}",
+            str(test),
+            f"--benchmark-precision={args.precision}",
+            f"--benchmark-confidence={CONFIDENCE}",
         ]
         run.processes.append(run_pytest(args, work, command))
     return run
@@ -383,8 +388,19 @@ def run_pytest(args: argparse.Namespace, work: Path, arguments: list[str]) -> Pr
     out.unlink(missing_ok=True)
     env = {**os.environ, PROBE_OUT: str(out), "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     command = [
-        sys.executable, "-m", "pytest", "-c", str(work / "pytest.ini"), f"--rootdir={work}", "-p", "no:cacheprovider",
-        "-p", "speed", "-q", "-rN", *arguments,
+        sys.executable,
+        "-m",
+        "pytest",
+        "-c",
+        str(work / "pytest.ini"),
+        f"--rootdir={work}",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "speed",
+        "-q",
+        "-rN",
+        *arguments,
     ]
     start = time.perf_counter()
     completed = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, check=False, env=env)
@@ -420,7 +436,9 @@ def swap_activation(path: Path, *, undo: bool = False) -> str:
     return f"{path.parent.name}: layer {node.name or node.output[0]} {before} -> {node.op_type}"
 
 
-def render(args: argparse.Namespace, models: list[Model], swept: list[Model], rows: dict[str, list[tuple[Run, Run]]]) -> str:
+def render(
+    args: argparse.Namespace, models: list[Model], swept: list[Model], rows: dict[str, list[tuple[Run, Run]]]
+) -> str:
     lines = [
         f"pytest-dlbricks speed: {len(models)} models ({', '.join(m.name for m in models)}), G={args.granularity},"
         f" precision {args.precision:g} at {CONFIDENCE:g} confidence on both sides;"
@@ -451,6 +469,7 @@ def render(args: argparse.Namespace, models: list[Model], swept: list[Model], ro
 
 def breakdown(name: str, runs: list[Run]) -> list[str]:
     """Where the plugin's time went in one scenario (medians over rounds), and its per-brick fixed cost."""
+
     def median(value: Callable[[Run], float]) -> float:
         return statistics.median(value(run) for run in runs)
 
@@ -466,17 +485,28 @@ def breakdown(name: str, runs: list[Run]) -> list[str]:
     def start_s(run: Run) -> float:
         return run.seconds - run.total("collection_s") - items_s(run) - run.total("finish_s") - run.total("summary_s")
 
-    lines = [f"{name}: plugin's whole process {median(lambda r: r.seconds):.2f} s ="
-             f" start {median(start_s):.2f} + collection {median(lambda r: r.total('collection_s')):.2f}"
-             f" + items {median(items_s):.2f} (timed rounds {median(lambda r: sum(i['phases'].get('timing', 0) for i in bricks(r))):.2f})"
-             f" + report {median(lambda r: r.total('finish_s') + r.total('summary_s')):.2f}"]
+    lines = [
+        f"{name}: plugin's whole process {median(lambda r: r.seconds):.2f} s ="
+        f" start {median(start_s):.2f} + collection {median(lambda r: r.total('collection_s')):.2f}"
+        f" + items {median(items_s):.2f}"
+        f" (timed rounds {median(lambda r: sum(i['phases'].get('timing', 0) for i in bricks(r))):.2f})"
+        f" + report {median(lambda r: r.total('finish_s') + r.total('summary_s')):.2f}"
+    ]
     count = median(lambda r: len(bricks(r)))
     if not count:
         return lines
     per_phase = {
-        phase: median(lambda r, p=phase: sum(
-            (fixed(i) - sum(v for k, v in i["phases"].items() if k != "timing")) if p == "pytest" else i["phases"].get(p, 0.0)
-            for i in bricks(r)) / len(bricks(r)))
+        phase: median(
+            lambda r, p=phase: (
+                sum(
+                    (fixed(i) - sum(v for k, v in i["phases"].items() if k != "timing"))
+                    if p == "pytest"
+                    else i["phases"].get(p, 0.0)
+                    for i in bricks(r)
+                )
+                / len(bricks(r))
+            )
+        )
         for phase in PHASES
     }
     costs = sorted(fixed(i) for i in bricks(runs[len(runs) // 2]))
@@ -485,9 +515,14 @@ def breakdown(name: str, runs: list[Run]) -> list[str]:
         f" mean {sum(costs) / len(costs) * 1e3:.1f} ms, p90 {costs[int(len(costs) * 0.9)] * 1e3:.1f} ms;"
         f" collection {median(lambda r: r.total('collection_s') / len(bricks(r))) * 1e3:.1f} ms per brick"
     )
-    lines.append("  mean per brick: " + ", ".join(f"{phase} {value * 1e3:.2f} ms" for phase, value in per_phase.items()))
+    lines.append(
+        "  mean per brick: " + ", ".join(f"{phase} {value * 1e3:.2f} ms" for phase, value in per_phase.items())
+    )
     rounds = [i["phases"]["timing"] for i in bricks(runs[len(runs) // 2])]
-    lines.append(f"  timed rounds per brick: median {statistics.median(rounds) * 1e3:.1f} ms, mean {sum(rounds) / len(rounds) * 1e3:.1f} ms")
+    lines.append(
+        f"  timed rounds per brick: median {statistics.median(rounds) * 1e3:.1f} ms,"
+        f" mean {sum(rounds) / len(rounds) * 1e3:.1f} ms"
+    )
     return lines
 
 

@@ -80,8 +80,14 @@ def main() -> None:
 
 
 def _session(
-    cache: Path, models: list[dict], granularity: int, validate: bool, args: argparse.Namespace, ini: Path,
-    kept: Path, label: str,
+    cache: Path,
+    models: list[dict],
+    granularity: int,
+    validate: bool,
+    args: argparse.Namespace,
+    ini: Path,
+    kept: Path,
+    label: str,
 ) -> tuple[dict[str, dict], float | None]:
     """One pytest session of the plugin on some models; per model name its row, and the noise figure."""
     report, junit, store = kept / f"{label}.json", kept / f"{label}.xml", Path(tempfile.mkdtemp(dir=kept))
@@ -92,12 +98,26 @@ def _session(
         if model["dims"]
     ]
     command = [
-        sys.executable, "-m", "pytest", *[str(cache / model["path"]) for model in models],
-        "-c", str(ini), f"--rootdir={cache}", "-p", "no:cacheprovider", "-q", "-rN",
-        f"--dlbricks-granularity={granularity}", f"--dlbricks-json={report}", f"--dlbricks-store={store}",
-        f"--dlbricks-precision={args.precision}", f"--benchmark-max-time={args.max_time}", f"--junitxml={junit}",
+        sys.executable,
+        "-m",
+        "pytest",
+        *[str(cache / model["path"]) for model in models],
+        "-c",
+        str(ini),
+        f"--rootdir={cache}",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rN",
+        f"--dlbricks-granularity={granularity}",
+        f"--dlbricks-json={report}",
+        f"--dlbricks-store={store}",
+        f"--dlbricks-precision={args.precision}",
+        f"--benchmark-max-time={args.max_time}",
+        f"--junitxml={junit}",
         *[f"--dlbricks-dim={entry}" for entry in dims],
-        *(["--dlbricks-validate"] if validate else []), *args.pytest_args,
+        *(["--dlbricks-validate"] if validate else []),
+        *args.pytest_args,
     ]
     start = time.perf_counter()
     try:
@@ -240,15 +260,22 @@ def onnxruntime_runs(path: Path, dims: dict[str, int], samples: Path | None = No
         feed = {}
         rng = np.random.default_rng(0)
         for value in session.get_inputs():
-            shape = [d if isinstance(d, int) and d > 0 else dims.get(f"{value.name}[{axis}]", dims.get(d, 1))
-                     for axis, d in enumerate(value.shape)]
+            shape = [
+                d if isinstance(d, int) and d > 0 else dims.get(f"{value.name}[{axis}]", dims.get(d, 1))
+                for axis, d in enumerate(value.shape)
+            ]
             dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}.get(
-                value.type)
+                value.type
+            )
             if dtype is not None:
                 feed[value.name] = (rng.random(shape) + 0.5).astype(dtype)
             else:
-                numpy_type = {"tensor(bool)": np.bool_, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
-                              "tensor(uint8)": np.uint8}.get(value.type, np.int64)
+                numpy_type = {
+                    "tensor(bool)": np.bool_,
+                    "tensor(int32)": np.int32,
+                    "tensor(int8)": np.int8,
+                    "tensor(uint8)": np.uint8,
+                }.get(value.type, np.int64)
                 feed[value.name] = np.zeros(shape, numpy_type)
         session.run(None, feed)
     except Exception as error:  # onnxruntime's own refusal is the answer

@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -259,7 +259,7 @@ def _benchmark_file(report: dict[str, Any]) -> dict[str, Any]:
         "machine_info": dict(report.get("machine") or {}),
         "commit_info": {},
         "benchmarks": [estimate.as_dict() for estimate in model_estimates(report)],
-        "datetime": datetime.now(timezone.utc).isoformat(),
+        "datetime": datetime.now(UTC).isoformat(),
         "version": pytest_benchmark.__version__,
         "dlbricks": make_block(report, conditions_of(report)),
     }

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Optional
 
 import networkx as nx
 
@@ -31,7 +30,7 @@ class Estimate:
 
 #: What composition needs of one window of a model: brick signature, number of inputs and of outputs;
 #: None for a window that has no time (a layer that cannot be built, a brick the provider cannot run).
-BrickCall = Optional[tuple[str, int, int]]
+BrickCall = tuple[str, int, int] | None
 
 
 def compose(plan: ModelPlan, times: Mapping[str, float], overhead: CallOverhead = NO_OVERHEAD) -> Estimate:

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TypeVar, Union
+from typing import TypeVar
 
 import networkx as nx
 
@@ -35,7 +35,7 @@ class BrokenBrick:
         return f"layer{self.layer_index}-{self.op_type}"
 
 
-Brick = Union[BrickSpec, BrokenBrick]
+Brick = BrickSpec | BrokenBrick
 
 
 @dataclass

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
 
 import pytest
 
@@ -314,7 +314,7 @@ def _ini_type(option: _Option) -> Any:
         return "bool"
     if option.ini_number is None or pytest.version_tuple < (9, 2):
         return "string"
-    return Union[option.ini_number, str]
+    return option.ini_number | str
 
 
 def read_settings(config: pytest.Config) -> Settings | None:

@@ -32,7 +32,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -203,7 +203,7 @@ class Shelf:
         except (KeyError, TypeError, ValueError, AttributeError):
             self.discarded["brick times"] += 1
             return None
-        if brick.age_s(now or datetime.now(timezone.utc)) > max_age_s:
+        if brick.age_s(now or datetime.now(UTC)) > max_age_s:
             return None
         return brick
 

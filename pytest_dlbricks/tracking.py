@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Generator, Iterator, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -213,7 +213,7 @@ class Tracking:
         result = self.run.results.get(signature)
         if result is None or result.reused:
             return
-        now = datetime.now(timezone.utc).replace(microsecond=0)
+        now = datetime.now(UTC).replace(microsecond=0)
         self.run.mark_measured_at(signature, now.isoformat())
         label = self.run.bricks[signature].label
         try:

@@ -31,8 +31,8 @@ every model) and running the script twice produces byte-identical files.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import onnx

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from pytest_dlbricks.overhead import CallOverhead
 from pytest_dlbricks.store import BrickStore, ModelManifest, StoredBrick
 from pytest_dlbricks.wording import counted
 
-WHEN = datetime(2025, 3, 1, tzinfo=timezone.utc)
+WHEN = datetime(2025, 3, 1, tzinfo=UTC)
 TIMING = {"onnxruntime": "1.31.1", "providers": ["CPUExecutionProvider"], "intra_op_threads": 0, "optimization": "all"}
 FAST = Identity({"cpu": "Fast CPU", "cores": 16, "arch": "x86_64", "system": "Linux", "python": "CPython 3.11"}, TIMING)
 SLOW = Identity({"cpu": "Slow CPU", "cores": 2, "arch": "aarch64", "system": "Linux", "python": "CPython 3.11"}, TIMING)

@@ -7,7 +7,7 @@ import math
 import os
 import stat
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from pytest_dlbricks.identity import Identity
 from pytest_dlbricks.overhead import CallOverhead
 from pytest_dlbricks.store import STORE_VERSION, BrickStore, ModelManifest, StoredBrick, times_of, write_json
 
-NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 IDENTITY = Identity(
     machine={"cpu": "Test CPU @ 3.0GHz", "cores": 4, "arch": "x86_64", "system": "Linux", "python": "CPython 3.11"},
     timing={"onnxruntime": "1.31.1", "providers": ["CPUExecutionProvider"], "intra_op_threads": 0},

