@@ -236,7 +236,8 @@ def describe_inputs(model: Mapping[str, object]) -> str:
     inputs = str(model.get("inputs", "synthetic"))
     ops: Sequence[str] = model.get("data_dependent_ops") or ()  # type: ignore[assignment]
     if inputs == "synthetic" and ops:
-        return f"synthetic, but {', '.join(ops)} depend on data: give sample inputs"
+        verb = "depends" if len(ops) == 1 else "depend"
+        return f"synthetic, but {', '.join(ops)} {verb} on data: give sample inputs"
     return inputs
 
 

@@ -255,10 +255,10 @@ def test_a_data_dependent_model_on_synthetic_inputs_is_marked(pytester: pytest.P
     result = run_dlbricks(
         pytester, "--dlbricks-granularity=2", f"--dlbricks-json={report}", f"--dlbricks-html={page}", dims=()
     )
-    result.stdout.fnmatch_lines(["*vad.onnx*synthetic, but If depend on data: give sample inputs*"])
+    result.stdout.fnmatch_lines(["*vad.onnx*synthetic, but If depends on data: give sample inputs*"])
     model = only_model(json.loads(report.read_text()))
     assert (model["inputs"], model["data_dependent_ops"]) == ("synthetic", ["If"])
-    assert '<span class="warn">synthetic, but If depend on data: give sample inputs</span>' in page.read_text()
+    assert '<span class="warn">synthetic, but If depends on data: give sample inputs</span>' in page.read_text()
 
 
 def test_validation_times_the_users_model_on_the_sample(pytester: pytest.Pytester) -> None:
