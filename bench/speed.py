@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from zoo import _groups as zoo_groups
 
 DEFAULT_CACHE = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
 #: Environment variable naming the file the plugin part of this script writes its figures to.
@@ -346,8 +345,16 @@ def select_models(args: argparse.Namespace, folder: Path) -> list[Model]:
 
 
 def groups(models: list[Model]) -> list[list[Model]]:
-    """Models split into as few sessions as their dimension values allow (``--dlbricks-dim`` is global)."""
-    return [[entry["model"] for entry in group] for group in zoo_groups([{"dims": m.dims, "model": m} for m in models])]
+    """Models split into as few sessions as their dimension values allow (each session gives every name one value)."""
+    sessions: list[list[Model]] = []
+    for model in models:
+        for group in sessions:
+            if all(other.dims.get(name, size) == size for other in group for name, size in model.dims.items()):
+                group.append(model)
+                break
+        else:
+            sessions.append([model])
+    return sessions
 
 
 def run_plugin(args: argparse.Namespace, work: Path, models: list[Model], store: Path, swept: str | None) -> Run:
