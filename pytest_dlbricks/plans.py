@@ -247,9 +247,7 @@ def _spec_from_json(data: Mapping[str, Any]) -> BrickSpec:
         inputs=_specs(data["inputs"]),
         weights=_specs(data["weights"]),
         outputs=_specs(data["outputs"]),
-        values={
-            str(name): np.load(io.BytesIO(_bytes(value)), allow_pickle=False) for name, value in data["values"].items()
-        },
+        values={str(name): _array_from(value) for name, value in data["values"].items()},
         opset_imports={str(domain): _count(version) for domain, version in data["opset_imports"].items()},
         ir_version=_count(data["ir_version"]),
         functions=tuple(onnx.FunctionProto.FromString(_bytes(function)) for function in data["functions"]),
