@@ -47,6 +47,9 @@ class BrickSpec:
     #: Kept values that are activations (read by an operator whose work depends on their data), not
     #: steering values: a suite withholds them unless told otherwise; the signature counts their presence.
     activations: frozenset[str] = frozenset()
+    #: Whether the brick's model declares its inputs and outputs by type only, as onnxruntime refuses their
+    #: concrete sizes in the model (see :attr:`.ModelGraph.unsized`); they are the specs' sizes all the same.
+    unsized: bool = False
 
     @property
     def ops(self) -> tuple[str, ...]:
@@ -132,7 +135,9 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
         _anonymous(f) for f in graph.functions if any((n.domain, n.op_type) == (f.domain, f.name) for n in nodes)
     )
     opsets = _used_opsets(nodes, graph.opset_imports)
-    signature = _signature(nodes, inputs, weights, outputs, values, opsets, functions, activations, other)
+    signature = _signature(
+        nodes, inputs, weights, outputs, values, opsets, functions, activations, other, unsized=graph.unsized
+    )
     return BrickSpec(
         nodes=nodes,
         inputs=tuple(inputs),
@@ -145,6 +150,7 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
         signature=signature,
         non_tensor_outputs=tuple(other),
         activations=frozenset(activations),
+        unsized=graph.unsized,
     )
 
 
@@ -161,6 +167,7 @@ def brick_signature(brick: BrickSpec) -> str:
         brick.functions,
         brick.activations,
         brick.non_tensor_outputs,
+        unsized=brick.unsized,
     )
 
 
@@ -260,6 +267,8 @@ def _signature(
     functions: Sequence[onnx.FunctionProto],
     activations: Iterable[str] = (),
     non_tensor_outputs: Sequence[tuple[str, bytes]] = (),
+    *,
+    unsized: bool = False,
 ) -> str:
     """SHA-256 of a canonical JSON of everything that determines the brick's work, never weight values.
 
@@ -275,7 +284,7 @@ def _signature(
         digest = _value_digest(kept) if kept is not None else None
         return [name, spec.dtype, list(spec.shape), digest]
 
-    document = {
+    document: dict[str, object] = {
         "opsets": opsets,
         "nodes": [
             [
@@ -297,6 +306,8 @@ def _signature(
     }
     if non_tensor_outputs:  # absent otherwise, so that the signatures of all other bricks stay as they were
         document["non_tensor_outputs"] = [[name, _digest(type_bytes)] for name, type_bytes in non_tensor_outputs]
+    if unsized:  # likewise
+        document["unsized"] = True
     return _digest(json.dumps(document, sort_keys=True, separators=(",", ":")).encode())
 
 

@@ -17,6 +17,7 @@ import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import networkx as nx
 import numpy as np
@@ -55,6 +56,8 @@ _MAX_DIGITS = 18
 #: bounds); larger ones are declared by type and shape only.
 MAX_INFERENCE_FLOAT_ELEMENTS = 1024
 
+_Result = TypeVar("_Result")
+
 
 def load_model(
     path: Path,
@@ -90,12 +93,8 @@ def _load(path: Path, loader: _ModelLoader, optimize: Settings | None, reach: in
     if optimize is None:
         return loader.load(reach)
     with tempfile.TemporaryDirectory(prefix="dlbricks-") as folder:
-        optimized = optimize_model(path, loader.runnable_model(), path.parent, Path(folder), optimize)
-        runtime_loader = _ModelLoader(
-            path, optimized, {}, Path(folder), loader.sample, sample_matched=True, runtime_graph=True
-        )
-        runtime_loader.prepare()
-        runtime_loader.guessed, runtime_loader.dim_names = loader.guessed, loader.dim_names
+        optimized = loader.on_runtime(lambda model: optimize_model(path, model, path.parent, Path(folder), optimize))
+        runtime_loader = loader.derived(optimized, Path(folder), runtime_graph=True)
         return runtime_loader.load(reach)
 
 
@@ -129,10 +128,7 @@ def _converted(
         converted = convert(loader.runnable_model(), path.parent)
     except ValueError as error:
         raise ModelError(path, str(error)) from error
-    result = _ModelLoader(path, converted, {}, path.parent, loader.sample, sample_matched=True)
-    result.prepare()
-    result.guessed, result.dim_names = loader.guessed, loader.dim_names
-    return result
+    return loader.derived(converted, path.parent)
 
 
 def _read(path: Path) -> onnx.ModelProto:
@@ -180,6 +176,11 @@ class _ModelLoader:
         self.dims = dims
         self.guessed: dict[str, int] = {}
         self.dim_names: tuple[str, ...] = ()
+        #: The inputs with symbolic dimensions as the file declares them, kept by :meth:`_fix_input_dims`.
+        self.declared_inputs: dict[str, onnx.ValueInfoProto] = {}
+        #: Whether onnxruntime is given those declarations instead of concrete sizes: it refuses the
+        #: model sized (see :meth:`on_runtime`), and so would it the bricks.
+        self.unsized = False
         #: Specs of the values shape inference can tell, made by :meth:`prepare`.
         self.specs: dict[str, TensorSpec] = {}
         graph = model.graph
@@ -224,13 +225,46 @@ class _ModelLoader:
         return {name: feeds[name] for name in self.inputs}
 
     def runnable_model(self) -> onnx.ModelProto:
-        """The prepared model as runtimes want it: initializers no longer listed as inputs."""
+        """The prepared model as runtimes want it: initializers no longer listed as inputs, and the inputs
+        as the file declares them if :attr:`unsized`."""
         graph = self.model.graph
         real_inputs = [value for value in graph.input if value.name in self.inputs]
         graph.ClearField("input")
         graph.input.extend(real_inputs)
+        if self.unsized:
+            _declare_inputs(graph, self.declared_inputs)
         self.model.ir_version = max(self.model.ir_version, MIN_IR_VERSION)
         return self.model
+
+    def on_runtime(self, use: Callable[[onnx.ModelProto], _Result]) -> _Result:
+        """``use(model)`` on the runnable model; again on it unsized if onnxruntime refuses it sized.
+
+        onnxruntime infers the shapes inside If and Loop bodies when it loads a model, the branches not
+        taken included: a branch written for other sizes (silero-vad squeezes the batch axis only where it
+        is 1) fails there at concrete sizes, though onnxruntime runs the file, whose sizes are symbolic.
+        """
+        try:
+            return use(self.runnable_model())
+        except RuntimeRefusal:
+            if not self._accept_declared_sizes():
+                raise
+        return use(self.runnable_model())
+
+    def derived(self, model: onnx.ModelProto, data_dir: Path, *, runtime_graph: bool = False) -> _ModelLoader:
+        """A prepared loader of ``model``, made from this one's runnable model (optimized or converted):
+        its inputs take this one's sizes, and onnxruntime gets it as it got this one."""
+        sizes = {
+            f"{name}[{axis}]": size
+            for name in self.inputs
+            if name in self.specs
+            for axis, size in enumerate(self.specs[name].shape)
+        }
+        result = _ModelLoader(
+            self.path, model, sizes, data_dir, self.sample, sample_matched=True, runtime_graph=runtime_graph
+        )
+        result.prepare()
+        result.guessed, result.dim_names, result.unsized = self.guessed, self.dim_names, self.unsized
+        return result
 
     def load(self, reach: int = 1) -> ModelGraph:
         nodes = list(self.model.graph.node)
@@ -263,6 +297,7 @@ class _ModelLoader:
             ir_version=self.model.ir_version,
             functions=list(self.model.functions),
             layers=layers,
+            unsized=self.unsized,
             non_tensor_outputs={
                 value.name: value.type for value in self.model.graph.output if not value.type.HasField("tensor_type")
             },
@@ -310,9 +345,20 @@ class _ModelLoader:
         if self.runtime_loads:
             return
         refusal = load_refusal(self.model, self.data_dir)
-        if refusal is not None:
+        if refusal is not None and not self._accept_declared_sizes():
             raise ModelError(self.path, f"onnxruntime cannot load the model: {refusal}") from error
         self.runtime_loads = True
+
+    def _accept_declared_sizes(self) -> bool:
+        """Whether onnxruntime, refusing the model sized, loads it with its inputs as the file declares them;
+        if so, it is given them from now on (:attr:`unsized`)."""
+        if self.unsized or not self.declared_inputs:
+            return False
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        _declare_inputs(model.graph, self.declared_inputs)
+        self.unsized = load_refusal(model, self.data_dir) is None
+        return self.unsized
 
     def _structure(self, keep_data: Callable[[TensorSpec], bool] = lambda spec: False) -> onnx.ModelProto:
         """The model with its initializers declared as inputs and no weight data, but for those ``keep_data``
@@ -459,6 +505,9 @@ class _ModelLoader:
         ]
         sampled: dict[str, int] = {}
         names: dict[str, None] = {}
+        for value in inputs:
+            if any(not dim.HasField("dim_value") or dim.dim_value <= 0 for dim in value.type.tensor_type.shape.dim):
+                self.declared_inputs[value.name] = onnx.ValueInfoProto.FromString(value.SerializeToString())
         for value in sorted(inputs, key=lambda value: value.name not in given):
             sample = given.get(value.name)
             for axis, dim in enumerate(value.type.tensor_type.shape.dim):
@@ -612,7 +661,7 @@ class _ModelLoader:
     ) -> tuple[dict[str, TensorSpec], dict[str, np.ndarray]]:
         """Run the model once on its inputs to learn what shape inference could not tell, and the values of
         ``keep`` (float activations only up to :data:`MAX_KEPT_INTEGER_ELEMENTS` elements)."""
-        results = run_reference(self.path, self.runnable_model(), self.data_dir, names, feeds)
+        results = self.on_runtime(lambda model: run_reference(self.path, model, self.data_dir, names, feeds))
         specs = dict(specs)
         kept = dict(kept)
         for name, array in results.items():
@@ -640,6 +689,13 @@ def _stated_dims(model: onnx.ModelProto) -> dict[str, int]:
             stated.setdefault("height", int(image[1]))
             stated.setdefault("width", int(image[2]))
     return stated
+
+
+def _declare_inputs(graph: onnx.GraphProto, declared: Mapping[str, onnx.ValueInfoProto]) -> None:
+    """Put back the inputs' declarations in ``declared`` (their symbolic dimensions) in place of the sized ones."""
+    inputs = [declared.get(value.name, value) for value in graph.input]
+    graph.ClearField("input")
+    graph.input.extend(inputs)
 
 
 def _has_cycle(nodes: Iterable[onnx.NodeProto]) -> bool:

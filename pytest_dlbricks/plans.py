@@ -238,6 +238,7 @@ def _spec_to_json(spec: BrickSpec) -> dict[str, Any]:
             [name, base64.b64encode(kind).decode("ascii")] for name, kind in spec.non_tensor_outputs
         ],
         "activations": sorted(spec.activations),
+        "unsized": spec.unsized,
     }
 
 
@@ -254,6 +255,7 @@ def _spec_from_json(data: Mapping[str, Any]) -> BrickSpec:
         signature=str(data["signature"]),
         non_tensor_outputs=tuple((str(name), _bytes(kind)) for name, kind in data["non_tensor_outputs"]),
         activations=frozenset(str(name) for name in data["activations"]),
+        unsized=data.get("unsized", False) is True,
     )
 
 

@@ -220,18 +220,19 @@ def read_brick(path: Path, entry: Mapping[str, Any]) -> BrickSpec:
     graph = model.graph
     initializers = {tensor.name: tensor for tensor in graph.initializer}
     input_names = {value.name for value in graph.input}
+    tensor_outputs = [value for value in graph.output if value.type.HasField("tensor_type")]
+    unsized = any(not value.type.tensor_type.HasField("shape") for value in [*graph.input, *tensor_outputs])
     try:
+        listed = {item["name"]: item["shape"] for item in [*entry["inputs"], *entry["outputs"]] if "shape" in item}
         brick = BrickSpec(
             nodes=tuple(graph.node),
-            inputs=tuple((value.name, _declared(value)) for value in graph.input),
+            inputs=tuple((value.name, _declared(value, listed)) for value in graph.input),
             weights=tuple(
                 (tensor.name, TensorSpec(tensor.data_type, tuple(tensor.dims)))
                 for tensor in graph.initializer
                 if tensor.name not in input_names
             ),
-            outputs=tuple(
-                (value.name, _declared(value)) for value in graph.output if value.type.HasField("tensor_type")
-            ),
+            outputs=tuple((value.name, _declared(value, listed)) for value in tensor_outputs),
             values={name: numpy_helper.to_array(initializers[name]) for name in entry["real_values"]},
             opset_imports={opset.domain: opset.version for opset in model.opset_import},
             ir_version=model.ir_version,
@@ -243,16 +244,23 @@ def read_brick(path: Path, entry: Mapping[str, Any]) -> BrickSpec:
                 if not value.type.HasField("tensor_type")
             ),
             activations=frozenset(str(name) for name in entry.get("activations", ())),
+            unsized=unsized,
         )
-    except (KeyError, ValueError) as error:
+    except (KeyError, TypeError, ValueError) as error:
         raise SuiteError(f"{path.name} does not hold what its manifest entry describes ({error})") from error
     if brick_signature(brick) != brick.signature:
         raise SuiteError(f"{path.name} does not match the signature its manifest gives; was the file changed?")
     return brick
 
 
-def _declared(value: onnx.ValueInfoProto) -> TensorSpec:
+def _declared(value: onnx.ValueInfoProto, listed: Mapping[str, Any]) -> TensorSpec:
+    """The spec of a brick's input or output: its declared shape, or the manifest's for an unsized brick."""
     tensor_type = value.type.tensor_type
+    if value.type.HasField("tensor_type") and not tensor_type.HasField("shape"):
+        shape = listed[value.name]
+        if not isinstance(shape, list) or not all(isinstance(size, int) and size >= 0 for size in shape):
+            raise ValueError(f"the manifest gives {value.name} no shape of whole sizes")
+        return TensorSpec(tensor_type.elem_type, tuple(shape))
     dims = tuple(dim.dim_value for dim in tensor_type.shape.dim)
     if not value.type.HasField("tensor_type") or any(not dim.HasField("dim_value") for dim in tensor_type.shape.dim):
         raise ValueError(f"{value.name} is not a tensor of fixed shape")

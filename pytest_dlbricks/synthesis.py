@@ -24,8 +24,8 @@ def build_brick_model(brick: BrickSpec) -> onnx.ModelProto:
     graph = helper.make_graph(
         list(brick.nodes),
         "brick",
-        [_value_info(name, spec) for name, spec in brick.inputs],
-        [_value_info(name, spec) for name, spec in brick.outputs]
+        [_value_info(name, spec, brick.unsized) for name, spec in brick.inputs],
+        [_value_info(name, spec, brick.unsized) for name, spec in brick.outputs]
         + [helper.make_value_info(name, onnx.TypeProto.FromString(kind)) for name, kind in brick.non_tensor_outputs],
         initializer=initializers,
     )
@@ -51,5 +51,5 @@ def _value(brick: BrickSpec, name: str, spec: TensorSpec, rng: np.random.Generat
     return kept if kept is not None else synthetic_array(spec, rng, weight=weight)
 
 
-def _value_info(name: str, spec: TensorSpec) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, spec.dtype, list(spec.shape))
+def _value_info(name: str, spec: TensorSpec, unsized: bool) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, spec.dtype, None if unsized else list(spec.shape))

@@ -37,7 +37,7 @@ def assert_same_brick(found: object, expected: object) -> None:
         return
     assert isinstance(found, BrickSpec)
     fields = ("nodes", "inputs", "weights", "outputs", "non_tensor_outputs", "opset_imports", "ir_version", "functions")
-    for name in (*fields, "signature", "activations"):
+    for name in (*fields, "signature", "activations", "unsized"):
         assert getattr(found, name) == getattr(expected, name), name
     assert found.values.keys() == expected.values.keys()
     for name, value in expected.values.items():
@@ -72,6 +72,18 @@ def test_a_cut_model_round_trips_through_json(tmp_path: Path, build: Callable[[P
     assert (plan.inputs, plan.data_dependent) == (expected.inputs, expected.data_dependent)
     assert found.work == original.work
     assert plan.signatures == expected.signatures
+
+
+def test_an_unsized_cut_round_trips_through_json(tmp_path: Path) -> None:
+    """Bricks of a model onnxruntime refuses with its sizes written in declare none, and say so in the plan."""
+    graph = replace(load_model(tiny_models.batch_squeeze_switch(tmp_path), {"batch": 2}), unsized=True)
+    plan = plan_model(graph, SETTINGS.granularity, "switch.onnx")
+    original = CutModel(plan, plan_work(graph, plan))
+    found = cut_model_from_json(json.loads(json.dumps(cut_model_to_json(original))), "switch.onnx")
+    assert found.plan.signatures == original.plan.signatures
+    for brick, expected in zip(found.plan.bricks, original.plan.bricks, strict=True):
+        assert_same_brick(brick, expected)
+        assert isinstance(brick, BrickSpec) and brick.unsized
 
 
 def test_the_cache_finds_a_model_again_until_something_changes(tmp_path: Path) -> None:

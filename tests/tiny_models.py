@@ -446,6 +446,34 @@ def rate_switch(directory: Path, *, rows: int = 64, width: int = 256, heavy: int
     return save(model, directory, "vad.onnx")
 
 
+def batch_squeeze_switch(directory: Path) -> Path:
+    """silero-vad's switch on the batch size: ``If(Shape(r)[0] == 1)`` squeezes the batch axis of
+    ``r = Relu(x[batch, 8])``, else sums over it; a Sigmoid follows.
+
+    Both give ``[8]``, but the squeeze is valid at a batch of 1 only: at another concrete size, shape
+    inference of the branch not taken fails, as onnxruntime runs it when it loads a model.
+    """
+    then_branch = helper.make_graph([helper.make_node("Squeeze", ["r", "axis"], ["t"])], "then", [], [tensor("t", [8])])
+    else_branch = helper.make_graph(
+        [helper.make_node("ReduceSum", ["r", "axis"], ["e"], keepdims=0)], "else", [], [tensor("e", [8])]
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Shape", ["r"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"]),
+        helper.make_node("Equal", ["batch", "one"], ["single"]),
+        helper.make_node("If", ["single"], ["y"], then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("Sigmoid", ["y"], ["z"]),
+    ]
+    weights = [
+        array("zero", np.array(0, np.int64)),
+        array("one", np.array(1, np.int64)),
+        array("axis", np.array([0], np.int64)),
+    ]
+    model = finish(nodes, [tensor("x", ["batch", 8])], [tensor("z", [8])], weights)
+    return save(model, directory, "batch_switch.onnx")
+
+
 def word_lookup(directory: Path, *, vocabulary: int = 64, width: int = 128) -> Path:
     """Text in, numbers out: ``LabelEncoder`` (ai.onnx.ml) maps ``words: string[n]`` to ids, ``Gather`` their
     embeddings and a MatMul transforms them; the work grows with the number of words."""
