@@ -135,7 +135,7 @@ def node_inputs(node: onnx.NodeProto) -> list[str]:
 def subgraph_outer_names(node: onnx.NodeProto) -> list[str]:
     """Names the node's subgraphs (If, Loop, Scan bodies) read from the enclosing scope."""
     outer: list[str] = []
-    for body in _subgraphs(node):
+    for body in subgraphs(node):
         defined = {v.name for v in body.input} | {t.name for t in body.initializer}
         for inner in body.node:
             for name in node_inputs(inner):
@@ -153,12 +153,13 @@ def nested_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
             if attribute.type == onnx.AttributeProto.TENSOR:
                 yield attribute.t
             yield from attribute.tensors
-        for body in _subgraphs(node):
+        for body in subgraphs(node):
             yield from body.initializer
             yield from nested_tensors(body)
 
 
-def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The node's If, Loop and Scan bodies."""
     for attribute in node.attribute:
         if attribute.type == onnx.AttributeProto.GRAPH:
             yield attribute.g
@@ -180,7 +181,7 @@ def steering_slot_values(layers: Iterable[onnx.NodeProto]) -> set[str]:
 def data_dependent_ops(node: onnx.NodeProto) -> set[str]:
     """The :data:`DATA_DEPENDENT_OPS` a node is or holds in its subgraphs."""
     found = {node.op_type} & DATA_DEPENDENT_OPS if not node.domain else set()
-    for body in _subgraphs(node):
+    for body in subgraphs(node):
         for inner in body.node:
             found |= data_dependent_ops(inner)
     return found

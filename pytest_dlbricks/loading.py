@@ -6,7 +6,9 @@ that steer computation (integer, boolean and string tensors, tiny tensors, and w
 shape, size or scale slot such as Resize's scales) keep their real values, so that every brick does
 the same work as inside the model; so do the activations read near an operator whose work depends
 on its data (If, NonZero, ...), as the reference run computed them. Inputs are the user's sample
-inputs where given (see :mod:`.samples`), else synthetic; the reference run runs on them.
+inputs where given (see :mod:`.samples`), else synthetic; the reference run runs on them. Their
+sizes are written into the model onnxruntime is given, unless it refuses them there (see
+:meth:`_ModelLoader.on_runtime`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .graph import (
     nested_tensors,
     node_inputs,
     steering_slot_values,
+    subgraphs,
 )
 from .ordering import canonical_order, content_keys
 from .runtime import load_refusal, optimize_model, run_reference
@@ -110,7 +113,7 @@ def whole_model(
     if convert is None:
         return path, loader.feeds()
     converted = _converted(path, loader, convert)
-    return converted.runnable_model(), converted.feeds()
+    return converted.on_runtime(converted.loaded), converted.feeds()
 
 
 def _prepared(path: Path, dims: Mapping[str, int] | None, sample: SampleInputs | None) -> _ModelLoader:
@@ -250,9 +253,16 @@ class _ModelLoader:
                 raise
         return use(self.runnable_model())
 
+    def loaded(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """``model`` once onnxruntime has loaded it (for :meth:`on_runtime`); raises :class:`RuntimeRefusal`."""
+        refusal = load_refusal(model, self.data_dir)
+        if refusal is not None:
+            raise RuntimeRefusal(self.path, f"onnxruntime cannot load the model: {refusal}")
+        return model
+
     def derived(self, model: onnx.ModelProto, data_dir: Path, *, runtime_graph: bool = False) -> _ModelLoader:
         """A prepared loader of ``model``, made from this one's runnable model (optimized or converted):
-        its inputs take this one's sizes, and onnxruntime gets it as it got this one."""
+        its inputs take this one's sizes, and the symbolic dimensions this one's file declares for them."""
         sizes = {
             f"{name}[{axis}]": size
             for name in self.inputs
@@ -262,8 +272,14 @@ class _ModelLoader:
         result = _ModelLoader(
             self.path, model, sizes, data_dir, self.sample, sample_matched=True, runtime_graph=runtime_graph
         )
+        result.declared_inputs = {
+            value.name: _with_dims_of(value, self.declared_inputs[value.name])
+            for value in model.graph.input
+            if value.name in self.declared_inputs
+        }
+        result.unsized = self.unsized
         result.prepare()
-        result.guessed, result.dim_names, result.unsized = self.guessed, self.dim_names, self.unsized
+        result.guessed, result.dim_names = self.guessed, self.dim_names
         return result
 
     def load(self, reach: int = 1) -> ModelGraph:
@@ -344,7 +360,7 @@ class _ModelLoader:
         """Accept what onnx's tools reject (``error``) if onnxruntime loads the model; else onnxruntime's reason."""
         if self.runtime_loads:
             return
-        refusal = load_refusal(self.model, self.data_dir)
+        refusal = load_refusal(self._declared_model() if self.unsized else self.model, self.data_dir)
         if refusal is not None and not self._accept_declared_sizes():
             raise ModelError(self.path, f"onnxruntime cannot load the model: {refusal}") from error
         self.runtime_loads = True
@@ -354,11 +370,15 @@ class _ModelLoader:
         if so, it is given them from now on (:attr:`unsized`)."""
         if self.unsized or not self.declared_inputs:
             return False
+        self.unsized = load_refusal(self._declared_model(), self.data_dir) is None
+        return self.unsized
+
+    def _declared_model(self) -> onnx.ModelProto:
+        """A copy of the model with its inputs as the file declares them."""
         model = onnx.ModelProto()
         model.CopyFrom(self.model)
         _declare_inputs(model.graph, self.declared_inputs)
-        self.unsized = load_refusal(model, self.data_dir) is None
-        return self.unsized
+        return model
 
     def _structure(self, keep_data: Callable[[TensorSpec], bool] = lambda spec: False) -> onnx.ModelProto:
         """The model with its initializers declared as inputs and no weight data, but for those ``keep_data``
@@ -506,12 +526,12 @@ class _ModelLoader:
         sampled: dict[str, int] = {}
         names: dict[str, None] = {}
         for value in inputs:
-            if any(not dim.HasField("dim_value") or dim.dim_value <= 0 for dim in value.type.tensor_type.shape.dim):
+            if any(_symbolic(dim) for dim in value.type.tensor_type.shape.dim):
                 self.declared_inputs[value.name] = onnx.ValueInfoProto.FromString(value.SerializeToString())
         for value in sorted(inputs, key=lambda value: value.name not in given):
             sample = given.get(value.name)
             for axis, dim in enumerate(value.type.tensor_type.shape.dim):
-                if dim.HasField("dim_value") and dim.dim_value > 0:
+                if not _symbolic(dim):
                     continue
                 axis_name = f"{value.name}[{axis}]"
                 name = dim.dim_param if dim.dim_param.strip("?") else axis_name
@@ -692,10 +712,34 @@ def _stated_dims(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _declare_inputs(graph: onnx.GraphProto, declared: Mapping[str, onnx.ValueInfoProto]) -> None:
-    """Put back the inputs' declarations in ``declared`` (their symbolic dimensions) in place of the sized ones."""
+    """Put back the inputs' declarations in ``declared`` (their symbolic dimensions) in place of the sized ones,
+    and forget the shapes the graph states of other values: those a converter inferred at the concrete
+    sizes contradict onnxruntime's inference as the sized inputs did."""
     inputs = [declared.get(value.name, value) for value in graph.input]
     graph.ClearField("input")
     graph.input.extend(inputs)
+    _forget_value_info(graph)
+
+
+def _forget_value_info(graph: onnx.GraphProto) -> None:
+    graph.ClearField("value_info")
+    for node in graph.node:
+        for body in subgraphs(node):
+            _forget_value_info(body)
+
+
+def _with_dims_of(value: onnx.ValueInfoProto, declared: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    """A copy of ``value`` (its type stays its own: a converted model's may differ) with the symbolic dimensions
+    ``declared`` gives the same axes."""
+    result = onnx.ValueInfoProto.FromString(value.SerializeToString())
+    for dim, given in zip(result.type.tensor_type.shape.dim, declared.type.tensor_type.shape.dim):
+        if _symbolic(given):
+            dim.CopyFrom(given)
+    return result
+
+
+def _symbolic(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    return not dim.HasField("dim_value") or dim.dim_value <= 0
 
 
 def _has_cycle(nodes: Iterable[onnx.NodeProto]) -> bool:

@@ -597,10 +597,13 @@ def test_models_onnx_tools_reject_and_onnxruntime_runs_get_estimates(pytester: p
     assert all(model["measured_s"] > 0 for model in report["models"])
 
 
-@pytest.mark.parametrize("granularity", ["1", "2"])
-def test_a_model_onnxruntime_refuses_sized_gets_an_estimate(pytester: pytest.Pytester, granularity: str) -> None:
+@pytest.mark.parametrize(("granularity", "dtypes"), [("1", "fp32"), ("2", "fp32,int8")])
+def test_a_model_onnxruntime_refuses_sized_gets_an_estimate(
+    pytester: pytest.Pytester, granularity: str, dtypes: str
+) -> None:
     """silero-vad's case: onnxruntime runs the file at a batch of 2, and refuses it with that size written in
-    (a branch not taken fails its shape inference); the model and its bricks are timed all the same."""
+    (a branch not taken fails its shape inference); the model, converted or not, and its bricks are timed
+    all the same."""
     import tiny_models
 
     (pytester.path / "models").mkdir()
@@ -608,14 +611,16 @@ def test_a_model_onnxruntime_refuses_sized_gets_an_estimate(pytester: pytest.Pyt
     result = run(
         pytester,
         f"--dlbricks-granularity={granularity}",
+        f"--dlbricks-dtype={dtypes}",
         "--dlbricks-validate",
         "--dlbricks-json=r.json",
         "models",
         dims=("--dlbricks-dim=batch=2",),
     )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    (model,) = read_report(pytester.path / "r.json")["models"]
-    assert model["complete"] is True and model["measured_s"] > 0
+    models = read_report(pytester.path / "r.json")["models"]
+    assert len(models) == len(dtypes.split(","))
+    assert all(model["complete"] is True and model["measured_s"] > 0 for model in models)
 
 
 def test_a_model_onnxruntime_refuses_at_dimensions_left_at_1_names_them(pytester: pytest.Pytester) -> None:
