@@ -12,7 +12,16 @@ from .bricks import BrickSpec
 from .errors import describe_error
 from .graph import VIEW_OPS
 from .placement import Placement, placement_of
-from .runtime import RunStopped, bind, create_session, input_rewriter, profile, run_watched
+from .runtime import (
+    RunStopped,
+    bind,
+    create_session,
+    declared_shapes_hold,
+    input_rewriter,
+    profile,
+    rebind_outputs,
+    run_watched,
+)
 from .settings import DEFAULT_PROVIDERS, Settings
 from .synthesis import brick_feeds, build_brick_model
 from .synthetic import SynthesisError
@@ -69,14 +78,17 @@ class BrickRunner:
             raise BrickError(f"onnxruntime cannot load the {what}: {describe_error(error)}") from error
         self.provider = self.session.get_providers()[0]
         self._binding = bind(self.session, self.feeds, views)
+        self._rebind = False
         self._outputs: list[np.ndarray] = []
 
     def __call__(self) -> None:
         """One inference, its outputs left where onnxruntime put them (see :func:`bind`)."""
         if self._binding is None:
             self._outputs = self.session.run(None, self.feeds)
-        else:
-            self.session.run_with_iobinding(self._binding)
+            return
+        if self._rebind:
+            rebind_outputs(self.session, self._binding)
+        self.session.run_with_iobinding(self._binding)
 
     def outputs(self) -> list[np.ndarray]:
         """The outputs of the last call."""
@@ -113,11 +125,13 @@ class BrickRunner:
 
     def _first_run(self, what: str) -> list[np.ndarray]:
         try:
-            return run_watched(self.session, None, self.feeds)
+            results = run_watched(self.session, None, self.feeds)
         except RunStopped as error:
             raise BrickError(f"the {what} never finished: {error}") from error
         except Exception as error:  # onnxruntime's exception types are not part of its API
             raise BrickError(f"onnxruntime cannot run the {what}: {describe_error(error)}") from error
+        self._rebind = self._binding is not None and not declared_shapes_hold(self.session, results)
+        return results
 
     def _profiled_run(self) -> Placement:
         events = profile(

@@ -32,7 +32,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -374,6 +374,30 @@ def bind(
         else:
             binding.bind_output(output.name, "cpu")
     return binding
+
+
+def declared_shapes_hold(session: ort.InferenceSession, results: Sequence[np.ndarray]) -> bool:
+    """Whether every output has the rank and fixed sizes the model declares for it.
+
+    A binding hands the outputs of one call to the next as arrays to write into, and onnxruntime
+    checks those against the declared shapes: an output the model declares wrongly (``run()`` only
+    warns) then fails every call but the first. Such a model needs its outputs bound afresh each call.
+    """
+    for output, result in zip(session.get_outputs(), results):
+        declared = output.shape or ()
+        if declared and (
+            len(declared) != result.ndim
+            or any(isinstance(size, int) and size != actual for size, actual in zip(declared, result.shape))
+        ):
+            return False
+    return True
+
+
+def rebind_outputs(session: ort.InferenceSession, binding: ort.SIOBinding) -> None:
+    """The outputs left to onnxruntime's allocator again, for a model whose declared shapes do not hold."""
+    binding.clear_binding_outputs()
+    for output in session.get_outputs():
+        binding.bind_output(output.name, "cpu")
 
 
 def input_rewriter(array: np.ndarray) -> Callable[[], object]:

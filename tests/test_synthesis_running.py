@@ -259,6 +259,26 @@ def test_a_whole_model_never_returns_its_input_as_its_output(tmp_path: Path, set
     assert not (whole.outputs()[0] == 7.0).any()
 
 
+def test_a_whole_model_whose_outputs_break_their_declared_shape_runs_again_and_again(
+    tmp_path: Path, settings: Settings
+) -> None:
+    """onnxruntime checks the arrays a binding kept from the last call against the declared shapes, and
+    only warns in ``run()``: a model whose file declares an output wrongly still runs call after call."""
+    node = onnx.helper.make_node("Reshape", ["x", "shape"], ["y"])
+    inputs = [tiny_models.tensor("x", [2, 3]), tiny_models.tensor("shape", [2], onnx.TensorProto.INT64)]
+    model = tiny_models.finish([node], inputs, [tiny_models.tensor("y", [1, "n"])])
+    path = tiny_models.save(model, tmp_path, "misdeclared.onnx")
+    feeds = {"x": np.ones((2, 3), np.float32), "shape": np.array([3, 2], np.int64)}
+    whole = ModelRunner(path, feeds, settings)
+    whole.check()
+    for _ in range(3):
+        whole()
+    assert whole.outputs()[0].shape == (3, 2)
+    declared = ModelRunner(path, {**feeds, "shape": np.array([1, 6], np.int64)}, settings)
+    declared.check()
+    assert not declared._rebind, "a model whose outputs keep their declared shapes binds them once"
+
+
 def test_inputs_are_rewritten_through_onnxruntime(tmp_path: Path, settings: Settings) -> None:
     """The rewrite really runs: a rewriter of a float input adds to it (zero, but it does the work)."""
     array = np.full((4, 1000), 1.5, np.float32)
