@@ -279,7 +279,7 @@ class Tracking:
         now = make_block(report, self.identity.conditions(self.settings))
         statistic, threshold = self.settings.statistic, self.settings.compare_fail
         first = compare(now, block, baseline=name, statistic=statistic, threshold=threshold)
-        # A model the reports' statistics cannot pass is judged on its bricks timed again, beside its references.
+        # A model whose bricks changed is judged on them timed again, interleaved with its references.
         retimed = {
             model.path: retime(self.run.bricks, [*model.changed, *model.references], self.settings)
             for model in suspects(first)

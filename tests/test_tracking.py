@@ -367,12 +367,12 @@ def test_a_regression_introduced_into_a_model_fails_the_session(
     result.stdout.fnmatch_lines(
         [
             "*- dlbricks: median estimates compared with *0001_*.json -*",
-            "Model * Before * Now * Measured * Changed bricks [[]95%[]] * Verdict",
+            "Model * Before * Now * Measured * At baseline speed [[]95%[]] * Verdict",
             "models/mlp.onnx * +0.0% * same bricks * unchanged",
             "models/net.onnx * REGRESSION",
             "dlbricks: performance regression:",
-            "  models/net.onnx is *% (95% interval * re-timed in 15 rounds, drift x*) slower than in *0001_*.json"
-            " (* -> *), more than 10%; bricks that changed: *Conv* (new)*",
+            "  models/net.onnx is *% slower than in *0001_*.json: * -> * at that run's machine speed (95% interval"
+            " * re-timed in 15 rounds, drift x*; * as measured), more than 10%; bricks that changed: *Conv* (new)*",
         ]
     )
     comparison = read(pytester.path / "r.json")["comparison"]
