@@ -383,6 +383,25 @@ def test_a_regression_introduced_into_a_model_fails_the_session(
     run(pytester, *gate, *args, timing=GATE_TIMING).assert_outcomes(skipped=summary["distinct_bricks"])
 
 
+def test_pytest_benchmarks_spread_checks_pass_over_the_estimates(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    """An estimate is one value: pytest-benchmark would fail stddev:5% on it in every run, this one reusing every
+    brick (the same estimate) included."""
+    args = ("--dlbricks-granularity=2", "--benchmark-autosave", "models/mlp.onnx")
+    run(pytester, *args).assert_outcomes(passed=3)
+    result = run(pytester, "--benchmark-compare", "--benchmark-compare-fail=stddev:5%", *args)
+    result.assert_outcomes(skipped=3)
+    result.stdout.fnmatch_lines(
+        [
+            "dlbricks: --benchmark-compare-fail on stddev passes over the dlbricks:: estimates: one composed value"
+            " has no spread; --dlbricks-compare-fail gates them"
+        ]
+    )
+    assert result.ret == 0
+    result.stdout.no_fnmatch_line("*Performance has regressed*")
+
+
 def test_unchanged_bricks_timed_slower_pass_the_gate(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     """Every brick of the model comes back 50% slower, as from a busy machine: the same bricks cannot regress."""
     args = ("--dlbricks-granularity=2", "models/mlp.onnx")
