@@ -8,9 +8,11 @@ command line for every run: fresh timings (``--dlbricks-store=none``), each run 
 1. **Ten-run check**: a first run records the baseline, then ``--runs`` unchanged runs follow; none may
    fail the gate (exit status 1). Inconclusive runs (exit status 6) are counted apart.
 2. **15%-regression check**: one model, ``tiny_resnet.onnx``, is replaced by one about 15% slower:
-   one convolution widened from 3x3 to 5x5 or 7x7 (zero-padded weights, the same outputs and shapes):
-   of all its convolutions and both widths, the one that brings the whole model, timed interleaved
-   with the original, closest to ``--slowdown`` is chosen. The gate must fail, naming the model and the bricks.
+   one or two convolutions widened from 3x3 to 5x5 or 7x7 (zero-padded weights, the same outputs and
+   shapes): of all its convolutions, both widths and the pairs that may come close, the one that brings
+   the whole model, timed interleaved with the original before the busy process starts (beside it, one
+   variant's slowdown read from -30% to +100%), closest to ``--slowdown`` is chosen. The gate must fail,
+   naming the model and the bricks.
 
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
 
@@ -20,6 +22,7 @@ Run it from the repository root, in the environment where pytest-dlbricks is ins
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import statistics
@@ -41,6 +44,8 @@ CHANGED_MODEL = "tiny_resnet.onnx"
 PYTEST_INI = "[pytest]\n# Symbolic dimensions of the bundled sample models.\ndlbricks_dims =\n    batch=1\n    seq=16\n"
 BUSY_LOOP = "while True:\n    pass\n"
 REGRESSION, INCONCLUSIVE = 1, 6
+#: Two widenings are timed together when their slowdowns alone add up to within this of the target.
+PAIR_MARGIN = 0.04
 
 
 @dataclass
@@ -48,8 +53,8 @@ class Run:
     name: str
     exit_code: int
     seconds: float
-    #: Per model: measured change of the estimate, judged change of its changed bricks, verdict.
-    models: dict[str, tuple[float | None, float | None, str]]
+    #: Per model path, its comparison as the JSON report has it (``change``, ``judged``, ``verdict``...).
+    models: dict[str, dict]
     noise: float | None
     output: str
 
@@ -112,16 +117,34 @@ def slowdown(original: onnx.ModelProto, changed: onnx.ModelProto, rounds: int = 
 
 
 def regressed_model(path: Path, target: float) -> tuple[onnx.ModelProto, str, float]:
-    """The widening of one 3x3 Conv of the model at ``path`` that slows it closest to ``target``."""
+    """The widening of one 3x3 Conv of the model at ``path``, or of two, that slows it closest to ``target``
+    (one alone may not come close: tiny_resnet's give about +4%, +10%, +13%, +21% and +26% or more), and
+    its slowdown timed again, apart from the choice."""
     model = onnx.load(str(path))
     convs = [
         node.name
         for node in model.graph.node
         if node.op_type == "Conv" and next(a.ints for a in node.attribute if a.name == "kernel_shape") == [3, 3]
     ]
-    measured = {(name, kernel): slowdown(model, widened(model, name, kernel)) for name in convs for kernel in (5, 7)}
+    measured: dict[tuple[tuple[str, int], ...], float] = {
+        ((name, kernel),): slowdown(model, widened(model, name, kernel)) for name in convs for kernel in (5, 7)
+    }
+    pairs = [
+        first + second
+        for first, second in itertools.combinations(list(measured), 2)
+        if first[0][0] != second[0][0] and abs(measured[first] + measured[second] - target) < PAIR_MARGIN
+    ]
+    measured.update({pair: slowdown(model, widened_all(model, pair)) for pair in pairs})
     best = min(measured, key=lambda choice: abs(measured[choice] - target))
-    return widened(model, *best), f"{best[0]} widened 3x3 -> {best[1]}x{best[1]}", measured[best]
+    variant = widened_all(model, best)
+    described = " and ".join(f"{name} widened 3x3 -> {kernel}x{kernel}" for name, kernel in best)
+    return variant, described, slowdown(model, variant, rounds=31)
+
+
+def widened_all(model: onnx.ModelProto, widenings: tuple[tuple[str, int], ...]) -> onnx.ModelProto:
+    for name, kernel in widenings:
+        model = widened(model, name, kernel)
+    return model
 
 
 def run_pytest(workdir: Path, name: str, options: list[str]) -> Run:
@@ -132,10 +155,7 @@ def run_pytest(workdir: Path, name: str, options: list[str]) -> Run:
     if result.returncode not in (0, REGRESSION, INCONCLUSIVE):
         sys.exit(f"pytest failed with exit code {result.returncode}:\n{result.stdout}{result.stderr}")
     report = json.loads((workdir / "report.json").read_text())
-    models = {}
-    for model in (report.get("comparison") or {}).get("models", []):
-        judged = model.get("judged") or {}
-        models[model["path"]] = (model.get("change"), judged.get("change"), model["verdict"])
+    models = {model["path"]: model for model in (report.get("comparison") or {}).get("models", [])}
     run = Run(name, result.returncode, seconds, models, report["summary"].get("noise"), result.stdout)
     print(f"{name}: exit {run.exit_code} in {seconds:.1f} s, run noise {_percent(run.noise)}", file=sys.stderr)
     return run
@@ -151,6 +171,9 @@ def main() -> None:
         f"--dlbricks-compare-fail={args.threshold}",
         "--dlbricks-json=report.json",
     ]
+    # The variant's true slowdown is a property of the code: measured on the quiet machine, before the load.
+    model, conv, true_slowdown = regressed_model(SAMPLE_MODELS / CHANGED_MODEL, args.slowdown / 100)
+    print(f"variant: {conv}, whole model {true_slowdown:+.1%} (timed interleaved, no load)", file=sys.stderr)
     load = None if args.no_load else subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
     try:
         with tempfile.TemporaryDirectory(prefix="dlbricks-gate-") as tmp:
@@ -161,7 +184,6 @@ def main() -> None:
             (workdir / "pytest.ini").write_text(PYTEST_INI)
             baseline = run_pytest(workdir, "baseline", options)
             unchanged = [run_pytest(workdir, f"unchanged {index}", options) for index in range(1, args.runs + 1)]
-            model, conv, true_slowdown = regressed_model(workdir / "models" / CHANGED_MODEL, args.slowdown / 100)
             onnx.save(model, str(workdir / "models" / CHANGED_MODEL))
             regressed = run_pytest(workdir, "regressed", options)
     finally:
@@ -182,10 +204,10 @@ def report(
     print(f"baseline run: exit {baseline.exit_code} (records the baseline)")
     print(f"\n{'run':<14} {'exit':>4} {'noise':>6} {'largest measured change':>34} {'verdicts':>10}")
     for run in unchanged:
-        changes = {path: measured for path, (measured, _, _) in run.models.items() if measured is not None}
+        changes = {path: model["change"] for path, model in run.models.items() if model.get("change") is not None}
         worst = max(changes, key=lambda path: abs(changes[path]), default=None)
         largest = f"{changes[worst]:+.1%} ({Path(worst).name})" if worst else "-"
-        verdicts = ",".join(sorted({verdict for _, _, verdict in run.models.values()}))
+        verdicts = ",".join(sorted({model["verdict"] for model in run.models.values()}))
         print(f"{run.name:<14} {run.exit_code:>4} {_percent(run.noise):>6} {largest:>34} {verdicts:>10}")
     failed = sum(run.exit_code == REGRESSION for run in unchanged)
     unsure = sum(run.exit_code == INCONCLUSIVE for run in unchanged)
@@ -194,13 +216,17 @@ def report(
         f" {'met' if failed == 0 else 'NOT met'}"
     )
     path = f"models/{CHANGED_MODEL}"
-    measured, judged, verdict = regressed.models.get(path, (None, None, "-"))
+    model = regressed.models.get(path, {})
+    judged = model.get("judged") or {}
     message = regressed.output.split("performance regression:")[-1] if regressed.exit_code == REGRESSION else ""
     named = path in message and "bricks that changed: " in message
+    interval = f" [{judged['low']:+.1%}, {judged['high']:+.1%}]" if judged else ""
     print(
-        f"15%-regression check: {conv}, whole model {true:+.1%} slower (timed interleaved);"
-        f" estimate {_percent(measured, signed=True)} as measured, changed bricks {_percent(judged, signed=True)};"
-        f" verdict {verdict}, exit {regressed.exit_code}: {'met' if named else 'NOT met'}"
+        f"15%-regression check: {conv}, whole model {true:+.1%} slower (timed interleaved, no load);"
+        f" estimate {_percent(model.get('change'), signed=True)} as measured,"
+        f" {_percent(judged.get('change'), signed=True)}{interval} at the baseline's machine speed"
+        f" (run noise {_percent(regressed.noise)}); verdict {model.get('verdict', '-')}, exit {regressed.exit_code}:"
+        f" {'met' if named else 'NOT met'}"
     )
     section = regressed.output.split("- dlbricks: median estimates compared with")[-1]
     print("\n".join(line for line in section.splitlines()[1:] if not line.startswith("=")))

@@ -8,22 +8,30 @@ A model's estimate moves for two reasons: its bricks changed (a widened convolut
 with another signature) or the machine ran at another speed. Two bricks of one signature are the
 same computation under the same conditions (checked before comparing), so a model made of the same
 bricks as before is **unchanged**, whatever its times did between the runs: fresh timings on a busy
-runner cannot raise a false alarm. A model whose bricks changed is judged on the bricks that changed::
+runner cannot raise a false alarm. A model whose bricks changed is judged on its estimate at the
+baseline's machine speed: the estimate before plus the *moves* of the bricks that changed::
 
-    change = sum over changed bricks of (count_now * t_now / drift - count_before * t_before) / estimate_before
+    new brick:                      + count_now * t_now / drift
+    gone brick:                     - count_before * t_before
+    brick used more or less often:  + (count_now - count_before) * t_before
+    change = sum of the moves / estimate_before
 
-where ``drift``, the machine's speed now over then, comes from *reference* bricks: bricks of the
-model (or, lacking any, of the run) that both runs have. New bricks are so brought back to the
-baseline's machine speed before they are set against the bricks they replaced.
+where ``drift``, the machine's speed now over then, comes from *reference* bricks: unchanged bricks of
+the model (or, lacking any, of the run) that both runs have. New bricks are so brought back to the
+baseline's machine speed before they are set against the bricks they replaced; a brick both runs have
+is the same computation, so only its change of count moves the estimate, at the baseline's own time,
+whatever its time did between the runs (on a busy machine a convolution's time jumps by up to 1.8x
+when its second thread loses its core). The bricks' moves, shown in the messages, add up to the change.
 
 The change gets a 95% interval. From the reports' statistics (the first look, and all that
 ``compose`` and ``merge`` have): each brick median's standard error, how far single bricks drift
 apart from the common drift (the scatter of the reference bricks' ratios, or
-:data:`DEFAULT_DRIFT_SPREAD` when fewer than three show it) and the drift's own error. A model whose
-interval reaches above the threshold is a suspect: the session times its changed bricks again,
-interleaved round by round with its reference bricks (:mod:`.retiming`). Each round then gives a
-change with that round's own drift, and the interval is a bootstrap interval of their median, widened
-by the baseline's sampling error and by the bricks' scatter. The verdict is *REGRESSION* when the
+:data:`DEFAULT_DRIFT_SPREAD` when fewer than three show it) and the drift's own error. The gate
+trusts no statistics of bricks timed minutes apart: every changed model is a suspect, whose changed
+bricks the session times again, interleaved round by round with its reference bricks
+(:mod:`.retiming`). Each round then gives a change with that round's own drift, and the interval is a
+bootstrap interval of their median, widened by the baseline's sampling error and by the bricks'
+scatter; the new bricks' moves are those of the median round. The verdict is *REGRESSION* when the
 interval lies above the threshold, *INCONCLUSIVE* when it straddles it (the noise is too high for the
 threshold asked), else *slower*, *faster* or *within noise* as it lies above, below or around zero.
 
@@ -34,10 +42,13 @@ signatures and the interleaved reference bricks do here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from .noise import Z, bootstrap_median, log_spread, median_error
 from .terminal import format_seconds, format_table
@@ -99,7 +110,8 @@ def exit_status(comparison: Comparison) -> int:
 
 @dataclass(frozen=True)
 class BrickMove:
-    """How much one distinct brick adds to a model's estimate before and now (count times brick time)."""
+    """How much one distinct brick adds to a model's estimate before and now, both at the baseline's machine
+    speed (count times brick time): the moves of a model's changed bricks add up to its judged change."""
 
     label: str
     count_before: int
@@ -114,7 +126,8 @@ class BrickMove:
 
 @dataclass(frozen=True)
 class Judgement:
-    """The change of a model due to its changed bricks, as a fraction of its estimate before, with its interval."""
+    """The change of a model's estimate at the baseline's machine speed, as a fraction of its estimate before,
+    with its interval: the sum of its changed bricks' moves over that estimate."""
 
     change: float
     low: float
@@ -125,6 +138,8 @@ class Judgement:
     #: "statistics", or "re-timed" with the number of interleaved rounds.
     method: str
     rounds: int = 0
+    #: The changed bricks' moves, the largest increase first.
+    moves: tuple[BrickMove, ...] = ()
 
     def describe(self) -> str:
         return f"{self.change:+.1%} [{self.low:+.1%}, {self.high:+.1%}]"
@@ -138,8 +153,6 @@ class ModelDelta:
     before_s: float | None
     now_s: float | None
     verdict: str
-    #: Bricks whose share changed, the largest increase first.
-    moves: tuple[BrickMove, ...] = ()
     judged: Judgement | None = None
     #: Signatures of the bricks that changed and are in this run, and of the bricks to re-time beside them.
     changed: tuple[str, ...] = ()
@@ -151,6 +164,18 @@ class ModelDelta:
         if self.before_s is None or self.now_s is None or self.before_s <= 0:
             return None
         return self.now_s / self.before_s - 1
+
+    @property
+    def moves(self) -> tuple[BrickMove, ...]:
+        """The changed bricks' moves, the largest increase first."""
+        return () if self.judged is None else self.judged.moves
+
+    @property
+    def judged_s(self) -> float | None:
+        """The estimate now at the baseline's machine speed, as judged: the estimate before plus the moves."""
+        if self.judged is None or self.before_s is None:
+            return None
+        return self.before_s * (1 + self.judged.change)
 
 
 @dataclass(frozen=True)
@@ -186,6 +211,7 @@ class Comparison:
                     if m.judged is None
                     else {
                         "change": m.judged.change,
+                        "now_s": m.judged_s,
                         "low": m.judged.low,
                         "high": m.judged.high,
                         "drift": m.judged.drift,
@@ -194,7 +220,13 @@ class Comparison:
                         "rounds": m.judged.rounds,
                     },
                     "moved_bricks": [
-                        {"brick": b.label, "before_s": b.before_s, "now_s": b.now_s}
+                        {
+                            "brick": b.label,
+                            "count_before": b.count_before,
+                            "count_now": b.count_now,
+                            "before_s": b.before_s,
+                            "now_s": b.now_s,
+                        }
                         for b in m.moves[:MOVED_BRICKS_SHOWN]
                     ],
                 }
@@ -251,7 +283,6 @@ def compare(
                     before_s,
                     now_s,
                     _verdict(judged, threshold),
-                    model.moves(),
                     judged,
                     changed=tuple(sig for sig in model.changed if model.now.get(sig)),
                     references=model.retime_references(),
@@ -261,12 +292,13 @@ def compare(
 
 
 def suspects(comparison: Comparison) -> list[ModelDelta]:
-    """Models the gate cannot pass on the reports' statistics alone: to be re-timed before judging."""
-    return [
-        model
-        for model in comparison.models
-        if model.verdict in (REGRESSION, INCONCLUSIVE) and (model.judged is None or model.judged.rounds == 0)
-    ]
+    """Models to re-time before the gate judges them: every model whose bricks changed. Bricks timed minutes
+    apart may have run at other speeds than the reference bricks they are set against (on a busy machine a
+    convolution's time jumps by up to 1.8x when its second thread loses its core), which the reports'
+    statistics cannot show: their intervals may miss a regression as well as make one up."""
+    if comparison.threshold is None:
+        return []
+    return [model for model in comparison.models if model.judged is not None and model.judged.rounds == 0]
 
 
 def _verdict(judged: Judgement | None, threshold: float | None) -> str:
@@ -285,7 +317,8 @@ def _verdict(judged: Judgement | None, threshold: float | None) -> str:
 
 @dataclass(frozen=True)
 class _Model:
-    """One model's bricks in both runs, split into those that changed and those that did not."""
+    """One model's bricks in both runs: those whose count changed (new, gone, or used more or less often) and
+    those that did not, which show the machine's drift."""
 
     now: Mapping[str, _Share]
     before: Mapping[str, _Share]
@@ -299,38 +332,21 @@ class _Model:
         signatures = [*self.now, *(s for s in self.before if s not in self.now)]
         return [s for s in signatures if _count(self.now.get(s)) != _count(self.before.get(s))]
 
-    def moves(self) -> tuple[BrickMove, ...]:
-        """The changed bricks' shares before and now, the largest increase first."""
-        moves = []
-        for signature in self.changed:
-            new, old = self.now.get(signature), self.before.get(signature)
-            moves.append(
-                BrickMove(
-                    label=(new or old).label,  # type: ignore[union-attr]
-                    count_before=_count(old),
-                    count_now=_count(new),
-                    before_s=_count(old) * ((old.time_s or 0.0) if old else 0.0),
-                    now_s=_count(new) * ((new.time_s or 0.0) if new else 0.0),
-                )
-            )
-        moves.sort(key=lambda move: move.delta_s, reverse=True)
-        return tuple(moves)
-
     def _references(self, *, measured_apart: bool) -> list[tuple[str, _Share, _Share, float]]:
         """Unchanged bricks of the model with a time in both runs (signature, now, before, weight);
         ``measured_apart`` leaves out bricks both runs took from the store (the same measurement)."""
         own = [
             (signature, share, self.before[signature], float(share.count))
             for signature, share in self.now.items()
-            if signature in self.before and signature not in self.changed
+            if signature in self.before and signature not in self.changed and self.before[signature].time_s
         ]
         pool = own or [(s, new, old, 1.0) for s, (new, old) in self.run_references.items()]
         return [ref for ref in pool if not measured_apart or ref[1].stats != ref[2].stats]
 
     def retime_references(self) -> tuple[str, ...]:
-        """The reference bricks to re-time beside the changed ones: those most like them first (sharing
-        their operators, then closest in time), since a busy machine slows a multi-threaded convolution
-        more than a small elementwise brick."""
+        """The reference bricks to re-time beside the changed ones: those most like them first (sharing their
+        operators, then closest in time), since a busy machine slows a multi-threaded convolution more than a
+        small elementwise brick."""
         changed = [self.now.get(s) or self.before[s] for s in self.changed]
         ops = {op for share in changed for op in share.label.split("-")[0].split("+")}
         typical = sum(share.time_s or 0.0 for share in changed) / max(len(changed), 1)
@@ -342,11 +358,39 @@ class _Model:
         pool = sorted(self._references(measured_apart=False), key=likeness)
         return tuple(ref[0] for ref in pool[:MAX_REFERENCES])
 
-    def _parts(self) -> tuple[list[tuple[str, int, _Share]], list[tuple[int, _Share]]]:
-        """The changed bricks' uses now, as (signature, count, share), and before, as (count, share)."""
-        now = [(s, self.now[s].count, self.now[s]) for s in self.changed if s in self.now]
-        before = [(self.before[s].count, self.before[s]) for s in self.changed if s in self.before]
-        return now, before
+    def _new(self) -> list[tuple[str, _Share]]:
+        """The bricks only this run has."""
+        return [(s, self.now[s]) for s in self.changed if s not in self.before]
+
+    def _settled(self) -> list[BrickMove]:
+        """The changed bricks the baseline has, at its own times: a gone brick takes its share away, and a brick
+        used more or less often adds or takes away its baseline time per use (it is the same computation)."""
+        moves = []
+        for signature in self.changed:
+            old = self.before.get(signature)
+            if old is None:
+                continue
+            count_now = _count(self.now.get(signature))
+            time_s = old.time_s or 0.0
+            moves.append(BrickMove(old.label, old.count, count_now, old.count * time_s, count_now * time_s))
+        return moves
+
+    def _settled_error(self) -> float:
+        """Variance (in seconds squared) of :meth:`_settled` from the baseline's sampling error."""
+        return sum(
+            ((self.before[s].count - _count(self.now.get(s))) * self.before[s].error_s) ** 2
+            for s in self.changed
+            if s in self.before
+        )
+
+    def _judgement(
+        self, moves: Sequence[BrickMove], variance: float, drift: float, references: int, method: str, rounds: int = 0
+    ) -> Judgement:
+        """The change of the model's estimate at the baseline's machine speed: the sum of its bricks' moves."""
+        change = sum(move.delta_s for move in moves) / self.before_s
+        half = Z * math.sqrt(variance) / self.before_s
+        ordered = tuple(sorted(moves, key=lambda move: move.delta_s, reverse=True))
+        return Judgement(change, change - half, change + half, drift, references, method, rounds, ordered)
 
     def judge_statistics(self) -> Judgement | None:
         """The change and its interval from the reports' statistics; None for a model of unchanged bricks."""
@@ -359,55 +403,70 @@ class _Model:
         ratios = [(new.time_s or 0.0) / old.time_s for _, new, old, _ in references if old.time_s and new.time_s]
         spread = log_spread(ratios)
         spread = DEFAULT_DRIFT_SPREAD if spread is None else spread
-        now_part, before_part = self._parts()
-        new_s = [count * (share.time_s or 0.0) / drift for _, count, share in now_part]
-        old_s = [count * (share.time_s or 0.0) for count, share in before_part]
-        change = (sum(new_s) - sum(old_s)) / self.before_s
-        variance = sum((count * share.error_s / drift) ** 2 for _, count, share in now_part)
-        variance += sum((count * share.error_s) ** 2 for count, share in before_part)
-        variance += spread**2 / 2 * (sum(s**2 for s in new_s) + sum(s**2 for s in old_s))
-        variance += (sum(new_s) * spread) ** 2 / max(len(ratios), 1)
-        half = Z * math.sqrt(variance) / self.before_s
-        return Judgement(change, change - half, change + half, drift, len(references), "statistics")
+        new = [
+            BrickMove(share.label, 0, share.count, 0.0, share.count * (share.time_s or 0.0) / drift)
+            for _, share in self._new()
+        ]
+        moves = [*new, *self._settled()]
+        variance = self._settled_error()
+        variance += sum((share.count * share.error_s / drift) ** 2 for _, share in self._new())
+        variance += _scatter(moves, spread)
+        variance += (sum(move.now_s for move in new) * spread) ** 2 / max(len(ratios), 1)
+        return self._judgement(moves, variance, drift, len(references), "statistics")
 
     def judge_rounds(self, rounds: Mapping[str, Sequence[float]]) -> Judgement | None:
-        """The change per interleaved round, each with its own drift, and a bootstrap interval of their median."""
+        """The change per interleaved round, the new bricks brought back to the baseline's machine speed by that
+        round's drift, and a bootstrap interval of their median."""
         if not self.changed:
             return None
-        references = [ref for ref in self._references(measured_apart=False) if ref[0] in rounds and ref[2].time_s]
-        count = min(len(times) for times in rounds.values())
-        if count == 0:
+        new = self._new()
+        count = min((len(times) for times in rounds.values()), default=0)
+        if count == 0 or any(signature not in rounds for signature, _ in new):
             return self.judge_statistics()
-        now_part, before_part = self._parts()
-        old = sum(c * (share.time_s or 0.0) for c, share in before_part)
+        references = [ref for ref in self._references(measured_apart=False) if ref[0] in rounds]
         base = sum(w * (ref.time_s or 0.0) for _, _, ref, w in references)
-        changes, drifts = [], []
-        for index in range(count):
-            drift = sum(w * rounds[s][index] for s, _, _, w in references) / base if references else 1.0
-            new = sum(c * rounds[s][index] for s, c, _ in now_part) / drift
-            changes.append((new - old) / self.before_s)
-            drifts.append(drift)
-        change, low, high = bootstrap_median(changes)
-        drift = float(sorted(drifts)[len(drifts) // 2])
+        settled = self._settled()
+        fixed = sum(move.delta_s for move in settled)
+        drifts = np.array(
+            [
+                sum(w * rounds[s][index] for s, _, _, w in references) / base if references else 1.0
+                for index in range(count)
+            ]
+        )
+        # Seconds at the baseline's machine speed of each new brick (rows) in each round (columns).
+        new_s = np.array([[share.count * t for t in rounds[s][:count]] for s, share in new]).reshape(len(new), count)
+        new_s = new_s / drifts
+        changes = (new_s.sum(axis=0) + fixed) / self.before_s
+        change, low, high = bootstrap_median(list(changes))
+        # The round (or the two rounds) whose change is the median give the new bricks' shares, so that the moves
+        # shown add up to the change.
+        middle = np.argsort(changes, kind="stable")[(count - 1) // 2 : count // 2 + 1]
+        moves = [
+            *(
+                BrickMove(share.label, 0, share.count, 0.0, float(new_s[row, middle].mean()))
+                for row, (_, share) in enumerate(new)
+            ),
+            *settled,
+        ]
         # What the rounds cannot show: the baseline's own sampling error, and how far the changed bricks
         # may drift apart from the reference bricks (their scatter in the rounds).
         ratios = [_median(rounds[s][:count]) / (ref.time_s or 1.0) for s, _, ref, _ in references]
         spread = log_spread(ratios)
         spread = DEFAULT_DRIFT_SPREAD if spread is None else spread
-        new_s = [c * _median(rounds[s][:count]) / drift for s, c, _ in now_part]
-        old_s = [c * (share.time_s or 0.0) for c, share in before_part]
-        extra = sum((c * share.error_s) ** 2 for c, share in before_part)
-        extra += spread**2 / 2 * (sum(s**2 for s in new_s) + sum(s**2 for s in old_s))
-        widen = Z * math.sqrt(extra) / self.before_s
-        return Judgement(
-            change,
-            change - math.hypot(change - low, widen),
-            change + math.hypot(high - change, widen),
-            drift,
-            len(references),
-            "re-timed",
-            count,
+        widen = Z * math.sqrt(self._settled_error() + _scatter(moves, spread)) / self.before_s
+        judged = self._judgement(moves, 0.0, float(drifts[middle].mean()), len(references), "re-timed", count)
+        return dataclasses.replace(
+            judged,
+            change=change,
+            low=change - math.hypot(change - low, widen),
+            high=change + math.hypot(high - change, widen),
         )
+
+
+def _scatter(moves: Sequence[BrickMove], spread: float) -> float:
+    """Variance (in seconds squared) of the moves from single bricks drifting apart between the runs by
+    ``spread`` (of their log ratio, half of it in each run)."""
+    return spread**2 / 2 * sum(move.delta_s**2 for move in moves)
 
 
 def _median(values: Sequence[float]) -> float:
@@ -463,35 +522,38 @@ def _estimate(model: Mapping[str, Any], shares: Mapping[str, _Share]) -> float |
 
 # -- text ----------------------------------------------------------------------------------------
 
-_COLUMNS = ("Model", "Before", "Now", "Measured", "Changed bricks [95%]", "Verdict")
+_COLUMNS = ("Model", "Before", "Now", "Measured", "At baseline speed [95%]", "Verdict")
 
 
 def render_comparison(comparison: Comparison) -> str:
-    """One row per model: both estimates, the change as measured, the change due to changed bricks with
-    its interval, and the verdict."""
+    """One row per model: both estimates, the change as measured, and the estimate now at the baseline's
+    machine speed with its change and interval, which the verdict judges."""
     rows = [_COLUMNS]
     for model in comparison.models:
         change = model.change
-        judged = model.judged
         rows.append(
             (
                 model.path,
                 format_seconds(model.before_s),
                 format_seconds(model.now_s),
                 "-" if change is None else f"{change:+.1%}",
-                ("same bricks" if model.verdict == UNCHANGED else "-") if judged is None else judged.describe(),
+                ("same bricks" if model.verdict == UNCHANGED else "-") if model.judged is None else _row(model),
                 model.verdict,
             )
         )
     return format_table(rows, left=(0, len(_COLUMNS) - 1))
 
 
+def _row(model: ModelDelta) -> str:
+    assert model.judged is not None
+    return f"{format_seconds(model.judged_s)} {model.judged.describe()}"
+
+
 def render_regressions(comparison: Comparison) -> str:
-    """The failure message: each model whose changed bricks made it slower beyond the threshold, with them."""
+    """The failure message: each model made slower beyond the threshold by its changed bricks, with them."""
     return "\n".join(
-        f"{model.path} is {_judged(model)} slower than in {comparison.baseline}"
-        f" ({format_seconds(model.before_s)} -> {format_seconds(model.now_s)}), more than"
-        f" {comparison.threshold or 0.0:.0%}; {_bricks(model)}"
+        f"{model.path} is {_judged(model, comparison.baseline)}, more than {comparison.threshold or 0.0:.0%};"
+        f" {_bricks(model)}"
         for model in comparison.regressions
     )
 
@@ -499,35 +561,40 @@ def render_regressions(comparison: Comparison) -> str:
 def render_inconclusive(comparison: Comparison) -> str:
     """Why the gate cannot decide: each model whose interval straddles the threshold."""
     return "\n".join(
-        f"{model.path}: its changed bricks make it {_judged(model)} slower: the noise is too high to tell"
-        f" whether that exceeds {comparison.threshold or 0.0:.0%}; {_bricks(model)}"
+        f"{model.path}: its changed bricks make it {_judged(model, comparison.baseline)}: the noise is too high to"
+        f" tell whether that exceeds {comparison.threshold or 0.0:.0%}; {_bricks(model)}"
         for model in comparison.inconclusive
     )
 
 
-def _judged(model: ModelDelta) -> str:
+def _judged(model: ModelDelta, baseline: str) -> str:
+    """The judged change with the estimates it follows from, such as ``12.0% slower than in BASE: 250.0 us
+    -> 280.0 us at that run's machine speed (...; 310.0 us as measured)``."""
     judged = model.judged
     assert judged is not None
     how = f"re-timed in {judged.rounds} rounds" if judged.rounds else "from the brick statistics"
     return (
-        f"{judged.change:.1%} (95% interval {judged.low:+.1%} to {judged.high:+.1%}, {how}, drift x{judged.drift:.2f})"
+        f"{judged.change:.1%} slower than in {baseline}: {format_seconds(model.before_s)} ->"
+        f" {format_seconds(model.judged_s)} at that run's machine speed (95% interval {judged.low:+.1%} to"
+        f" {judged.high:+.1%}, {how}, drift x{judged.drift:.2f}; {format_seconds(model.now_s)} as measured)"
     )
 
 
 def _bricks(model: ModelDelta) -> str:
     shown = [_describe(move) for move in model.moves[:MOVED_BRICKS_SHOWN]]
-    return f"bricks that changed: {', '.join(shown) or '-'}"
+    more = len(model.moves) - len(shown)
+    return f"bricks that changed: {', '.join(shown) or '-'}" + (f" and {more} more" if more > 0 else "")
 
 
 def _describe(move: BrickMove) -> str:
-    """A brick's share of the change, such as ``Conv+Relu-3f2a91c0 x2 +60.0 us (200.0 us -> 260.0 us)``."""
-    count = f" x{move.count_now}" if move.count_now > 1 else ""
+    """A brick's move at the baseline's machine speed, such as ``Conv+Relu-3f2a91c0 x2 +60.0 us (new)``."""
+    count = f" x{move.count_now}" if move.count_now > 1 and move.count_before == 0 else ""
     sign = "+" if move.delta_s >= 0 else "-"
     was = (
         "new"
         if move.count_before == 0
         else "gone"
         if move.count_now == 0
-        else f"{format_seconds(move.before_s)} -> {format_seconds(move.now_s)}"
+        else f"x{move.count_before} -> x{move.count_now}"
     )
     return f"{move.label}{count} {sign}{format_seconds(abs(move.delta_s))} ({was})"

@@ -26,7 +26,7 @@ from .comparing import (
 )
 from .composition import brick_calls
 from .cutting import ModelPlan
-from .estimates import HistoryEntry, model_estimates, reused_brick
+from .estimates import PREFIX, SPREAD, EstimateCheck, HistoryEntry, model_estimates, reused_brick
 from .identity import Identity, differences, identify
 from .items import signature_of
 from .noise import HIGH_NOISE, margin_of_error
@@ -76,6 +76,8 @@ class Tracking:
         self.noisy_runs: list[str] = []
         #: The gate found nothing to compare with: this run, saved, becomes the baseline.
         self.first_baseline = False
+        #: Spread statistics that pytest-benchmark's --benchmark-compare-fail checks, which estimates do not have.
+        self.spread_checks: list[str] = []
         self.saved = 0
         self.store_error: str | None = None
         self._identity: Identity | None = None
@@ -105,6 +107,9 @@ class Tracking:
         benchmarks = self.config.pluginmanager.get_plugin("pytest-benchmark")
         if benchmarks is None:
             return
+        if benchmarks.compare_fail:
+            benchmarks.compare_fail = [EstimateCheck(check) for check in benchmarks.compare_fail]
+            self.spread_checks = sorted({check.field for check in benchmarks.compare_fail if check.field in SPREAD})
         if self.settings.store is not None and not (benchmarks.disabled or benchmarks.skip):
             self.store = BrickStore(self.settings.store)
             self.shelf = self.store.shelf(self.identity)
@@ -279,7 +284,7 @@ class Tracking:
         now = make_block(report, self.identity.conditions(self.settings))
         statistic, threshold = self.settings.statistic, self.settings.compare_fail
         first = compare(now, block, baseline=name, statistic=statistic, threshold=threshold)
-        # A model the reports' statistics cannot pass is judged on its bricks timed again, beside its references.
+        # A model whose bricks changed is judged on them timed again, interleaved with its references.
         retimed = {
             model.path: retime(self.run.bricks, [*model.changed, *model.references], self.settings)
             for model in suspects(first)
@@ -334,6 +339,11 @@ class Tracking:
         if self.noisy_runs:
             write(f"dlbricks: passed over as baselines, measured under high noise: {', '.join(self.noisy_runs)}")
         self._summarize_noise(write)
+        if self.spread_checks and any(model.get("complete") for model in (self.run.report or {}).get("models", [])):
+            write(
+                f"dlbricks: --benchmark-compare-fail on {' and '.join(self.spread_checks)} passes over the"
+                f" {PREFIX} estimates: one composed value has no spread; --dlbricks-compare-fail gates them"
+            )
         if self.comparison is None:
             return
         table = render_comparison(self.comparison)

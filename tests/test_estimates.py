@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pytest_benchmark.utils import parse_compare_fail
 
-from pytest_dlbricks.estimates import GROUP, model_estimates, model_stats, reused_brick
+from pytest_dlbricks.estimates import GROUP, EstimateCheck, model_estimates, model_stats, reused_brick
 
 STATS_A = {"min": 1.0, "max": 4.0, "mean": 2.0, "median": 1.5, "stddev": 0.5, "iqr": 0.4, "q1": 1.3, "q3": 1.7}
 STATS_B = {"min": 10.0, "max": 40.0, "mean": 20.0, "median": 15.0, "stddev": 5.0, "iqr": 4.0, "q1": 13.0, "q3": 17.0}
@@ -117,3 +117,26 @@ def test_pytest_benchmark_regression_checks_apply_to_estimates() -> None:
     check = parse_compare_fail("median:5%")
     assert check.fails(estimate, {**estimate.as_dict(flat=True), "median": 17.5}) is None
     assert check.fails(estimate, {**estimate.as_dict(flat=True), "median": 16.0})
+
+
+@pytest.mark.parametrize("spread", ["stddev:10%", "iqr:10%", "stddev:0.001"])
+def test_spread_checks_pass_over_estimates_and_still_check_bricks(spread: str) -> None:
+    """pytest-benchmark takes a percentage of a saved 0 as infinitely worse: unwrapped, stddev:10% fails every
+    estimate of every run, the same estimate included."""
+    (estimate,) = model_estimates(report())
+    saved = estimate.as_dict(flat=True)
+    if spread.endswith("%"):
+        assert parse_compare_fail(spread).fails(estimate, saved), "pytest-benchmark's own check"
+    assert EstimateCheck(parse_compare_fail(spread)).fails(estimate, saved) is None
+    brick = reused_brick("b", "m.onnx::b", {**STATS_A, "rounds": 9}, {})
+    wider = {**brick.as_dict(flat=True), "stddev": 0.1, "iqr": 0.1}
+    assert EstimateCheck(parse_compare_fail(spread)).fails(brick, wider), "a brick's spread is its own"
+
+
+def test_other_checks_of_estimates_are_pytest_benchmarks_own() -> None:
+    (estimate,) = model_estimates(report())
+    check = EstimateCheck(parse_compare_fail("median:5%"))
+    assert check.fails(estimate, {**estimate.as_dict(flat=True), "median": 17.5}) is None
+    assert check.fails(estimate, {**estimate.as_dict(flat=True), "median": 16.0}) == parse_compare_fail(
+        "median:5%"
+    ).fails(estimate, {**estimate.as_dict(flat=True), "median": 16.0})

@@ -367,12 +367,12 @@ def test_a_regression_introduced_into_a_model_fails_the_session(
     result.stdout.fnmatch_lines(
         [
             "*- dlbricks: median estimates compared with *0001_*.json -*",
-            "Model * Before * Now * Measured * Changed bricks [[]95%[]] * Verdict",
+            "Model * Before * Now * Measured * At baseline speed [[]95%[]] * Verdict",
             "models/mlp.onnx * +0.0% * same bricks * unchanged",
             "models/net.onnx * REGRESSION",
             "dlbricks: performance regression:",
-            "  models/net.onnx is *% (95% interval * re-timed in 15 rounds, drift x*) slower than in *0001_*.json"
-            " (* -> *), more than 10%; bricks that changed: *Conv* (new)*",
+            "  models/net.onnx is *% slower than in *0001_*.json: * -> * at that run's machine speed (95% interval"
+            " * re-timed in 15 rounds, drift x*; * as measured), more than 10%; bricks that changed: *Conv* (new)*",
         ]
     )
     comparison = read(pytester.path / "r.json")["comparison"]
@@ -381,6 +381,25 @@ def test_a_regression_introduced_into_a_model_fails_the_session(
     # Saved in the history all the same, and the next run compares with it: nothing changed since.
     assert len(saved_runs(pytester)) == 2
     run(pytester, *gate, *args, timing=GATE_TIMING).assert_outcomes(skipped=summary["distinct_bricks"])
+
+
+def test_pytest_benchmarks_spread_checks_pass_over_the_estimates(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    """An estimate is one value: pytest-benchmark would fail stddev:5% on it in every run, this one reusing every
+    brick (the same estimate) included."""
+    args = ("--dlbricks-granularity=2", "--benchmark-autosave", "models/mlp.onnx")
+    run(pytester, *args).assert_outcomes(passed=3)
+    result = run(pytester, "--benchmark-compare", "--benchmark-compare-fail=stddev:5%", *args)
+    result.assert_outcomes(skipped=3)
+    result.stdout.fnmatch_lines(
+        [
+            "dlbricks: --benchmark-compare-fail on stddev passes over the dlbricks:: estimates: one composed value"
+            " has no spread; --dlbricks-compare-fail gates them"
+        ]
+    )
+    assert result.ret == 0
+    result.stdout.no_fnmatch_line("*Performance has regressed*")
 
 
 def test_unchanged_bricks_timed_slower_pass_the_gate(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
