@@ -12,6 +12,9 @@ inside its brick. Per model it prints, in microseconds per call:
   for); ``model``: the whole graph the bricks were cut from, built by the same synthesis as the bricks;
   ``composed``: the bricks' times less their call cost plus the model's, as the plugin composes them;
   ``ratio``: composed / file (what the zoo scores), ``syn``: model / file (what synthesis changes);
+- ``nodes``: the layers the bricks were cut into / the kernels the file runs per call (onnxruntime folds
+  shape computations at the concrete sizes the bricks are cut at, not in a file with symbolic ones);
+  ``kern@file``: the file's kernel time;
 - ``kern@model`` and ``kern@brick``: the kernel time of the layers both runs executed as the same
   nodes, inside the model and inside the bricks (summed over every occurrence), and their ratio: what
   the model's context (caches, threads) does to the same kernels;
@@ -76,6 +79,8 @@ class Breakdown:
     gap_in_bricks_s: float
     call_cost_s: float
     layers: int
+    file_kernels: int
+    kernels_in_file_s: float
     #: Per layer both runs executed as the same node: operator, kernel seconds in the model and in its
     #: brick (scaled to the measured calls), FLOPs (None when unknown) and bytes moved.
     matched: list[tuple[str, float, float, int | None, int]]
@@ -95,7 +100,7 @@ def main() -> None:
     use_thread_pool(settings.thread_pool, settings.intra_op_threads)
     overhead = measure_call_overhead(settings)
     rows = []
-    print(_header())
+    print(_header(), flush=True)
     for name, path, dims in _models(args):
         try:
             rows.append(breakdown(name, path, dims, settings, overhead, args.rounds, args.profiled_runs))
@@ -103,9 +108,9 @@ def main() -> None:
             print(f"{name}: {type(error).__name__}: {error}", file=sys.stderr)
         else:
             print(_row(rows[-1]), flush=True)
+            if args.json:  # after each model: a run stopped by a time limit keeps what it measured
+                args.json.write_text(json.dumps([row.__dict__ for row in rows]))
     print(_totals(rows))
-    if args.json:
-        args.json.write_text(json.dumps([row.__dict__ for row in rows]))
 
 
 def _models(args: argparse.Namespace) -> list[tuple[str, Path, dict[str, int]]]:
@@ -153,6 +158,7 @@ def breakdown(
     times = {key: statistics.median(values) for key, values in samples.items()}
     estimate = compose(plan, {s: times[s] for s in runners}, overhead)
 
+    file_kernels, file_share = _file_profile(file, feeds, path, settings, profiled_runs)
     in_model = _kernels(whole, range(len(graph.layers)), settings, profiled_runs)
     in_bricks: dict[int, float] = {}
     brick_runs: list[tuple[dict[int, float], float]] = []
@@ -195,6 +201,8 @@ def breakdown(
         gap_in_bricks_s=gap_bricks - brick_calls,
         call_cost_s=model_call,
         layers=len(graph.layers),
+        file_kernels=file_kernels,
+        kernels_in_file_s=times["file"] * file_share,
         matched=[
             (
                 layer_work[i].op_type,
@@ -262,9 +270,23 @@ def _kernels(brick: BrickSpec, layers: range, settings: Settings, runs: int) -> 
     )
 
 
+def _file_profile(file: object, feeds: dict, path: Path, settings: Settings, runs: int) -> tuple[int, float]:
+    """Kernels the user's file runs per call, and the share of its profiled call they take."""
+    with tempfile.TemporaryDirectory(prefix="dlbricks-breakdown-") as folder:
+        data_dir = None if isinstance(file, Path) else path.parent
+        session = create_session(file, settings, data_dir, profile_to=Path(folder) / "run")  # type: ignore[arg-type]
+        for _ in range(runs + 1):
+            session.run(None, feeds)
+        events = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
+    calls = [e["dur"] for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
+    kernels = [e["dur"] for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")]
+    return round(len(kernels) / len(calls)), sum(kernels) / sum(calls)
+
+
 def _header() -> str:
     return (
-        f"{'model':28} {'file':>9} {'syn':>5} {'composed':>9} {'ratio':>6} {'kern@model':>10} {'kern@brick':>10} {'ctx':>5}"
+        f"{'model':28} {'file':>9} {'syn':>5} {'composed':>9} {'ratio':>6} {'nodes':>9} {'kern@file':>9}"
+        f" {'kern@model':>10} {'kern@brick':>10} {'ctx':>5}"
         f" {'refused':>8} {'gap@model':>9} {'gap@bricks':>10} {'calls':>6}"
     )
 
@@ -274,7 +296,8 @@ def _row(row: Breakdown) -> str:
     ctx = row.kernels_in_model_s / row.kernels_in_bricks_s if row.kernels_in_bricks_s else math.nan
     return (
         f"{row.name[:28]:28} {row.file_s * us:9.1f} {row.model_s / row.file_s:5.2f} {row.composed_s * us:9.1f}"
-        f" {row.composed_s / row.file_s:6.3f}"
+        f" {row.composed_s / row.file_s:6.3f} {f'{row.layers}/{row.file_kernels}':>9}"
+        f" {row.kernels_in_file_s * us:9.1f}"
         f" {row.kernels_in_model_s * us:10.1f} {row.kernels_in_bricks_s * us:10.1f} {ctx:5.2f}"
         f" {row.unmatched_s * us:8.1f} {row.gap_in_model_s * us:9.1f} {row.gap_in_bricks_s * us:10.1f}"
         f" {row.call_cost_s * us:6.1f}"
