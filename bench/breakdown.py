@@ -4,7 +4,8 @@ For each model, cut as the plugin cuts it (the graph onnxruntime runs, granulari
 (all its layers as one network, built by the same synthesis as its bricks, so weights and inputs are
 alike) and each distinct brick are timed as the plugin times them (shared thread pool, I/O binding,
 inputs written again before each call; a brick in a burst of calls as pytest-benchmark times it, the
-models one call right after the bricks as validation times them), round by round, and then profiled. Every layer
+models right after the bricks, one untimed call then one timed, as validation times them), round by
+round, and then profiled. Every layer
 keeps its index as its node name, so each kernel's time inside the model is matched with its time
 inside its brick. Per model it prints, in microseconds per call:
 
@@ -24,7 +25,16 @@ inside its brick. Per model it prints, in microseconds per call:
   ``gap@bricks``: the same summed over brick occurrences, less the call cost composition takes off;
 - ``calls``: the call cost composition charges (bricks' removed, the model's added).
 
-Profiling slows runs: its times only split the measured ones into parts, they are never the figures.
+Then a second table says where the gap between the file's measured time and the composed estimate
+goes, each part as a share of the file's time, the parts adding up to ``1 - ratio``:
+
+- ``file``: what the file runs beyond the graph the bricks were cut from (file less model);
+- ``context``: the same kernels slower in the model than in their bricks (caches, threads);
+- ``between``: the model's time between kernels beyond its call, less the bricks' beyond theirs;
+- ``fused``: kernels the model ran that the bricks did not run as the same nodes, and the other way;
+
+and names the largest. Profiling slows runs: its times only split the measured ones into parts, they
+are never the figures.
 The parts are scaled so that ``kern+gap`` equals each measured call. A machine with another job on it
 gives numbers that mean little: run it on a quiet one.
 
@@ -111,6 +121,7 @@ def main() -> None:
             if args.json:  # after each model: a run stopped by a time limit keeps what it measured
                 args.json.write_text(json.dumps([row.__dict__ for row in rows]))
     print(_totals(rows))
+    print(_parts(rows))
 
 
 def _models(args: argparse.Namespace) -> list[tuple[str, Path, dict[str, int]]]:
@@ -153,8 +164,8 @@ def breakdown(
     for _ in range(rounds):
         for signature, runner in runners.items():
             samples[signature] += _burst(runner, BURST)
-        samples["file"].append(_timed(file_runner))
-        samples["model"].append(_timed(model_runner))
+        samples["file"].append(_timed_again(file_runner))
+        samples["model"].append(_timed_again(model_runner))
     times = {key: statistics.median(values) for key, values in samples.items()}
     estimate = compose(plan, {s: times[s] for s in runners}, overhead)
 
@@ -235,6 +246,12 @@ def _burst(runner: BrickRunner, calls: int) -> list[float]:
     return [_timed(runner) for _ in range(calls + 1)][1:]
 
 
+def _timed_again(runner: BrickRunner) -> float:
+    """A model's call timed as validation times it: after one untimed call, its inputs written again."""
+    runner()
+    return _timed(runner)
+
+
 def _timed(runner: BrickRunner) -> float:
     runner.rewrite_inputs()
     start = time.perf_counter()
@@ -302,6 +319,35 @@ def _row(row: Breakdown) -> str:
         f" {row.unmatched_s * us:8.1f} {row.gap_in_model_s * us:9.1f} {row.gap_in_bricks_s * us:10.1f}"
         f" {row.call_cost_s * us:6.1f}"
     )
+
+
+#: The parts of the gap, as :func:`_parts` splits it: name, and the part in seconds of one row.
+PARTS = {
+    "file": lambda row: row.file_s - row.model_s,
+    "context": lambda row: row.kernels_in_model_s - row.kernels_in_bricks_s,
+    "between": lambda row: row.gap_in_model_s - row.call_cost_s - row.gap_in_bricks_s,
+    # What is left once the others are counted: kernels matched in one run only (see ``refused``).
+    "fused": lambda row: (
+        row.model_s
+        - row.composed_s
+        - (row.kernels_in_model_s - row.kernels_in_bricks_s)
+        - (row.gap_in_model_s - row.call_cost_s - row.gap_in_bricks_s)
+    ),
+}
+
+
+def _parts(rows: list[Breakdown]) -> str:
+    """Where each model's gap goes, as shares of the file's time, and the largest part."""
+    lines = [f"{'model':28} {'ratio':>6} " + " ".join(f"{name:>8}" for name in PARTS) + "  largest"]
+    for row in rows:
+        shares = {name: part(row) / row.file_s for name, part in PARTS.items()}
+        largest = max(shares, key=lambda name: abs(shares[name]))
+        lines.append(
+            f"{row.name[:28]:28} {row.composed_s / row.file_s:6.3f} "
+            + " ".join(f"{share:+8.1%}" for share in shares.values())
+            + f"  {largest}"
+        )
+    return "\n".join(lines)
 
 
 def _totals(rows: list[Breakdown]) -> str:

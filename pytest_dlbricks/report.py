@@ -130,7 +130,7 @@ class ModelEntry:
     inputs: str = "synthetic"
     data_dependent_ops: list[str] = field(default_factory=list)
     #: The estimate corrected by the machine's calibration (see :mod:`.calibration`), beside the raw
-    #: ``sequential_s``; None without a calibration of two or more other models.
+    #: ``sequential_s``; None until the machine has enough calibration models other than this one.
     calibrated_s: float | None = None
 
     def as_json(self) -> dict[str, Any]:
