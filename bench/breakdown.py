@@ -33,11 +33,12 @@ goes, each part as a share of the file's time, the parts adding up to ``1 - rati
 - ``between``: the model's time between kernels beyond its call, less the bricks' beyond theirs;
 - ``fused``: kernels the model ran that the bricks did not run as the same nodes, and the other way;
 
-and names the largest. In networks of microseconds the profiler's own cost lands inside kernel times,
-so there only ``context + between`` means something, not how it splits. Profiling slows runs: its times only split the measured ones into parts, they
-are never the figures.
-Kernel times are the profiler's, brought down to the measured call where they exceed it, and
-``gap`` is each measured call less its kernels. A machine with another job on it
+and names the largest. The profiler's split of a model's own gap between ``context`` and ``between``
+is indicative: profiling slows nodes unevenly (most in networks of microseconds, where only their sum
+means something); ``file`` and the sum of the other parts come from plain timings alone.
+
+Profiling slows runs: its times only split the measured ones into parts, they are never the figures.
+The parts are scaled so that ``kern+gap`` equals each measured call. A machine with another job on it
 gives numbers that mean little: run it on a quiet one.
 
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
@@ -172,27 +173,29 @@ def breakdown(
     estimate = compose(plan, {s: times[s] for s in runners}, overhead)
 
     file_kernels, file_share = _file_profile(file, feeds, path, settings, profiled_runs)
-    kernels_model = _kernels(whole, range(len(graph.layers)), settings, profiled_runs)
+    in_model = _kernels(whole, range(len(graph.layers)), settings, profiled_runs)
     in_bricks: dict[int, float] = {}
-    brick_runs: list[dict[int, float]] = []
-    profiled: dict[str, dict[int, float]] = {}
+    brick_runs: list[tuple[dict[int, float], float]] = []
+    profiled: dict[str, tuple[dict[int, float], float]] = {}
     for brick, begin in windows:
         if brick.signature not in profiled:
             profiled[brick.signature] = _kernels(brick, range(len(brick.nodes)), settings, profiled_runs)
-        kernels = profiled[brick.signature]
+        kernels, run_s = profiled[brick.signature]
         in_bricks.update({begin + index: seconds for index, seconds in kernels.items()})
-        brick_runs.append(kernels)
+        brick_runs.append((kernels, run_s))
+    kernels_model, run_model = in_model
     matched = set(kernels_model) & set(in_bricks)
     scale_in_bricks = {}
 
-    model_scale = _scale(times["model"], kernels_model)
+    # Profiled runs are slower than plain ones: scale each network's parts to its measured call.
+    model_scale = times["model"] / run_model
     kern_model = sum(kernels_model[i] for i in matched) * model_scale
     unmatched = sum(s for i, s in kernels_model.items() if i not in matched) * model_scale
     gap_model = times["model"] - sum(kernels_model.values()) * model_scale
     kern_bricks = 0.0
     gap_bricks = 0.0
-    for (brick, begin), kernels in zip(windows, brick_runs):
-        scale = _scale(times[brick.signature], kernels)
+    for (brick, begin), (kernels, run_s) in zip(windows, brick_runs):
+        scale = times[brick.signature] / run_s
         kern_bricks += sum(s for i, s in kernels.items() if begin + i in matched) * scale
         scale_in_bricks.update({begin + i: s * scale for i, s in kernels.items()})
         gap_bricks += times[brick.signature] - sum(kernels.values()) * scale
@@ -227,15 +230,6 @@ def breakdown(
     )
 
 
-def _scale(measured_s: float, kernels: dict[int, float]) -> float:
-    """What a network's profiled kernel times are multiplied by: 1, unless they add up to more than its
-    measured call, then down to that call. The profiler's cost falls mostly outside kernels (one event
-    per node): scaling every kernel by the slowdown of the whole profiled call would inflate the kernels
-    of a network of microseconds several times over."""
-    total = sum(kernels.values())
-    return min(1.0, measured_s / total) if total > 0 else 1.0
-
-
 def _windows(plan: ModelPlan) -> list[tuple[BrickSpec, int]]:
     """Each brick occurrence with the index of its first layer (windows are consecutive runs of layers)."""
     windows, begin = [], 0
@@ -268,8 +262,8 @@ def _timed(runner: BrickRunner) -> float:
     return time.perf_counter() - start
 
 
-def _kernels(brick: BrickSpec, layers: range, settings: Settings, runs: int) -> dict[int, float]:
-    """Median kernel time of each layer (by its index in ``brick``), profiled.
+def _kernels(brick: BrickSpec, layers: range, settings: Settings, runs: int) -> tuple[dict[int, float], float]:
+    """Median kernel time of each layer (by its index in ``brick``) and of the whole call, profiled.
 
     One profiled session runs ``runs`` calls after one untimed warm-up call (its first run allocates).
     """
@@ -282,6 +276,7 @@ def _kernels(brick: BrickSpec, layers: range, settings: Settings, runs: int) -> 
         for _ in range(runs + 1):
             session.run(None, feeds)
         events = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
+    calls = [e["dur"] * 1e-6 for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"][1:]
     per_layer: dict[int, list[float]] = defaultdict(list)
     for event in events:
         label = event.get("name", "")
@@ -290,7 +285,9 @@ def _kernels(brick: BrickSpec, layers: range, settings: Settings, runs: int) -> 
             if index.isdigit():
                 per_layer[int(index)].append(event["dur"] * 1e-6)
     # The first event of each layer is the warm-up call's.
-    return {index: statistics.median(values[1:] or values) for index, values in per_layer.items()}
+    return {index: statistics.median(values[1:] or values) for index, values in per_layer.items()}, statistics.median(
+        calls
+    )
 
 
 def _file_profile(file: object, feeds: dict, path: Path, settings: Settings, runs: int) -> tuple[int, float]:
