@@ -212,7 +212,10 @@ def _row(found: dict, name: str, data: dict, failures: dict[str, str]) -> dict:
     """What the table shows of one model: its figures and, when it has no full estimate, why."""
     row = {
         key: found.get(key)
-        for key in ("sequential_s", "measured_s", "ratio", "complete", "guessed_dims", "inputs", "data_dependent_ops")
+        for key in (
+            *("sequential_s", "measured_s", "ratio", "complete", "guessed_dims", "inputs", "data_dependent_ops"),
+            "calibrated_s",
+        )
     }
     row["loaded"] = "error" not in found
     own = [message for case, message in failures.items() if f"{name}.onnx" in case.split("::")[0]]
@@ -312,6 +315,11 @@ def _calibration(models: list[dict], results: dict, noises: dict, calibration_mo
         )
         lines.append(f"  raw        {_score([_raw(records[name]) for name in scored])}")
         lines.append(f"  calibrated {_score([_calibrated(held_out, records[name]) for name in scored])}")
+        own = [
+            rows[name]["calibrated_s"] / rows[name]["measured_s"] for name in scored if rows[name].get("calibrated_s")
+        ]
+        if own:  # the session ran on a store that holds a calibration (--dlbricks-calibrate in an earlier run)
+            lines.append(f"  as the plugin calibrated them from its store: {_score(own)}")
     return "\n".join(lines)
 
 
