@@ -289,7 +289,7 @@ class Shelf:
                     )
                 )
             except (KeyError, TypeError, ValueError, AttributeError):
-                self.discarded["calibration"] += 1
+                self.discarded["calibration model"] += 1
         return found
 
     def put_calibration(self, record: CalibrationRecord) -> None:

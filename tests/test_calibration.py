@@ -86,7 +86,7 @@ def test_store_keeps_calibration_records_and_counts_damaged_ones_as_absent(tmp_p
     data = json.loads(damaged.read_text())
     damaged.write_text(json.dumps({**data, "measured_s": -1}))
     assert len(shelf.calibration()) == 1
-    assert shelf.discarded["calibration"] == 1
+    assert shelf.discarded["calibration model"] == 1
 
 
 def test_calibration_as_json_names_its_models() -> None:
