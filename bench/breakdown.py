@@ -3,12 +3,19 @@
 For each model, cut as the plugin cuts it (the graph onnxruntime runs, granularity G), the whole model
 (all its layers as one network, built by the same synthesis as its bricks, so weights and inputs are
 alike) and each distinct brick are timed as the plugin times them (shared thread pool, I/O binding,
-inputs written again before each call), interleaved round by round, and then profiled. Every layer
+inputs written again before each call; a brick in a burst of calls as pytest-benchmark times it, the
+models right after the bricks, one untimed call then one timed, as validation times them), round by
+round, and then profiled. Every layer
 keeps its index as its node name, so each kernel's time inside the model is matched with its time
 inside its brick. Per model it prints, in microseconds per call:
 
-- ``model``: the whole model, measured; ``composed``: the bricks' times less their call cost plus the
-  model's, as the plugin composes them; their ratio;
+- ``file``: the user's file as validation measures it (real weights, the inputs the bricks were cut
+  for); ``model``: the whole graph the bricks were cut from, built by the same synthesis as the bricks;
+  ``composed``: the bricks' times less their call cost plus the model's, as the plugin composes them;
+  ``ratio``: composed / file (what the zoo scores), ``syn``: model / file (what synthesis changes);
+- ``nodes``: the layers the bricks were cut into / the kernels the file runs per call (onnxruntime folds
+  shape computations at the concrete sizes the bricks are cut at, not in a file with symbolic ones);
+  ``kern@file``: the file's kernel time;
 - ``kern@model`` and ``kern@brick``: the kernel time of the layers both runs executed as the same
   nodes, inside the model and inside the bricks (summed over every occurrence), and their ratio: what
   the model's context (caches, threads) does to the same kernels;
@@ -18,13 +25,28 @@ inside its brick. Per model it prints, in microseconds per call:
   ``gap@bricks``: the same summed over brick occurrences, less the call cost composition takes off;
 - ``calls``: the call cost composition charges (bricks' removed, the model's added).
 
+Then a second table says where the gap between the file's measured time and the composed estimate
+goes, each part as a share of the file's time, the parts adding up to ``1 - ratio``:
+
+- ``file``: what the file runs beyond the graph the bricks were cut from (file less model);
+- ``context``: the same kernels slower in the model than in their bricks (caches, threads);
+- ``between``: the model's time between kernels beyond its call, less the bricks' beyond theirs;
+- ``fused``: kernels the model ran that the bricks did not run as the same nodes, and the other way;
+
+and names the largest. The profiler's split of a model's own gap between ``context`` and ``between``
+is indicative: profiling slows nodes unevenly (most in networks of microseconds, where only their sum
+means something); ``file`` and the sum of the other parts come from plain timings alone.
+
 Profiling slows runs: its times only split the measured ones into parts, they are never the figures.
 The parts are scaled so that ``kern+gap`` equals each measured call. A machine with another job on it
 gives numbers that mean little: run it on a quiet one.
 
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
 
-    python bench/breakdown.py [--zoo DIR] [--only NAMES] [--granularity 2] [--rounds 30] [MODEL.onnx ...]
+    python bench/breakdown.py [--zoo DIR] [--only NAMES] [--granularity 2] [--rounds 30] [--json OUT] [MODEL.onnx ...]
+
+``--json`` also writes, per model, each matched layer's operator, kernel time in the model and in its
+brick, FLOPs and bytes: the evidence a per-machine correction of context effects would be learned from.
 """
 
 from __future__ import annotations
@@ -40,13 +62,15 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_dlbricks.analysis import plan_work
 from pytest_dlbricks.bricks import BrickSpec, describe_brick
 from pytest_dlbricks.composition import compose
 from pytest_dlbricks.cutting import ModelPlan, plan_model
-from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.loading import load_model, whole_model
 from pytest_dlbricks.overhead import CallOverhead, measure_call_overhead
-from pytest_dlbricks.running import BrickRunner
+from pytest_dlbricks.running import BrickRunner, ModelRunner
 from pytest_dlbricks.runtime import create_session, use_thread_pool
+from pytest_dlbricks.samples import find_samples
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.synthesis import brick_feeds, build_brick_model
 
@@ -58,6 +82,7 @@ class Breakdown:
     """One model's measured and composed times and the parts they split into, in seconds per call."""
 
     name: str
+    file_s: float
     model_s: float
     composed_s: float
     kernels_in_model_s: float
@@ -66,6 +91,12 @@ class Breakdown:
     gap_in_model_s: float
     gap_in_bricks_s: float
     call_cost_s: float
+    layers: int
+    file_kernels: int
+    kernels_in_file_s: float
+    #: Per layer both runs executed as the same node: operator, kernel seconds in the model and in its
+    #: brick (scaled to the measured calls), FLOPs (None when unknown) and bytes moved.
+    matched: list[tuple[str, float, float, int | None, int]]
 
 
 def main() -> None:
@@ -82,7 +113,7 @@ def main() -> None:
     use_thread_pool(settings.thread_pool, settings.intra_op_threads)
     overhead = measure_call_overhead(settings)
     rows = []
-    print(_header())
+    print(_header(), flush=True)
     for name, path, dims in _models(args):
         try:
             rows.append(breakdown(name, path, dims, settings, overhead, args.rounds, args.profiled_runs))
@@ -90,9 +121,10 @@ def main() -> None:
             print(f"{name}: {type(error).__name__}: {error}", file=sys.stderr)
         else:
             print(_row(rows[-1]), flush=True)
+            if args.json:  # after each model: a run stopped by a time limit keeps what it measured
+                args.json.write_text(json.dumps([row.__dict__ for row in rows]))
     print(_totals(rows))
-    if args.json:
-        args.json.write_text(json.dumps([row.__dict__ for row in rows], indent=1))
+    print(_parts(rows))
 
 
 def _models(args: argparse.Namespace) -> list[tuple[str, Path, dict[str, int]]]:
@@ -116,7 +148,8 @@ def breakdown(
     rounds: int,
     profiled_runs: int,
 ) -> Breakdown:
-    graph = load_model(path, dims, optimize=settings)
+    sample = find_samples(path)
+    graph = load_model(path, dims, settings, sample=sample, reach=settings.granularity)
     plan = plan_model(graph, settings.granularity, path.name)
     if plan.broken:
         raise ValueError(f"{len(plan.broken)} bricks cannot be built: {plan.broken[0]}")
@@ -124,18 +157,22 @@ def breakdown(
     windows = _windows(plan)
     distinct = {brick.signature: brick for brick, _ in windows}
 
-    model_runner = BrickRunner(whole, settings, whole_model=True)
-    runners = {signature: BrickRunner(brick, settings) for signature, brick in distinct.items()}
-    for runner in [model_runner, *runners.values()]:
+    file, feeds = whole_model(path, dims, sample=sample)
+    file_runner = ModelRunner(file, feeds, settings, data_dir=None if isinstance(file, Path) else path.parent)
+    model_runner = BrickRunner(whole, settings, optimized=True)
+    runners = {signature: BrickRunner(brick, settings, optimized=True) for signature, brick in distinct.items()}
+    for runner in [file_runner, model_runner, *runners.values()]:
         runner.check()
     samples: dict[str, list[float]] = defaultdict(list)
     for _ in range(rounds):
-        samples["model"].append(_timed(model_runner))
         for signature, runner in runners.items():
-            samples[signature].append(_timed(runner))
+            samples[signature] += _burst(runner, BURST)
+        samples["file"].append(_timed_again(file_runner))
+        samples["model"].append(_timed_again(model_runner))
     times = {key: statistics.median(values) for key, values in samples.items()}
     estimate = compose(plan, {s: times[s] for s in runners}, overhead)
 
+    file_kernels, file_share = _file_profile(file, feeds, path, settings, profiled_runs)
     in_model = _kernels(whole, range(len(graph.layers)), settings, profiled_runs)
     in_bricks: dict[int, float] = {}
     brick_runs: list[tuple[dict[int, float], float]] = []
@@ -148,6 +185,7 @@ def breakdown(
         brick_runs.append((kernels, run_s))
     kernels_model, run_model = in_model
     matched = set(kernels_model) & set(in_bricks)
+    scale_in_bricks = {}
 
     # Profiled runs are slower than plain ones: scale each network's parts to its measured call.
     model_scale = times["model"] / run_model
@@ -159,11 +197,15 @@ def breakdown(
     for (brick, begin), (kernels, run_s) in zip(windows, brick_runs):
         scale = times[brick.signature] / run_s
         kern_bricks += sum(s for i, s in kernels.items() if begin + i in matched) * scale
+        scale_in_bricks.update({begin + i: s * scale for i, s in kernels.items()})
         gap_bricks += times[brick.signature] - sum(kernels.values()) * scale
     brick_calls = sum(overhead.of(len(b.inputs), len(b.outputs)) for b, _ in windows)
     model_call = overhead.of(*plan.io)
+    work = plan_work(graph, plan)
+    layer_work = [layer for brick, _ in windows for layer in work[brick.signature].layers]
     return Breakdown(
         name=name,
+        file_s=times["file"],
         model_s=times["model"],
         composed_s=estimate.sequential_s,
         kernels_in_model_s=kern_model,
@@ -172,6 +214,19 @@ def breakdown(
         gap_in_model_s=gap_model,
         gap_in_bricks_s=gap_bricks - brick_calls,
         call_cost_s=model_call,
+        layers=len(graph.layers),
+        file_kernels=file_kernels,
+        kernels_in_file_s=times["file"] * file_share,
+        matched=[
+            (
+                layer_work[i].op_type,
+                kernels_model[i] * model_scale,
+                scale_in_bricks[i],
+                layer_work[i].flops,
+                layer_work[i].bytes,
+            )
+            for i in sorted(matched)
+        ],
     )
 
 
@@ -183,6 +238,21 @@ def _windows(plan: ModelPlan) -> list[tuple[BrickSpec, int]]:
         windows.append((brick, begin))
         begin += len(brick.nodes)
     return windows
+
+
+#: Calls of a brick timed back to back each round, as pytest-benchmark times a brick item (the first
+#: call of a burst is left out: it finds the caches as the bricks before it left them).
+BURST = 5
+
+
+def _burst(runner: BrickRunner, calls: int) -> list[float]:
+    return [_timed(runner) for _ in range(calls + 1)][1:]
+
+
+def _timed_again(runner: BrickRunner) -> float:
+    """A model's call timed as validation times it: after one untimed call, its inputs written again."""
+    runner()
+    return _timed(runner)
 
 
 def _timed(runner: BrickRunner) -> float:
@@ -202,7 +272,7 @@ def _kernels(brick: BrickSpec, layers: range, settings: Settings, runs: int) -> 
         node.name = f"L{index}"
     feeds = brick_feeds(brick)
     with tempfile.TemporaryDirectory(prefix="dlbricks-breakdown-") as folder:
-        session = create_session(model, settings, profile_to=Path(folder) / "run")
+        session = create_session(model, settings, profile_to=Path(folder) / "run", optimized=True)
         for _ in range(runs + 1):
             session.run(None, feeds)
         events = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
@@ -220,9 +290,23 @@ def _kernels(brick: BrickSpec, layers: range, settings: Settings, runs: int) -> 
     )
 
 
+def _file_profile(file: object, feeds: dict, path: Path, settings: Settings, runs: int) -> tuple[int, float]:
+    """Kernels the user's file runs per call, and the share of its profiled call they take."""
+    with tempfile.TemporaryDirectory(prefix="dlbricks-breakdown-") as folder:
+        data_dir = None if isinstance(file, Path) else path.parent
+        session = create_session(file, settings, data_dir, profile_to=Path(folder) / "run")  # type: ignore[arg-type]
+        for _ in range(runs + 1):
+            session.run(None, feeds)
+        events = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
+    calls = [e["dur"] for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
+    kernels = [e["dur"] for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")]
+    return round(len(kernels) / len(calls)), sum(kernels) / sum(calls)
+
+
 def _header() -> str:
     return (
-        f"{'model':28} {'model':>9} {'composed':>9} {'ratio':>6} {'kern@model':>10} {'kern@brick':>10} {'ctx':>5}"
+        f"{'model':28} {'file':>9} {'syn':>5} {'composed':>9} {'ratio':>6} {'nodes':>9} {'kern@file':>9}"
+        f" {'kern@model':>10} {'kern@brick':>10} {'ctx':>5}"
         f" {'refused':>8} {'gap@model':>9} {'gap@bricks':>10} {'calls':>6}"
     )
 
@@ -231,17 +315,48 @@ def _row(row: Breakdown) -> str:
     us = 1e6
     ctx = row.kernels_in_model_s / row.kernels_in_bricks_s if row.kernels_in_bricks_s else math.nan
     return (
-        f"{row.name[:28]:28} {row.model_s * us:9.1f} {row.composed_s * us:9.1f} {row.composed_s / row.model_s:6.3f}"
+        f"{row.name[:28]:28} {row.file_s * us:9.1f} {row.model_s / row.file_s:5.2f} {row.composed_s * us:9.1f}"
+        f" {row.composed_s / row.file_s:6.3f} {f'{row.layers}/{row.file_kernels}':>9}"
+        f" {row.kernels_in_file_s * us:9.1f}"
         f" {row.kernels_in_model_s * us:10.1f} {row.kernels_in_bricks_s * us:10.1f} {ctx:5.2f}"
         f" {row.unmatched_s * us:8.1f} {row.gap_in_model_s * us:9.1f} {row.gap_in_bricks_s * us:10.1f}"
         f" {row.call_cost_s * us:6.1f}"
     )
 
 
+#: The parts of the gap, as :func:`_parts` splits it: name, and the part in seconds of one row.
+PARTS = {
+    "file": lambda row: row.file_s - row.model_s,
+    "context": lambda row: row.kernels_in_model_s - row.kernels_in_bricks_s,
+    "between": lambda row: row.gap_in_model_s - row.call_cost_s - row.gap_in_bricks_s,
+    # What is left once the others are counted: kernels matched in one run only (see ``refused``).
+    "fused": lambda row: (
+        row.model_s
+        - row.composed_s
+        - (row.kernels_in_model_s - row.kernels_in_bricks_s)
+        - (row.gap_in_model_s - row.call_cost_s - row.gap_in_bricks_s)
+    ),
+}
+
+
+def _parts(rows: list[Breakdown]) -> str:
+    """Where each model's gap goes, as shares of the file's time, and the largest part."""
+    lines = [f"{'model':28} {'ratio':>6} " + " ".join(f"{name:>8}" for name in PARTS) + "  largest"]
+    for row in rows:
+        shares = {name: part(row) / row.file_s for name, part in PARTS.items()}
+        largest = max(shares, key=lambda name: abs(shares[name]))
+        lines.append(
+            f"{row.name[:28]:28} {row.composed_s / row.file_s:6.3f} "
+            + " ".join(f"{share:+8.1%}" for share in shares.values())
+            + f"  {largest}"
+        )
+    return "\n".join(lines)
+
+
 def _totals(rows: list[Breakdown]) -> str:
     if not rows:
         return "no model could be broken down"
-    ratios = [row.composed_s / row.model_s for row in rows]
+    ratios = [row.composed_s / row.file_s for row in rows]
     accuracy = math.exp(-statistics.fmean(abs(math.log(r)) for r in ratios))
     within = sum(abs(r - 1) <= 0.10 for r in ratios)
     share = {
@@ -254,7 +369,7 @@ def _totals(rows: list[Breakdown]) -> str:
     }
     parts = ", ".join(f"{part} {value:.0%}" for part, value in share.items())
     return (
-        f"{len(rows)} models: composed / model accuracy {accuracy:.3f}, {within} within 10%;"
+        f"{len(rows)} models: composed / file accuracy {accuracy:.3f}, {within} within 10%;"
         f" of the model's time on average: {parts}"
     )
 

@@ -11,6 +11,12 @@ inputs, starred where the model has operators whose work depends on data), and t
 gets no estimate; then the accuracy exp(-mean |ln ratio|), the share within 5% and 10%, and the
 plugin's own noise figure.
 
+With validation, it also scores the per-machine calibration (:mod:`pytest_dlbricks.calibration`)
+honestly, raw against calibrated: leave one model out (each model's estimate calibrated on all the
+others), and held out (calibrated on ``--calibration-models`` only, scored on the models that took no
+part in calibration). ``--from-reports DIR,...`` scores the reports kept by earlier runs (``--reports``)
+instead of running, so that a zoo timed in several sessions is scored as one.
+
 ``--check`` also runs every model that has no estimate in onnxruntime itself (the plugin's synthetic
 inputs at the manifest's dimensions, others at 1) and exits 1 when onnxruntime runs a
 model that the plugin gave no estimate: onnxruntime is the authority on what is runnable.
@@ -19,6 +25,7 @@ Run it from the repository root, in the environment where pytest-dlbricks is ins
 
     python bench/zoo.py [--cache DIR] [--subset ci|all] [--only NAMES] [--granularities 1,2,5]
                         [--validate both|on|off] [--max-time 0.05] [--reports DIR] [--check]
+                        [--calibration-models NAMES] [--from-reports DIR,...]
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+
+from pytest_dlbricks.calibration import MIN_MODELS, Calibration, CalibrationRecord, fit, record_of
+from pytest_dlbricks.overhead import CallOverhead
 
 DEFAULT_CACHE = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
 
@@ -48,6 +58,11 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per pytest session (default: %(default)s)")
     parser.add_argument("--reports", type=Path, help="keep each session's JSON, junit XML and output here")
     parser.add_argument("--check", action="store_true", help="exit 1 if onnxruntime runs a model with no estimate")
+    parser.add_argument(
+        "--calibration-models",
+        help="models the held-out score calibrates on (default: the onnx wheel's light CNNs, light_*)",
+    )
+    parser.add_argument("--from-reports", help="comma-separated folders of kept reports to score instead of running")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments, after --")
     args = parser.parse_args()
     manifest_path = args.cache.expanduser() / "zoo.json"
@@ -61,9 +76,23 @@ def main() -> None:
         if missing := names - {m["name"] for m in models}:
             sys.exit(f"not in {manifest_path}: {', '.join(sorted(missing))}")
     cache = manifest_path.parent
+    calibration_models = (
+        args.calibration_models.split(",")
+        if args.calibration_models
+        else [m["name"] for m in manifest["models"] if m["name"].startswith("light_")]
+    )
     validations = {"both": (False, True), "on": (True,), "off": (False,)}[args.validate]
     results: dict[tuple[int, bool], dict[str, dict]] = {}
     noises: dict[tuple[int, bool], float | None] = {}
+    if args.from_reports:
+        for granularity in [int(g) for g in args.granularities.split(",")]:
+            for validate in validations:
+                key = (granularity, validate)
+                label = f"g{granularity}-{'validate' if validate else 'plain'}"
+                results[key], noises[key] = _kept(cache, models, args.from_reports.split(","), label)
+        print(_render(models, results, noises))
+        print(_calibration(models, results, noises, calibration_models))
+        return
     with tempfile.TemporaryDirectory(prefix="dlbricks-zoo-") as scratch:
         kept = args.reports or Path(scratch)
         kept.mkdir(parents=True, exist_ok=True)
@@ -75,6 +104,7 @@ def main() -> None:
                 label = f"g{granularity}-{'validate' if validate else 'plain'}"
                 results[key], noises[key] = _session(cache, models, granularity, validate, args, ini, kept, label)
     print(_render(models, results, noises))
+    print(_calibration(models, results, noises, calibration_models))
     if args.check:
         sys.exit(_check(cache, models, results))
 
@@ -130,14 +160,39 @@ def _session(
     if not report.exists():
         cause = f"no report (pytest exit {code}): {output.strip().splitlines()[-1] if output.strip() else ''}"
         return {model["name"]: {"error": cause} for model in models}, None
+    return _read_report(cache, models, report, junit)
+
+
+def _read_report(cache: Path, models: list[dict], report: Path, junit: Path) -> tuple[dict[str, dict], float | None]:
+    """Per model name its row in one session's report (with what calibration needs), and the noise figure."""
     data = json.loads(report.read_text())
     failures = _failures(junit)
     by_path = {(cache / model["path"]).resolve(): model for model in data["models"]}
+    overhead = CallOverhead(**(data["summary"].get("call_overhead_s") or {}))
+    noise = (data.get("accuracy") or {}).get("noise")
     rows = {}
     for model in models:
         found = by_path.get((cache / model["path"]).resolve(), {"error": "not in the plugin's report"})
         rows[model["name"]] = _row(found, model["name"], data, failures)
-    return rows, (data.get("accuracy") or {}).get("noise")
+        if "composition" in found:
+            rows[model["name"]].update(bytes=found["bytes"], call_s=overhead.of(*found["composition"]["io"]))
+        rows[model["name"]]["noise"] = noise
+    return rows, noise
+
+
+def _kept(cache: Path, models: list[dict], folders: list[str], label: str) -> tuple[dict[str, dict], float | None]:
+    """Rows of the models found in the kept reports ``<folder>/<label>.json`` (the later folder wins), and
+    the largest noise any of those sessions reported."""
+    rows: dict[str, dict] = {}
+    noises = []
+    for folder in folders:
+        report = Path(folder) / f"{label}.json"
+        if not report.exists():
+            continue
+        found, noise = _read_report(cache, models, report, report.with_suffix(".xml"))
+        rows.update({name: row for name, row in found.items() if row.get("loaded")})
+        noises += [noise] if noise is not None else []
+    return rows, max(noises) if noises else None
 
 
 def _failures(junit: Path) -> dict[str, str]:
@@ -157,7 +212,10 @@ def _row(found: dict, name: str, data: dict, failures: dict[str, str]) -> dict:
     """What the table shows of one model: its figures and, when it has no full estimate, why."""
     row = {
         key: found.get(key)
-        for key in ("sequential_s", "measured_s", "ratio", "complete", "guessed_dims", "inputs", "data_dependent_ops")
+        for key in (
+            *("sequential_s", "measured_s", "ratio", "complete", "guessed_dims", "inputs", "data_dependent_ops"),
+            "calibrated_s",
+        )
     }
     row["loaded"] = "error" not in found
     own = [message for case, message in failures.items() if f"{name}.onnx" in case.split("::")[0]]
@@ -205,6 +263,91 @@ def _render(models: list[dict], results: dict[tuple[int, bool], dict[str, dict]]
                 f" plugin's noise {_noise(noises.get((granularity, validate)))}"
             )
     return "\n".join(lines)
+
+
+def _calibration(models: list[dict], results: dict, noises: dict, calibration_models: list[str]) -> str:
+    """Raw against calibrated estimates, scored where no model calibrates its own estimate: leave one model
+    out (each model calibrated on all the others) and held out (calibrated on ``calibration_models``,
+    scored on the models that took no part)."""
+    lines = []
+    for (granularity, validate), rows in results.items():
+        records = {
+            name: record_of(
+                name, name, granularity, row["sequential_s"], row["bytes"], row["call_s"], row["measured_s"]
+            )
+            for name, row in rows.items()
+            if validate and row.get("complete") and row.get("measured_s") and row.get("sequential_s") and "bytes" in row
+        }
+        if len(records) < 4:
+            continue
+        everything = list(records.values())
+        loo = {name: fit(everything, granularity, leave_out=name) for name in records}
+        calibrators = [records[name] for name in calibration_models if name in records]
+        held_out = fit(calibrators, granularity)
+        scored = [name for name in records if name not in calibration_models]
+        width = max(len(name) for name in records)
+        lines += ["", f"Calibration, G={granularity}: raw and calibrated estimate / measured", ""]
+        lines.append(f"{'model':{width}s}  MB moved  measured_ms     raw  leave-one-out  held-out")
+        for model in models:
+            name = model["name"]
+            if name not in records:
+                continue
+            record = records[name]
+            raw = _raw(record)
+            lomo = _calibrated(loo[name], record)
+            held = _calibrated(held_out, record) if name in scored else None
+            lines.append(
+                f"{name:{width}s}  {record.bytes / 1e6:8.1f}  {record.measured_s * 1e3:11.3f}  {raw:6.3f}"
+                f"  {_ratio(lomo):>13s}  {_ratio(held) if name in scored else 'calibrates':>8s}"
+            )
+        noise = _noise(noises.get((granularity, validate)))
+        lines.append("")
+        lines.append(f"leave one model out, {len(records)} models (plugin's noise {noise}):")
+        lines.append(f"  raw        {_score([_raw(r) for r in everything])}")
+        lines.append(f"  calibrated {_score([_calibrated(loo[name], r) for name, r in records.items()])}")
+        if held_out is None:
+            lines.append(f"held out: fewer than {MIN_MODELS} calibration models validated; not scored")
+            continue
+        lines.append(
+            f"held out, calibrated on {len(calibrators)} models ({', '.join(held_out.models)}):"
+            f" work x{held_out.work_factor:.3f}, {held_out.per_byte_s * 1e12:.2f} us per MB moved;"
+            f" scored on the {len(scored)} others"
+        )
+        lines.append(f"  raw        {_score([_raw(records[name]) for name in scored])}")
+        lines.append(f"  calibrated {_score([_calibrated(held_out, records[name]) for name in scored])}")
+        own = [
+            rows[name]["calibrated_s"] / rows[name]["measured_s"] for name in scored if rows[name].get("calibrated_s")
+        ]
+        if own:  # the session ran on a store that holds a calibration (--dlbricks-calibrate in an earlier run)
+            lines.append(f"  as the plugin calibrated them from its store: {_score(own)}")
+    return "\n".join(lines)
+
+
+def _raw(record: CalibrationRecord) -> float:
+    return (record.work_s + record.call_s) / record.measured_s
+
+
+def _calibrated(calibration: Calibration | None, record: CalibrationRecord) -> float | None:
+    if calibration is None:
+        return None
+    return calibration.apply(record.work_s, record.bytes, record.call_s) / record.measured_s
+
+
+def _ratio(ratio: float | None) -> str:
+    return f"{ratio:.3f}" if ratio else "-"
+
+
+def _score(ratios: list[float | None]) -> str:
+    """Accuracy exp(-mean |ln ratio|), and the share within 5% and within 10%."""
+    found = [r for r in ratios if r]
+    if not found:
+        return "no model"
+    logs = [abs(math.log(r)) for r in found]
+    return (
+        f"accuracy {math.exp(-sum(logs) / len(logs)):.3f} over {len(found)} models,"
+        f" within 5%: {sum(x <= math.log(1.05) for x in logs)}/{len(found)},"
+        f" within 10%: {sum(x <= math.log(1.10) for x in logs)}/{len(found)}"
+    )
 
 
 def _inputs(row: dict) -> str:

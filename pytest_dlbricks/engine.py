@@ -15,6 +15,7 @@ from typing import Any
 
 from .analysis import BrickWork, plan_work
 from .bricks import BrickSpec
+from .calibration import CalibrationRecord
 from .clock import PausableClock
 from .cutting import ModelPlan, plan_model
 from .errors import ModelError
@@ -92,6 +93,8 @@ class DLBricksRun:
         self.written: list[Path] = []
         #: Damaged records of the brick store, discarded or repaired, when the store is on.
         self.store_damage: dict[str, dict[str, int]] | None = None
+        #: The calibration models kept in the brick store for this machine (see :mod:`.calibration`).
+        self.calibration: list[CalibrationRecord] = []
 
     # Cutting
 
@@ -310,6 +313,7 @@ class DLBricksRun:
             unsupported=self.unsupported,
             placements=self.placements,
             store_damage=self.store_damage,
+            calibration=self.calibration,
         )
         self.report = self.composed.as_json()
         return self.report

@@ -14,7 +14,15 @@ from html import escape
 from typing import Any
 
 from . import __version__
-from .terminal import describe_inputs, format_flops, format_rate, format_ratio, format_seconds, format_share
+from .terminal import (
+    calibration_line,
+    describe_inputs,
+    format_flops,
+    format_rate,
+    format_ratio,
+    format_seconds,
+    format_share,
+)
 from .wording import plural
 
 #: Colours of common operator types, fixed so that an operator looks the same in every report.
@@ -101,9 +109,12 @@ def render_html(report: Mapping[str, Any]) -> str:
     models = list(report["models"])
     colours = _colours(models)
     validated = [m for m in models if m.get("measured_s") is not None]
+    calibrated = any(m.get("calibrated_s") is not None for m in models)
+    table = _models_table(models, validated=bool(validated), calibrated=calibrated)
+    line = calibration_line(report.get("calibration"))
     sections = [
         _header(report),
-        _section("Models", _models_table(models, validated=bool(validated)), anchor="models"),
+        _section("Models", table + (f"<p>{escape(line[:1].upper() + line[1:])}.</p>" if line else ""), anchor="models"),
         _section("Where the time goes", _op_chart(models, colours), anchor="op-types"),
     ]
     if validated:
@@ -154,10 +165,12 @@ def _header(report: Mapping[str, Any]) -> str:
     return f"<h1>pytest-dlbricks report</h1>\n<p>{escape(lead)}</p>\n<div class=cards>{card_html}</div>\n"
 
 
-def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool) -> str:
+def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool, calibrated: bool = False) -> str:
     columns = ["Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path"]
     if validated:
         columns += ["Measured", "Ratio"]
+    if calibrated:
+        columns += ["Calibrated", "Calibrated ratio"] if validated else ["Calibrated"]
     columns += ["Load", "FLOPs", "GFLOP/s", "Of peak", "Unknown FLOPs", "Inputs", "Complete"]
     rows = []
     for model in models:
@@ -174,6 +187,9 @@ def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool) -> st
         ]
         if validated:
             cells += [format_seconds(model.get("measured_s")), format_ratio(model.get("ratio"))]
+        if calibrated:
+            cells.append(format_seconds(model.get("calibrated_s")))
+            cells += [format_ratio(model.get("calibrated_ratio"))] if validated else []
         unknown = model.get("unknown_flops_time_s")
         cells += [
             _load(model),

@@ -177,6 +177,17 @@ _OPTIONS = (
         ini="dlbricks_validate",
     ),
     _Option(
+        "--dlbricks-calibrate",
+        "",
+        "The models validated in this run calibrate this machine: their measured and composed times are"
+        " kept in the brick store, and every estimate is then also given calibrated (learned from the"
+        " calibration models kept there, never from the model itself). Calibrate on public models of your"
+        " choice, such as the onnx wheel's light CNNs; needs --dlbricks-validate.",
+        "off",
+        switch=True,
+        ini="dlbricks_calibrate",
+    ),
+    _Option(
         "--dlbricks-dtype",
         "TYPES",
         f"Numeric types to benchmark every model in, comma-separated: {', '.join(DTYPES)}. fp32 is the model"
@@ -340,6 +351,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
         providers=_providers(config),
         cut=_flag_or_ini(config, "dlbricks_cut", _parse_cut) or ("original" if export_dir else "optimized"),
         validate=bool(_flag_or_ini(config, "dlbricks_validate", parse_bool)),
+        calibrate=bool(_flag_or_ini(config, "dlbricks_calibrate", parse_bool)),
         precision=_precision(config),
         sweep={name: sizes for name, sizes in dims.items() if len(sizes) > 1},
         dtypes=_flag_or_ini(config, "dlbricks_dtype", parse_dtypes) or ("fp32",),
@@ -357,6 +369,15 @@ def read_settings(config: pytest.Config) -> Settings | None:
         problem = check_export_folder(export_dir)
         if problem is not None:
             raise pytest.UsageError(f"--dlbricks-export: {problem}")
+    if settings.calibrate and not settings.validate:
+        raise pytest.UsageError(
+            "--dlbricks-calibrate needs --dlbricks-validate: calibration learns from models measured whole"
+        )
+    if settings.calibrate and settings.store is None:
+        raise pytest.UsageError(
+            "--dlbricks-calibrate needs the brick store, where calibration is kept beside the brick times;"
+            " --dlbricks-store=none turns it off"
+        )
     if settings.shard and settings.validate:
         raise pytest.UsageError(
             "--dlbricks-shard cannot be combined with --dlbricks-validate: validation times each model beside"

@@ -24,6 +24,7 @@ from .analysis import (
     peak_fields,
 )
 from .bricks import BrickSpec
+from .calibration import CalibrationRecord, fit, model_key, record_of
 from .composition import Estimate, brick_calls, compose
 from .cutting import ModelPlan
 from .noise import HIGH_NOISE, run_noise
@@ -128,6 +129,9 @@ class ModelEntry:
     #: depends on their data: both together mark an estimate made on synthetic data that may mislead.
     inputs: str = "synthetic"
     data_dependent_ops: list[str] = field(default_factory=list)
+    #: The estimate corrected by the machine's calibration (see :mod:`.calibration`), beside the raw
+    #: ``sequential_s``; None until the machine has enough calibration models other than this one.
+    calibrated_s: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -140,6 +144,7 @@ class ModelEntry:
             "sequential_s": self.sequential_s,
             "critical_path_s": self.critical_path_s,
             "complete": self.complete,
+            "calibrated_s": self.calibrated_s,
             "guessed_dims": dict(self.guessed_dims),
             "inputs": self.inputs,
             "data_dependent_ops": list(self.data_dependent_ops),
@@ -193,6 +198,10 @@ class RunReport:
     comparison: dict[str, Any] | None = None
     #: What two runs must share to be compared (see :meth:`.identity.Identity.conditions`), when known.
     conditions: dict[str, Any] | None = None
+    #: The machine's calibration on every calibration model (see :mod:`.calibration`), when there is one.
+    calibration: dict[str, Any] | None = None
+    #: The calibration models this run measured, for the store to keep (not part of the JSON).
+    calibration_records: tuple[CalibrationRecord, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         """The report in its JSON format, keys as other tools read them."""
@@ -208,6 +217,8 @@ class RunReport:
             "machine": dict(self.machine),
             "peak": self.peak,
         }
+        if self.calibration is not None:
+            report["calibration"] = self.calibration
         if self.conditions is not None:
             report["conditions"] = self.conditions
         if self.comparison is not None:
@@ -231,6 +242,7 @@ def build_report(
     unsupported: Mapping[str, str] | None = None,
     placements: Mapping[str, Mapping[str, int]] | None = None,
     store_damage: dict[str, dict[str, int]] | None = None,
+    calibration: Sequence[CalibrationRecord] = (),
 ) -> RunReport:
     """The report of a run.
 
@@ -239,7 +251,8 @@ def build_report(
     run that stopped before every item ran (Ctrl-C, SIGTERM, ``-x``); ``work`` and ``measured``
     (the bricks' layers and the machine's peak and load times) feed the analysis; ``unsupported``
     and ``placements`` say, by brick signature, why a provider cannot run a brick and where its
-    nodes ran; ``store_damage`` counts the damaged records of the brick store.
+    nodes ran; ``store_damage`` counts the damaged records of the brick store; ``calibration`` holds
+    the calibration models kept for this machine, to which a run that calibrates adds its validated ones.
     """
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
     validations = validations or {}
@@ -269,7 +282,7 @@ def build_report(
         )
         for signature, brick in bricks.items()
     ]
-    models: list[ModelEntry | FailedModel] = []
+    entries: list[ModelEntry] = []
     for plan in plans:
         estimate = compose(plan, times, call)
         uses = [
@@ -278,7 +291,7 @@ def build_report(
             if plan.path in entry.models
         ]
         composition = plan_composition(plan)
-        models.append(
+        entries.append(
             ModelEntry(
                 path=plan.path,
                 layers=plan.layers,
@@ -300,6 +313,13 @@ def build_report(
                 data_dependent_ops=list(plan.data_dependent),
             )
         )
+    fresh = tuple(_calibration_records(plans, entries, settings.granularity, call)) if settings.calibrate else ()
+    replaced = {(record.key, record.granularity) for record in fresh}
+    records = [r for r in calibration if (r.key, r.granularity) not in replaced] + list(fresh)
+    overall = fit(records, settings.granularity)
+    models: list[ModelEntry | FailedModel] = [
+        _calibrated(plan, entry, records, settings.granularity, call) for plan, entry in zip(plans, entries)
+    ]
     models.extend(failed)
     total_bricks = sum(len(plan.bricks) for plan in plans)
     analysed = [m for m in models if isinstance(m, ModelEntry) and m.analysis.times.op_time_s is not None]
@@ -333,7 +353,44 @@ def build_report(
         bricks=brick_entries,
         machine=dict(measured.machine),
         peak=peak_fields(measured.peak),
+        calibration=overall.as_json() if overall is not None else None,
+        calibration_records=fresh,
     )
+
+
+def _calibration_records(
+    plans: Sequence[ModelPlan], models: Sequence[ModelEntry], granularity: int, overhead: CallOverhead
+) -> list[CalibrationRecord]:
+    """The validated models of a run that calibrates: each one's composed and measured times."""
+    return [
+        record_of(
+            plan.path,
+            model_key(plan.signatures),
+            granularity,
+            model.sequential_s,
+            model.analysis.bytes,
+            overhead.of(*plan.io),
+            measured,
+        )
+        for plan, model in zip(plans, models)
+        if model.complete and model.sequential_s and isinstance(measured := model.validation.get("measured_s"), float)
+    ]
+
+
+def _calibrated(
+    plan: ModelPlan, model: ModelEntry, records: Sequence[CalibrationRecord], granularity: int, overhead: CallOverhead
+) -> ModelEntry:
+    """``model`` with its calibrated estimate, from every calibration model but itself, and its ratio to the
+    measured time when validated."""
+    calibration = fit(records, granularity, leave_out=model_key(plan.signatures))
+    if calibration is None or model.sequential_s is None:
+        return model
+    call_s = overhead.of(*plan.io)
+    calibrated = calibration.apply(max(model.sequential_s - call_s, 0.0), model.analysis.bytes, call_s)
+    validation = dict(model.validation)
+    if "measured_s" in validation:
+        validation["calibrated_ratio"] = _ratio(calibrated, validation["measured_s"])
+    return dataclasses.replace(model, calibrated_s=calibrated, validation=validation)
 
 
 def plan_composition(plan: ModelPlan) -> dict[str, Any]:
@@ -423,6 +480,8 @@ def _accuracy(
         "critical_path": accuracy(_ratios(validated, "critical_path_ratio")),
         "sequential_paired": accuracy(_ratios(validated, "paired_ratio")),
         "critical_path_paired": accuracy(_ratios(validated, "paired_critical_path_ratio")),
+        # The calibrated estimates (each from the calibration models other than itself), beside the raw ones.
+        "calibrated": accuracy(_ratios(validated, "calibrated_ratio")),
         # Typical relative spread (interquartile range) of a model's per-round ratios: the machine's noise.
         "noise": statistics.median(spreads) if spreads else None,
         # The paper's measure of the time saved: end-to-end latencies over distinct brick latencies.

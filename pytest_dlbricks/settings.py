@@ -74,6 +74,8 @@ class Settings:
     cut: str = "optimized"
     #: Time each model end to end too, interleaved with its bricks, and report the estimates' accuracy.
     validate: bool = False
+    #: The validated models calibrate the machine: kept in the store, they correct every later estimate.
+    calibrate: bool = False
     #: Relative margin of error each brick is timed to; None leaves pytest-benchmark's time per item.
     precision: float | None = DEFAULT_PRECISION
     #: Symbolic dimensions given several sizes: the suite is run at each (with ``dims`` fixed).
@@ -125,6 +127,7 @@ class Settings:
             "cut": self.cut,
             "precision": self.precision,
             "validate": self.validate,
+            "calibrate": self.calibrate,
             "onnxruntime": onnxruntime.__version__,
             "sweep": {name: list(values) for name, values in self.sweep.items()},
             "dtypes": list(self.dtypes),

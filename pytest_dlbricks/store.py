@@ -7,6 +7,8 @@ a reader, or a run interrupted at any point, never sees half a file::
       <cpu>-<cores>c-ort<version>-t<threads>-<optimization>-<key>/   one folder per machine and settings
         identity.json           {"version", "machine", "timing"}
         overhead.json           {"version", "overhead"}: the inference call's cost composition takes off
+        calibration/<key>.json  {"version", "path", "key", "granularity", "work_s", "bytes", "call_s", "measured_s"}:
+                                a calibration model as this machine timed it (see :mod:`.calibration`)
         bricks/<signature>.json {"version", "signature", "label", "stats", "provider", "measured_at", "precision"}
       models/<key>.json         {"version", "path", "granularity", "dims", "layers", "windows", "edges", "io"}
 
@@ -38,6 +40,7 @@ from typing import Any
 
 import networkx as nx
 
+from .calibration import CalibrationRecord
 from .composition import BrickCall
 from .identity import Identity, digest
 from .noise import margin_of_error
@@ -49,6 +52,7 @@ _BRICKS = "bricks"
 _MODELS = "models"
 _IDENTITY = "identity.json"
 _OVERHEAD = "overhead.json"
+_CALIBRATION = "calibration"
 
 
 @dataclass(frozen=True)
@@ -261,6 +265,38 @@ class Shelf:
     def put_overhead(self, overhead: CallOverhead) -> None:
         self._identify()
         write_json(self.path / _OVERHEAD, {"version": STORE_VERSION, "overhead": dataclasses.asdict(overhead)})
+
+    def calibration(self) -> list[CalibrationRecord]:
+        """The calibration models measured with this shelf's brick times; a damaged record counts as absent."""
+        found = []
+        for path in sorted((self.path / _CALIBRATION).glob("*.json")):
+            try:
+                data = _read_record(path)
+                if data["version"] != STORE_VERSION:
+                    raise ValueError(f"store version {data['version']!r}")
+                moved, granularity = data["bytes"], data["granularity"]
+                if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (moved, granularity)):
+                    raise ValueError("bytes or granularity is not a count")
+                found.append(
+                    CalibrationRecord(
+                        path=_text(data["path"]),
+                        key=_text(data["key"]),
+                        granularity=granularity,
+                        work_s=_seconds(data["work_s"]),
+                        bytes=moved,
+                        call_s=_seconds(data["call_s"]),
+                        measured_s=_seconds(data["measured_s"], positive=True),
+                    )
+                )
+            except (KeyError, TypeError, ValueError, AttributeError):
+                self.discarded["calibration model"] += 1
+        return found
+
+    def put_calibration(self, record: CalibrationRecord) -> None:
+        """Keep a calibration model's record, over the one the same model left at the same granularity."""
+        self._identify()
+        name = f"{record.key}-g{record.granularity}.json"
+        write_json(self.path / _CALIBRATION / name, {"version": STORE_VERSION, **dataclasses.asdict(record)})
 
     def bricks(self) -> dict[str, StoredBrick]:
         """Every usable brick time on this shelf, by signature."""

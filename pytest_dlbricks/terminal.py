@@ -168,6 +168,9 @@ def table_width(text: str) -> int:
 
 _COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path", "Inputs", "Complete")
 _VALIDATION_COLUMNS = ("Measured", "Ratio")
+#: The estimate corrected by the machine's calibration, beside the raw one (and its ratio when validated).
+_CALIBRATED_COLUMNS = ("Calibrated",)
+_CALIBRATED_RATIO = "Calibrated ratio"
 #: Symbolic dimensions no one gave a size, which took the default: shown, as the estimate depends on them.
 _GUESSED_COLUMN = f"Dims left at {DEFAULT_DIM}"
 _LEFT_ALIGNED = ("Model", "Complete", "Inputs", _GUESSED_COLUMN)
@@ -178,12 +181,24 @@ def render_table(report: Mapping[str, object]) -> str:
     models: Sequence[Mapping[str, object]] = report["models"]  # type: ignore[assignment]
     validated = any("measured_s" in model for model in models)
     guessed = any(model.get("guessed_dims") for model in models)
-    columns = _COLUMNS + (_VALIDATION_COLUMNS if validated else ()) + ((_GUESSED_COLUMN,) if guessed else ())
-    rows = [columns] + [_row(model, validated) + (_guessed(model),) * guessed for model in models]
+    calibrated = any(model.get("calibrated_s") is not None for model in models)
+    columns = (
+        _COLUMNS
+        + (_VALIDATION_COLUMNS if validated else ())
+        + ((*_CALIBRATED_COLUMNS, *((_CALIBRATED_RATIO,) if validated else ())) if calibrated else ())
+        + ((_GUESSED_COLUMN,) if guessed else ())
+    )
+    rows = [columns] + [
+        _row(model, validated) + _calibrated(model, validated) * calibrated + (_guessed(model),) * guessed
+        for model in models
+    ]
     left = [index for index, name in enumerate(columns) if name in _LEFT_ALIGNED]
     lines = format_table(rows, left=left).splitlines()
     summary: Mapping[str, object] = report["summary"]  # type: ignore[assignment]
     lines.append(count_line(summary))
+    calibration = calibration_line(report.get("calibration"))  # type: ignore[arg-type]
+    if calibration is not None:
+        lines.append(calibration)
     lines.extend(_accuracy_lines(report.get("accuracy"), summary))  # type: ignore[arg-type]
     return "\n".join(lines)
 
@@ -227,6 +242,13 @@ def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
     )
 
 
+def _calibrated(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
+    """The calibrated estimate, and over the measured time when validated."""
+    calibrated = model.get("calibrated_s")
+    seconds = format_seconds(calibrated if isinstance(calibrated, float) else None)
+    return (seconds, format_ratio(model.get("calibrated_ratio"))) if validated else (seconds,)  # type: ignore[arg-type]
+
+
 def _guessed(model: Mapping[str, object]) -> str:
     return ", ".join(model.get("guessed_dims") or ()) or "-"  # type: ignore[arg-type]
 
@@ -251,9 +273,21 @@ _PAIRED = "  in paired rounds (the bricks timed again just before each timed cal
 _ACCURACIES = (
     ("sequential", "accuracy of sequential estimates (Sequential / Measured)"),
     ("sequential_paired", _PAIRED),
+    ("calibrated", "accuracy of calibrated estimates (Calibrated / Measured, each from the other calibration models)"),
     ("critical_path", "accuracy of critical paths against the parallel executor (Critical path / its measured time)"),
     ("critical_path_paired", _PAIRED),
 )
+
+
+def calibration_line(calibration: Mapping[str, Any] | None) -> str | None:
+    """What the calibration does, and which models it was learned from."""
+    if not calibration:
+        return None
+    models: Sequence[str] = calibration["models"]
+    return (
+        f"calibrated on {plural(len(models), 'model')} ({', '.join(models)}): bricks' work x"
+        f"{calibration['work_factor']:.3f} + {format_seconds(calibration['per_byte_s'] * 1e6)} per MB its layers move"
+    )
 
 
 def _accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, object]) -> list[str]:

@@ -119,6 +119,7 @@ class Tracking:
                 self.shelf.repair()
             except OSError as error:
                 self.store_error = f"cannot repair {self._store_name()}: {error.strerror or error}"
+            self.run.calibration = self.shelf.calibration()
             if not self.settings.remeasure and self.run.overhead is None:
                 # Reused brick times compose with the call overhead measured beside them.
                 saved = self.shelf.get_overhead()
@@ -302,13 +303,16 @@ class Tracking:
                 session.exitstatus = INCONCLUSIVE_EXIT
 
     def _save_models(self, store: BrickStore, shelf: Shelf) -> None:
-        """Keep each model's bricks in the store, so that its estimate can be composed for any machine later."""
+        """Keep each model's bricks in the store, so that its estimate can be composed for any machine later,
+        and the calibration models this run measured."""
         if self.store_error is not None:
             return
         try:
             self._save_overhead(shelf)
             for plan in self.run.plans:
                 store.save_model(manifest_of(plan, self.settings))
+            for record in self.run.composed.calibration_records if self.run.composed is not None else ():
+                shelf.put_calibration(record)
         except OSError as error:
             self.store_error = f"cannot save models in {self._store_name()}: {error.strerror or error}"
 

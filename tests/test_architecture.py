@@ -28,7 +28,7 @@ STAGES: dict[str, set[str]] = {
     "cut": {"bricks", "cutting", "flops", "numerics"},
     "synthesize": {"synthesis"},
     "run": {"running", "overhead", "probes", "sharding", "retiming"},
-    "compose": {"composition", "analysis", "validation", "store", "plans"},
+    "compose": {"composition", "calibration", "analysis", "validation", "store", "plans"},
     "report": {
         *("report", "recomposition", "merging", "maps", "machines", "comparing", "estimates"),
         *("terminal", "html", "suite"),

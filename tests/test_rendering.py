@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from pytest_dlbricks.terminal import (
     format_seconds,
     format_share,
     render_analysis,
+    render_table,
 )
 
 VOID = {"meta", "br", "wbr", "hr", "img", "input", "link"}
@@ -219,6 +221,7 @@ def assert_every_number_matches(page: str, report: dict[str, Any]) -> None:
     reader = read_page(page)
     models = [m for m in report["models"] if "error" not in m]
     validated = [m for m in models if m.get("measured_s") is not None]
+    calibrated = any(m.get("calibrated_s") is not None for m in models)
     rows = {row[0]: row for row in reader.rows["models"][1:]}
     for model in models:
         unknown = model.get("unknown_flops_time_s")
@@ -226,6 +229,8 @@ def assert_every_number_matches(page: str, report: dict[str, Any]) -> None:
             model["path"], str(model["layers"]), str(model["bricks"]), str(model["unique_bricks"]),
             format_seconds(model["sequential_s"]), format_seconds(model["critical_path_s"]),
             *([format_seconds(model.get("measured_s")), format_ratio(model.get("ratio"))] if validated else []),
+            *([format_seconds(model.get("calibrated_s"))] if calibrated else []),
+            *([format_ratio(model.get("calibrated_ratio"))] if calibrated and validated else []),
             "failed" if "load_error" in model else format_seconds(model.get("load_s")),
             format_flops(model.get("flops")), format_rate(model.get("flops_per_s")),
             format_share(model.get("peak_fraction")),
@@ -339,6 +344,20 @@ def test_text_from_the_report_is_escaped(report: dict[str, Any]) -> None:
     parse(page)
     assert "&lt;b&gt;bad&lt;/b&gt; &amp; worse" in page and "<b>bad</b>" not in page
     assert "&quot;quoted&quot; &lt;cpu&gt;" in page
+
+
+def test_calibration_adds_its_columns_and_names_its_models(report: dict[str, Any]) -> None:
+    chain = report["models"][0]  # sequential_s 15 us
+    chain.update(measured_s=14e-6, ratio=15 / 14, calibrated_s=14.5e-6, calibrated_ratio=14.5 / 14)
+    report["calibration"] = {"work_factor": 1.04, "per_byte_s": 2.4e-12, "models": ["light/a.onnx", "light/b.onnx"]}
+    page = render_html(report)
+    assert_every_number_matches(page, report)
+    assert '<th class="num">Calibrated</th><th class="num">Calibrated ratio</th>' in page
+    line = "Calibrated on 2 models (light/a.onnx, light/b.onnx): bricks' work x1.040 + 2.4 us per MB its layers move."
+    assert escape(line) in page
+    table = render_table(report)
+    assert "Calibrated  Calibrated ratio" in table
+    assert line[1:-1] in table
 
 
 def test_validation_adds_columns_and_a_ratio_chart(report: dict[str, Any]) -> None:

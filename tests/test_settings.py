@@ -135,6 +135,7 @@ def test_settings_describe_what_the_report_records() -> None:
         "cut": "optimized",
         "precision": 0.02,
         "validate": False,
+        "calibrate": False,
         "onnxruntime": onnxruntime.__version__,
         "sweep": {},
         "dtypes": ["fp32"],

@@ -1,0 +1,148 @@
+"""Per-machine calibration: the fit, its records in the store, its place in the report, and a user's runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_dlbricks
+from pytest_dlbricks.calibration import MIN_MODELS, Calibration, CalibrationRecord, fit, record_of
+from pytest_dlbricks.identity import Identity
+from pytest_dlbricks.store import BrickStore
+
+US = 1e-6
+
+
+def record(name: str, work_us: float, mb: float, *, factor: float = 1.2, us_per_mb: float = 2.0) -> CalibrationRecord:
+    """A model measured as a machine with this work factor and cost per MB moved would measure it (call: 5 us)."""
+    measured = factor * work_us + us_per_mb * mb + 5.0
+    return CalibrationRecord(name, f"key-{name}", 2, work_us * US, round(mb * 1e6), 5 * US, measured * US)
+
+
+def test_fit_recovers_the_work_factor_and_cost_per_byte_of_the_machine() -> None:
+    records = [record("a", 1000, 20), record("b", 200, 150), record("c", 5000, 60), record("d", 50, 10)]
+    calibration = fit(records, 2)
+    assert calibration is not None
+    assert calibration.work_factor == pytest.approx(1.2, rel=1e-4)
+    assert calibration.per_byte_s == pytest.approx(2.0 * US / 1e6, rel=1e-4)
+    assert calibration.apply(300 * US, 40_000_000, 5 * US) == pytest.approx((1.2 * 300 + 2.0 * 40 + 5) * US, rel=1e-4)
+
+
+def test_a_model_never_calibrates_its_own_estimate() -> None:
+    """Left out, a model is not among those the fit names, and the fit is the others' alone."""
+    records = [record("a", 1000, 20), record("b", 200, 150), record("c", 5000, 60), record("d", 50, 10, factor=1.5)]
+    without = fit(records, 2, leave_out="key-d")
+    assert without is not None
+    assert without.models == ("a", "b", "c")
+    assert without.work_factor == pytest.approx(1.2, rel=1e-4)
+
+
+def test_one_model_far_off_does_not_pull_the_others() -> None:
+    """The fit minimises absolute relative errors: a model measured 3x slower than the rest suggest is
+    left with its error instead of shifting everyone's estimate."""
+    consistent = [record("a", 1000, 20), record("b", 200, 150), record("c", 5000, 60), record("d", 50, 10)]
+    calibration = fit([*consistent, record("odd", 1000, 20, factor=3.6)], 2)
+    assert calibration is not None
+    assert calibration.work_factor == pytest.approx(1.2, rel=0.02)
+
+
+def test_no_fit_from_too_few_models_or_another_granularity() -> None:
+    records = [record(name, 100 * (i + 1), 10 * (i + 1)) for i, name in enumerate("abcd")]
+    assert fit(records[: MIN_MODELS - 1], 2) is None
+    assert fit(records[:MIN_MODELS], 2, leave_out=records[0].key) is None
+    assert fit(records, 1) is None
+
+
+def test_coefficients_the_data_would_make_negative_stay_neutral() -> None:
+    """Models measured faster than their bricks per byte: no negative cost per byte; the work factor alone."""
+    records = [
+        record(name, work, mb, factor=1.1, us_per_mb=-0.5)
+        for name, work, mb in [("a", 1000, 20), ("b", 2000, 150), ("c", 5000, 60)]
+    ]
+    calibration = fit(records, 2)
+    assert calibration is not None
+    assert calibration.per_byte_s == 0.0
+    assert 1.0 < calibration.work_factor < 1.1
+
+
+def test_record_of_takes_the_call_off_the_composed_estimate() -> None:
+    made = record_of("m.onnx", "k", 2, sequential_s=105 * US, moved=7000, call_s=5 * US, measured_s=130 * US)
+    assert made.work_s == pytest.approx(100 * US)
+    assert (made.path, made.key, made.granularity, made.bytes) == ("m.onnx", "k", 2, 7000)
+    assert (made.call_s, made.measured_s) == (5 * US, 130 * US)
+
+
+def test_store_keeps_calibration_records_and_counts_damaged_ones_as_absent(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(Identity({"cpu": "test"}, {"onnxruntime": "x"}))
+    first, second = record("a", 100, 10), record("b", 200, 20)
+    shelf.put_calibration(first)
+    shelf.put_calibration(second)
+    again = record("a", 100, 10, factor=2.0)
+    shelf.put_calibration(again)  # the same model measured again: replaces its first record
+    assert sorted(shelf.calibration(), key=lambda r: r.path) == [again, second]
+    damaged = next((shelf.path / "calibration").glob("*.json"))
+    data = json.loads(damaged.read_text())
+    damaged.write_text(json.dumps({**data, "measured_s": -1}))
+    assert len(shelf.calibration()) == 1
+    assert shelf.discarded["calibration model"] == 1
+
+
+def test_calibration_as_json_names_its_models() -> None:
+    assert Calibration(1.1, 2e-12, ("a", "b")).as_json() == {
+        "work_factor": 1.1,
+        "per_byte_s": 2e-12,
+        "models": ["a", "b"],
+    }
+
+
+def _chains(folder: Path, count: int) -> None:
+    import tiny_models
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        tiny_models.chain(folder, f"c{index}.onnx", blocks=index + 1, channels=4 + 2 * index, seed=index)
+
+
+def test_calibrating_needs_validation(pytester: pytest.Pytester) -> None:
+    result = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-calibrate", dims=())
+    result.stderr.fnmatch_lines(["*--dlbricks-calibrate needs --dlbricks-validate*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_a_calibration_run_corrects_later_estimates_beside_the_raw_ones(pytester: pytest.Pytester) -> None:
+    """Calibration models validated once, then a model never calibrated on gets raw and calibrated
+    estimates side by side; the calibration models each get one learned from the others."""
+    import tiny_models
+
+    _chains(pytester.path / "calibration", MIN_MODELS + 1)
+    (pytester.path / "mine").mkdir()
+    tiny_models.chain(pytester.path / "mine", "mine.onnx", blocks=2, channels=5, seed=9)
+    calibrating = run_dlbricks(
+        pytester,
+        "--dlbricks-granularity=2",
+        "--dlbricks-validate",
+        "--dlbricks-calibrate",
+        "--dlbricks-json=calibration.json",
+        "calibration",
+        dims=(),
+    )
+    assert calibrating.ret == pytest.ExitCode.OK, calibrating.stdout.str()
+    report = json.loads((pytester.path / "calibration.json").read_text())
+    assert sorted(report["calibration"]["models"]) == [f"calibration/c{i}.onnx" for i in range(MIN_MODELS + 1)]
+    for model in report["models"]:
+        assert model["calibrated_s"] > 0
+        assert model["calibrated_ratio"] == pytest.approx(model["calibrated_s"] / model["measured_s"])
+    calibrating.stdout.fnmatch_lines(["*Calibrated*Calibrated ratio*", "calibrated on 4 models (calibration/c0.onnx*"])
+
+    plain = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-json=mine.json", "mine", dims=())
+    assert plain.ret == pytest.ExitCode.OK, plain.stdout.str()
+    mine = json.loads((pytester.path / "mine.json").read_text())
+    (model,) = mine["models"]
+    fitted = mine["calibration"]
+    call = mine["summary"]["call_overhead_s"]["fixed_s"]
+    work = model["sequential_s"] - call
+    expected = fitted["work_factor"] * work + fitted["per_byte_s"] * model["bytes"] + call
+    assert model["calibrated_s"] == pytest.approx(expected)
+    plain.stdout.fnmatch_lines(["*Sequential*Calibrated*"])
