@@ -268,7 +268,7 @@ def test_a_whole_model_whose_outputs_break_their_declared_shape_runs_again_and_a
     inputs = [tiny_models.tensor("x", [2, 3]), tiny_models.tensor("shape", [2], onnx.TensorProto.INT64)]
     model = tiny_models.finish([node], inputs, [tiny_models.tensor("y", [1, "n"])])
     path = tiny_models.save(model, tmp_path, "misdeclared.onnx")
-    feeds = {"x": np.ones((2, 3), np.float32), "shape": np.array([3, 2], np.int64)}
+    feeds: dict[str, np.ndarray] = {"x": np.ones((2, 3), np.float32), "shape": np.array([3, 2], np.int64)}
     whole = ModelRunner(path, feeds, settings)
     whole.check()
     for _ in range(3):
