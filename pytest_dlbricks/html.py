@@ -14,7 +14,15 @@ from html import escape
 from typing import Any
 
 from . import __version__
-from .terminal import describe_inputs, format_flops, format_rate, format_ratio, format_seconds, format_share
+from .terminal import (
+    describe_inputs,
+    executor_line,
+    format_flops,
+    format_rate,
+    format_ratio,
+    format_seconds,
+    format_share,
+)
 from .wording import plural
 
 #: Colours of common operator types, fixed so that an operator looks the same in every report.
@@ -103,7 +111,7 @@ def render_html(report: Mapping[str, Any]) -> str:
     validated = [m for m in models if m.get("measured_s") is not None]
     sections = [
         _header(report),
-        _section("Models", _models_table(models, validated=bool(validated)), anchor="models"),
+        _section("Models", _models_table(models, validated=bool(validated)) + _executor(report), anchor="models"),
         _section("Where the time goes", _op_chart(models, colours), anchor="op-types"),
     ]
     if validated:
@@ -154,8 +162,14 @@ def _header(report: Mapping[str, Any]) -> str:
     return f"<h1>pytest-dlbricks report</h1>\n<p>{escape(lead)}</p>\n<div class=cards>{card_html}</div>\n"
 
 
+def _executor(report: Mapping[str, Any]) -> str:
+    """Which model of onnxruntime's parallel executor the Parallel column used, and why."""
+    line = executor_line(report.get("executor"))
+    return "" if line is None else f"<p class=muted>{escape(line)}</p>\n"
+
+
 def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool) -> str:
-    columns = ["Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path"]
+    columns = ["Model", "Layers", "Bricks", "Distinct", "Sequential", "Parallel", "Critical path"]
     if validated:
         columns += ["Measured", "Ratio"]
     columns += ["Load", "FLOPs", "GFLOP/s", "Of peak", "Unknown FLOPs", "Inputs", "Complete"]
@@ -170,6 +184,7 @@ def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool) -> st
             str(model["bricks"]),
             str(model["unique_bricks"]),
             format_seconds(model["sequential_s"]),
+            format_seconds(model.get("parallel_s")),
             format_seconds(model["critical_path_s"]),
         ]
         if validated:

@@ -28,7 +28,7 @@ from .composition import Estimate, brick_calls, compose
 from .cutting import ModelPlan
 from .noise import HIGH_NOISE, run_noise
 from .overhead import NO_OVERHEAD, CallOverhead
-from .probes import RunMeasurements
+from .probes import ExecutorDetection, RunMeasurements
 from .settings import Settings
 from .validation import Validation, accuracy
 
@@ -128,6 +128,8 @@ class ModelEntry:
     #: depends on their data: both together mark an estimate made on synthetic data that may mislead.
     inputs: str = "synthetic"
     data_dependent_ops: list[str] = field(default_factory=list)
+    #: The parallel executor's time as the run's ``executor`` entry models it (None: not detected).
+    parallel_s: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -139,6 +141,7 @@ class ModelEntry:
             "reused_bricks": self.reused_bricks,
             "sequential_s": self.sequential_s,
             "critical_path_s": self.critical_path_s,
+            "parallel_s": self.parallel_s,
             "complete": self.complete,
             "guessed_dims": dict(self.guessed_dims),
             "inputs": self.inputs,
@@ -193,6 +196,9 @@ class RunReport:
     comparison: dict[str, Any] | None = None
     #: What two runs must share to be compared (see :meth:`.identity.Identity.conditions`), when known.
     conditions: dict[str, Any] | None = None
+    #: Which model of onnxruntime's parallel executor the parallel estimates used, and why (see
+    #: :func:`executor_fields`).
+    executor: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The report in its JSON format, keys as other tools read them."""
@@ -208,6 +214,8 @@ class RunReport:
             "machine": dict(self.machine),
             "peak": self.peak,
         }
+        if self.executor is not None:
+            report["executor"] = self.executor
         if self.conditions is not None:
             report["conditions"] = self.conditions
         if self.comparison is not None:
@@ -223,6 +231,8 @@ def build_report(
     results: Mapping[str, BrickResult],
     *,
     overhead: CallOverhead | None = None,
+    executor: ExecutorDetection | None = None,
+    executor_error: str | None = None,
     validations: Mapping[tuple[str, str], Validation] | None = None,
     wall_time_s: float | None = None,
     partial: bool = False,
@@ -235,6 +245,7 @@ def build_report(
     """The report of a run.
 
     ``overhead`` is the cost of one inference call, which composition counts once per model;
+    ``executor`` is what the parallel executor was detected to do (``executor_error``: why it was not);
     ``validations`` are the end-to-end measurements by model path and executor; ``partial`` marks a
     run that stopped before every item ran (Ctrl-C, SIGTERM, ``-x``); ``work`` and ``measured``
     (the bricks' layers and the machine's peak and load times) feed the analysis; ``unsupported``
@@ -248,6 +259,7 @@ def build_report(
     unsupported = unsupported or {}
     placements = placements or {}
     call = overhead or NO_OVERHEAD
+    threads = executor.threads if executor is not None else None
     reused = {signature for signature, result in results.items() if result.reused}
     users: dict[str, Counter[str]] = {signature: Counter() for signature in bricks}
     for plan in plans:
@@ -271,7 +283,7 @@ def build_report(
     ]
     models: list[ModelEntry | FailedModel] = []
     for plan in plans:
-        estimate = compose(plan, times, call)
+        estimate = compose(plan, times, call, threads)
         uses = [
             BrickUse(entry.signature, entry.time_s, entry.analysis, entry.models[plan.path])
             for entry in brick_entries
@@ -291,13 +303,14 @@ def build_report(
                 complete=estimate.complete,
                 guessed_dims=dict(plan.guessed_dims),
                 unbuildable_layers=[{"layer": b.layer_index, "op": b.op_type, "cause": b.reason} for b in plan.broken],
-                validation=_validation_fields(plan, estimate, validations, call),
+                validation=_validation_fields(plan, estimate, validations, call, threads),
                 analysis=model_analysis(plan.path, estimate.sequential_s, estimate.complete, uses, measured),
                 point=plan.point,
                 unsupported=unsupported_windows(composition, unsupported),
                 composition=composition,
                 inputs=plan.inputs,
                 data_dependent_ops=list(plan.data_dependent),
+                parallel_s=estimate.parallel_s,
             )
         )
     models.extend(failed)
@@ -333,7 +346,30 @@ def build_report(
         bricks=brick_entries,
         machine=dict(measured.machine),
         peak=peak_fields(measured.peak),
+        executor=executor_fields(executor, executor_error, overhead) if plans else None,
     )
+
+
+#: How the parallel estimate is composed, by whether the parallel executor runs independent nodes at once.
+ONE_AT_A_TIME = "one node at a time"
+SCHEDULE = "list schedule"
+
+
+def executor_fields(
+    executor: ExecutorDetection | None, error: str | None, overhead: CallOverhead | None
+) -> dict[str, Any] | None:
+    """Which model of onnxruntime's parallel executor the parallel estimates used, and why: what was
+    detected, with its figures, and the call costs composed with."""
+    if executor is None:
+        return None if error is None else {"model": None, "error": error}
+    return {
+        "model": SCHEDULE if executor.concurrent else ONE_AT_A_TIME,
+        "threads": executor.threads,
+        "detection": executor.as_json(),
+        "call_s": overhead.fixed_s if overhead is not None else None,
+        "parallel_call_s": overhead.parallel_fixed_s if overhead is not None else None,
+        "critical_path": "the lower bound for an executor with unlimited parallelism",
+    }
 
 
 def plan_composition(plan: ModelPlan) -> dict[str, Any]:
@@ -369,11 +405,13 @@ def _validation_fields(
     estimate: Estimate,
     validations: Mapping[tuple[str, str], Validation],
     overhead: CallOverhead,
+    threads: int | None = None,
 ) -> dict[str, object]:
     """A model's end-to-end measurements against the estimates the user gets: ``measured_s`` and ``ratio``
-    (``sequential_s / measured_s``) for the sequential executor, ``measured_parallel_s`` and
-    ``critical_path_ratio`` (``critical_path_s / measured_parallel_s``) for the parallel one; beside
-    them the ratios of paired rounds (``paired_ratio``, ``paired_critical_path_ratio``: each round's
+    (``sequential_s / measured_s``) for the sequential executor, ``measured_parallel_s``,
+    ``parallel_ratio`` (``parallel_s / measured_parallel_s``) and ``critical_path_ratio``
+    (``critical_path_s / measured_parallel_s``) for the parallel one; beside them the ratios of paired
+    rounds (``paired_ratio``, ``paired_parallel_ratio``, ``paired_critical_path_ratio``: each round's
     bricks timed again just before that round's model) and the details."""
     details = {
         executor: validation.summarize(plan, overhead)
@@ -395,6 +433,10 @@ def _validation_fields(
         fields["measured_parallel_s"] = parallel["measured_s"]
         fields["critical_path_ratio"] = _ratio(estimate.critical_path_s, parallel["measured_s"])
         fields["paired_critical_path_ratio"] = parallel["ratio"]
+        if estimate.parallel_s is not None:
+            paired = validations[(plan.path, "parallel")].summarize(plan, overhead, threads, "parallel_s")
+            fields["parallel_ratio"] = _ratio(estimate.parallel_s, parallel["measured_s"])
+            fields["paired_parallel_ratio"] = paired["ratio"]
     return fields
 
 
@@ -421,8 +463,10 @@ def _accuracy(
     return {
         "sequential": accuracy(_ratios(validated, "ratio")),
         "critical_path": accuracy(_ratios(validated, "critical_path_ratio")),
+        "parallel": accuracy(_ratios(validated, "parallel_ratio")),
         "sequential_paired": accuracy(_ratios(validated, "paired_ratio")),
         "critical_path_paired": accuracy(_ratios(validated, "paired_critical_path_ratio")),
+        "parallel_paired": accuracy(_ratios(validated, "paired_parallel_ratio")),
         # Typical relative spread (interquartile range) of a model's per-round ratios: the machine's noise.
         "noise": statistics.median(spreads) if spreads else None,
         # The paper's measure of the time saved: end-to-end latencies over distinct brick latencies.

@@ -166,7 +166,7 @@ def table_width(text: str) -> int:
     return len(text.splitlines()[1])
 
 
-_COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path", "Inputs", "Complete")
+_COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Parallel", "Critical path", "Inputs", "Complete")
 _VALIDATION_COLUMNS = ("Measured", "Ratio")
 #: Symbolic dimensions no one gave a size, which took the default: shown, as the estimate depends on them.
 _GUESSED_COLUMN = f"Dims left at {DEFAULT_DIM}"
@@ -184,6 +184,9 @@ def render_table(report: Mapping[str, object]) -> str:
     lines = format_table(rows, left=left).splitlines()
     summary: Mapping[str, object] = report["summary"]  # type: ignore[assignment]
     lines.append(count_line(summary))
+    executor = executor_line(report.get("executor"))  # type: ignore[arg-type]
+    if executor:
+        lines.append(executor)
     lines.extend(_accuracy_lines(report.get("accuracy"), summary))  # type: ignore[arg-type]
     return "\n".join(lines)
 
@@ -203,7 +206,7 @@ def count_line(summary: Mapping[str, Any]) -> str:
 
 def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
     if "error" in model:
-        return (str(model["path"]), "-", "-", "-", "-", "-", "-", "error") + (("-", "-") if validated else ())
+        return (str(model["path"]), "-", "-", "-", "-", "-", "-", "-", "error") + (("-", "-") if validated else ())
     unsupported = len(model.get("unsupported") or ())  # type: ignore[arg-type]
     missing = f"{model['measured_bricks']}/{model['bricks']}" + (f", {unsupported} unsupported" if unsupported else "")
     complete = "yes" if model["complete"] else f"no ({missing})"
@@ -213,6 +216,7 @@ def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
         str(model["bricks"]),
         str(model["unique_bricks"]),
         format_seconds(model["sequential_s"]),  # type: ignore[arg-type]
+        format_seconds(model.get("parallel_s")),  # type: ignore[arg-type]
         format_seconds(model["critical_path_s"]),  # type: ignore[arg-type]
         describe_inputs(model),
         complete,
@@ -225,6 +229,32 @@ def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
         format_seconds(measured if isinstance(measured, float) else None),
         format_ratio(model.get("ratio")),  # type: ignore[arg-type]
     )
+
+
+def executor_line(executor: Mapping[str, Any] | None) -> str | None:
+    """Which model of onnxruntime's parallel executor the Parallel column used, and why, with the figures."""
+    if not executor:
+        return None
+    if executor.get("error"):
+        return f"Parallel: not estimated, the parallel executor could not be tried: {executor['error']}"
+    found = executor["detection"]
+    figures = (
+        f"{found['graph']}: {format_seconds(found['sequential_s'])} sequential,"
+        f" {format_seconds(found['parallel_s'])} parallel, ratio {found['ratio']:.2f}"
+    )
+    if executor["model"] == "list schedule":
+        how = (
+            f"onnxruntime's parallel executor ran independent nodes at once here ({figures}, under"
+            f" {found['concurrent_below']}), so Parallel is a list schedule of the bricks on"
+            f" {plural(executor['threads'], 'thread')}"
+        )
+    else:
+        how = (
+            f"onnxruntime's parallel executor ran one node at a time here ({figures}, not under"
+            f" {found['concurrent_below']}), so Parallel is Sequential at the parallel executor's call cost"
+            f" ({format_seconds(executor['parallel_call_s'])} instead of {format_seconds(executor['call_s'])})"
+        )
+    return f"Parallel: {how}; Critical path: {executor['critical_path']}"
 
 
 def _guessed(model: Mapping[str, object]) -> str:
@@ -251,6 +281,8 @@ _PAIRED = "  in paired rounds (the bricks timed again just before each timed cal
 _ACCURACIES = (
     ("sequential", "accuracy of sequential estimates (Sequential / Measured)"),
     ("sequential_paired", _PAIRED),
+    ("parallel", "accuracy of parallel estimates against the parallel executor (Parallel / its measured time)"),
+    ("parallel_paired", _PAIRED),
     ("critical_path", "accuracy of critical paths against the parallel executor (Critical path / its measured time)"),
     ("critical_path_paired", _PAIRED),
 )

@@ -324,7 +324,8 @@ def test_the_call_overhead_is_a_few_microseconds_and_positive(settings: Settings
     assert 0 < overhead.fixed_s < 1e-3
     assert 0 <= overhead.per_input_s < 1e-4
     assert 0 <= overhead.per_output_s < 1e-4
-    assert overhead.parallel_fixed_s is None
+    assert overhead.parallel_fixed_s is not None and overhead.parallel_fixed_s >= 0
+    assert overhead.timing_s >= 0
 
 
 def test_the_parallel_fixed_cost_is_the_intercept_of_chains_of_growing_length(
