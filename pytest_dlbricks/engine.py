@@ -268,7 +268,8 @@ class DLBricksRun:
 
     def detect_executor(self) -> None:
         """Detect once what the parallel executor does with independent nodes, and measure its call cost
-        where the call cost in use (one stored by an older run) lacks it: the parallel estimates need both."""
+        where the call cost in use (one stored by an older run) lacks it: the parallel estimates need both.
+        Made only where some brick has a time, so that a run with nothing to compose pays nothing."""
         if self.executor is not None or self.executor_error is not None:
             return
         try:
@@ -312,7 +313,7 @@ class DLBricksRun:
         ``measure`` asks for the machine's peak and the models' load times (not after an interrupt)."""
         if self.report is not None:
             return self.report
-        if measure and self.plans:
+        if measure and self.plans and self.results:
             self.detect_executor()
         self.composed = build_report(
             self.settings,

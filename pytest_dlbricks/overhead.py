@@ -61,23 +61,21 @@ def measure_call_overhead(settings: Settings, rounds: int = 11, calls: int = 100
 
     Chains of 1 to 16 trivial layers give the fixed cost (the time a chain of no layers would take;
     a one-layer model's time would also remove the per-layer cost the whole model pays, and
-    over-correct), each call timed alone as the whole model's is, under the sequential executor and
-    under the parallel one; the same chains timed as brick items time bricks give what timing a brick
-    adds; one layer reading 1 to 8 inputs, and 1 to 8 layers each writing an output, give the cost
-    of each further input and output. All are timed interleaved, back to back, so the machine's
-    noise hits them alike.
+    over-correct), each call timed alone as the whole model's is; the same chains timed as brick
+    items time bricks give what timing a brick adds; one layer reading 1 to 8 inputs, and 1 to 8
+    layers each writing an output, give the cost of each further input and output. All are timed
+    interleaved, back to back, so the machine's noise hits them alike. The parallel executor's fixed
+    cost follows (see :func:`measure_parallel_fixed_cost`).
     """
-    chains = [_tiny_model(size, 1, 1) for size in _SIZES]
+    chains = [_Call(_tiny_model(size, 1, 1), settings) for size in _SIZES]
     families = {
-        "chain": [_Call(model, settings) for model in chains],
-        "parallel": [_Call(model, settings, parallel=True) for model in chains],
+        "chain": chains,
+        "timed": chains,
         "inputs": [_Call(_tiny_model(1, size, 1), settings) for size in _SIZES[:4]],
         "outputs": [_Call(_tiny_model(size, 1, size), settings) for size in _SIZES[:4]],
     }
-    families["timed"] = families["chain"]
     medians = _interleaved_medians(families, rounds, calls)
     layer_s, fixed_s = np.polyfit(_SIZES, medians["chain"], 1)
-    _, parallel_fixed_s = np.polyfit(_SIZES, medians["parallel"], 1)
     _, timed_fixed_s = np.polyfit(_SIZES, medians["timed"], 1)
     per_input_s, _ = np.polyfit(_SIZES[:4], medians["inputs"], 1)
     per_output_s, _ = np.polyfit(_SIZES[:4], medians["outputs"], 1)
@@ -85,14 +83,17 @@ def measure_call_overhead(settings: Settings, rounds: int = 11, calls: int = 100
         fixed_s=max(float(fixed_s), 0.0),
         per_input_s=max(float(per_input_s), 0.0),
         per_output_s=max(float(per_output_s - layer_s), 0.0),
-        parallel_fixed_s=max(float(parallel_fixed_s), 0.0),
+        parallel_fixed_s=measure_parallel_fixed_cost(settings),
         timing_s=max(float(timed_fixed_s - fixed_s), 0.0),
     )
 
 
 def measure_parallel_fixed_cost(settings: Settings, rounds: int = 5, calls: int = 20) -> float:
-    """The fixed cost of a call under the parallel executor, as a chain's intercept (for call costs
-    recorded before it was measured in every run)."""
+    """The fixed cost of a call under the parallel executor, as the intercept of chains' calls timed alone.
+
+    Fewer calls than for the sequential costs: where the executor's threads compete with the intra-op
+    ones for the cores, one of its calls can take milliseconds.
+    """
     sessions = {"parallel": [_Call(_tiny_model(size, 1, 1), settings, parallel=True) for size in _SIZES]}
     _, fixed_s = np.polyfit(_SIZES, _interleaved_medians(sessions, rounds, calls)["parallel"], 1)
     return max(float(fixed_s), 0.0)

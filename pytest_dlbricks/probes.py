@@ -172,7 +172,7 @@ def _best_time(
 #: to measure (each run takes milliseconds) and small enough to detect in a fraction of a second.
 BRANCHES = 2
 CHAIN_LENGTH = 6
-CHAIN_SIZE = 256
+CHAIN_SIZE = 128
 DETECTION_ROUNDS = 7
 #: Parallel over sequential time below which the parallel executor runs independent nodes at once.
 #: Two equal chains overlapped take half the time (0.5); one node at a time takes the sequential

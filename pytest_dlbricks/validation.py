@@ -102,9 +102,7 @@ class Validation:
         estimate_field = estimate_field or ESTIMATE_OF_EXECUTOR[self.executor]
         # pytest-benchmark's warm-up rounds run the setup too: pair the last rounds with the measurements.
         paired = list(zip(self.brick_rounds[-len(self.model_s) :], self.model_s))
-        estimates = [
-            getattr(compose(plan, times, overhead, parallel_threads), estimate_field) for times, _ in paired
-        ]
+        estimates = [getattr(compose(plan, times, overhead, parallel_threads), estimate_field) for times, _ in paired]
         ratios = [estimate / measured for estimate, (_, measured) in zip(estimates, paired) if estimate is not None]
         return {
             "measured_s": statistics.median(self.model_s),

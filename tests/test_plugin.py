@@ -745,7 +745,7 @@ def detected(concurrent: bool) -> ExecutorDetection:
         parallel_s=2.1e-3 if concurrent else 4.2e-3,
         ratio=0.52 if concurrent else 1.05,
         rounds=7,
-        graph="2 independent chains of 6 MatMuls 256x256 float32",
+        graph="2 independent chains of 6 MatMuls 128x128 float32",
     )
 
 
