@@ -42,8 +42,8 @@ class CallOverhead:
     timing_s: float = 0.0
 
     def of(self, inputs: int, outputs: int, *, parallel: bool = False) -> float:
-        """The cost of a call with these many inputs and outputs (under the parallel executor: None
-        unless its fixed cost was measured)."""
+        """The cost of a call with these many inputs and outputs (``parallel``: under the parallel
+        executor, whose fixed cost must have been measured)."""
         fixed = self.parallel_fixed_s if parallel else self.fixed_s
         assert fixed is not None, "the parallel executor's call cost was not measured"
         return fixed + self.per_input_s * max(inputs - 1, 0) + self.per_output_s * max(outputs - 1, 0)
