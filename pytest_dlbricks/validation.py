@@ -8,6 +8,7 @@ round's estimate is compared with the same round's measurement; medians over rou
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -102,7 +103,9 @@ class Validation:
         estimate_field = estimate_field or ESTIMATE_OF_EXECUTOR[self.executor]
         # pytest-benchmark's warm-up rounds run the setup too: pair the last rounds with the measurements.
         paired = list(zip(self.brick_rounds[-len(self.model_s) :], self.model_s))
-        estimates = [getattr(compose(plan, times, overhead, parallel_threads), estimate_field) for times, _ in paired]
+        # Paired rounds time each brick call alone, as the model's: no item loop to take off.
+        alone = dataclasses.replace(overhead, timing_s=0.0)
+        estimates = [getattr(compose(plan, times, alone, parallel_threads), estimate_field) for times, _ in paired]
         ratios = [estimate / measured for estimate, (_, measured) in zip(estimates, paired) if estimate is not None]
         return {
             "measured_s": statistics.median(self.model_s),
