@@ -33,6 +33,15 @@ from pytest_dlbricks.validation import accuracy
 LIGHT_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 SAMPLE_MODELS = Path(__file__).resolve().parent.parent / "sample_models"
 SAMPLE_DIMS = ("--dlbricks-dim=batch=1", "--dlbricks-dim=seq=16")
+#: The report's accuracy blocks printed per granularity: each estimate, then its paired rounds.
+ACCURACIES = (
+    "sequential",
+    "sequential_paired",
+    "parallel",
+    "parallel_paired",
+    "critical_path",
+    "critical_path_paired",
+)
 
 
 def main() -> None:
@@ -104,7 +113,7 @@ def _render(reports: dict[int, dict], cut: str) -> str:
     for g in granularities:
         results = reports[g].get("accuracy") or {}
         summary = reports[g]["summary"]
-        for executor in ("sequential", "sequential_paired", "critical_path", "critical_path_paired"):
+        for executor in ACCURACIES:
             result = results.get(executor)
             if result:
                 lines.append(

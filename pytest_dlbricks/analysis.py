@@ -191,7 +191,7 @@ def brick_analysis(
     op_time = work_s = None
     if work is not None and time_s is not None:
         op_time = split_time(work, time_s, peak)
-        work_s = max(time_s - overhead.of(*work.io), 0.0)
+        work_s = max(time_s - overhead.of_brick(*work.io), 0.0)
     return BrickAnalysis(
         label=work.label if work is not None else None,
         flops=flops,

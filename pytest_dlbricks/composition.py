@@ -1,7 +1,16 @@
-"""Compose a model's latency from its bricks' times: sum for a sequential executor, critical path for a parallel one."""
+"""Compose a model's latency from its bricks' times.
+
+* Sequential: the sum of the bricks, what onnxruntime's sequential executor does.
+* Parallel: what onnxruntime's parallel executor does here, as detected at run time (see
+  :func:`.probes.detect_executor`): with one node at a time, the sum again, at the parallel
+  executor's call cost; with nodes run at once, a list schedule of the brick graph on its threads.
+* Critical path: the heaviest path through the brick graph, the lower bound for an executor with
+  unlimited parallelism.
+"""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +31,8 @@ class Estimate:
     critical_path_s: float | None
     measured_bricks: int
     total_bricks: int
+    #: The parallel executor's time; None also when its behaviour or call cost is unknown.
+    parallel_s: float | None = None
 
     @property
     def complete(self) -> bool:
@@ -33,13 +44,20 @@ class Estimate:
 BrickCall = tuple[str, int, int] | None
 
 
-def compose(plan: ModelPlan, times: Mapping[str, float], overhead: CallOverhead = NO_OVERHEAD) -> Estimate:
+def compose(
+    plan: ModelPlan,
+    times: Mapping[str, float],
+    overhead: CallOverhead = NO_OVERHEAD,
+    parallel_threads: int | None = None,
+) -> Estimate:
     """Estimate ``plan``'s latency from ``times`` (seconds by brick signature).
 
-    The cost of a call (``overhead``) is taken off every brick's time and counted once for the
-    model, with the model's own inputs and outputs. A brick never counts for less than nothing.
+    The cost of a brick's timed call (``overhead``) is taken off every brick's time, and the cost of
+    one call is counted once for the model, with the model's own inputs and outputs. A brick never
+    counts for less than nothing. ``parallel_threads`` is how many nodes the parallel executor runs
+    at once here (1: one at a time; None: unknown, no parallel estimate).
     """
-    return compose_calls(brick_calls(plan), plan.graph, plan.io, times, overhead)
+    return compose_calls(brick_calls(plan), plan.graph, plan.io, times, overhead, parallel_threads)
 
 
 def brick_calls(plan: ModelPlan) -> list[BrickCall]:
@@ -58,6 +76,7 @@ def compose_calls(
     io: tuple[int, int],
     times: Mapping[str, float],
     overhead: CallOverhead = NO_OVERHEAD,
+    parallel_threads: int | None = None,
 ) -> Estimate:
     """:func:`compose` from plain data: the windows, the brick graph between them and the model's io counts."""
     work: list[float] = []
@@ -65,11 +84,55 @@ def compose_calls(
         seconds = times.get(call[0]) if call is not None else None
         if call is None or seconds is None:
             continue
-        work.append(max(seconds - overhead.of(call[1], call[2]), 0.0))
+        work.append(max(seconds - overhead.of_brick(call[1], call[2]), 0.0))
     if len(work) < len(calls):
         return Estimate(None, None, len(work), len(calls))
     model_call = overhead.of(*io)
-    return Estimate(sum(work) + model_call, _longest_path(graph, work) + model_call, len(work), len(calls))
+    parallel_s = None
+    if parallel_threads is not None and overhead.parallel_fixed_s is not None:
+        span = sum(work) if parallel_threads == 1 else list_schedule(graph, work, parallel_threads)
+        parallel_s = span + overhead.of(*io, parallel=True)
+    return Estimate(sum(work) + model_call, _longest_path(graph, work) + model_call, len(work), len(calls), parallel_s)
+
+
+def list_schedule(graph: nx.DiGraph, brick_times: Sequence[float], threads: int) -> float:
+    """When the last brick ends if ``threads`` run the bricks, each taking the ready brick with the
+    heaviest path still ahead of it as soon as one is free (list scheduling by bottom level).
+
+    Bricks are the nodes ``0..n-1``; an edge means the later brick reads what the earlier one wrote.
+    """
+    count = len(brick_times)
+    if count == 0:
+        return 0.0
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(count))
+    dag.add_edges_from(graph.edges)
+    ahead: dict[int, float] = {}
+    for brick in reversed(list(nx.topological_sort(dag))):
+        ahead[brick] = brick_times[brick] + max((ahead[after] for after in dag.successors(brick)), default=0.0)
+    waiting = {brick: dag.in_degree(brick) for brick in dag}
+    released = [(0.0, brick) for brick, count_in in waiting.items() if count_in == 0]  # (ready at, brick)
+    heapq.heapify(released)
+    ready: list[tuple[float, float, int]] = []  # (-path ahead, ready at, brick)
+    free = [0.0] * threads
+    ends: dict[int, float] = {}
+    while released or ready:
+        now = min(free)
+        if not ready and released[0][0] > now:
+            now = released[0][0]
+        while released and released[0][0] <= now:
+            at, brick = heapq.heappop(released)
+            heapq.heappush(ready, (-ahead[brick], at, brick))
+        _, at, brick = heapq.heappop(ready)
+        thread = free.index(min(free))
+        ends[brick] = max(free[thread], at) + brick_times[brick]
+        free[thread] = ends[brick]
+        for after in dag.successors(brick):
+            waiting[after] -= 1
+            if waiting[after] == 0:
+                start = max(ends[before] for before in dag.predecessors(after))
+                heapq.heappush(released, (start, after))
+    return max(ends.values())
 
 
 def critical_path(plan: ModelPlan, brick_times: list[float]) -> float:

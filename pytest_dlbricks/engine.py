@@ -18,14 +18,14 @@ from .bricks import BrickSpec
 from .calibration import CalibrationRecord
 from .clock import PausableClock
 from .cutting import ModelPlan, plan_model
-from .errors import ModelError
+from .errors import ModelError, describe_error
 from .html import render_html
 from .loading import load_model, whole_model
 from .maps import write_maps
 from .numerics import convert, float32_work
 from .overhead import CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
 from .plans import CutModel, PlanCache
-from .probes import RunMeasurements, describe_machine, measure_run
+from .probes import ExecutorDetection, RunMeasurements, describe_machine, detect_executor, measure_run
 from .report import BrickResult, FailedModel, RunReport, build_report
 from .running import ModelRunner
 from .samples import SampleInputs, find_samples, from_hook
@@ -65,6 +65,10 @@ class DLBricksRun:
         self.validations: dict[tuple[str, str], Validation] = {}
         #: Cost of one inference call on this machine, measured before the first timing.
         self.overhead: CallOverhead | None = None
+        #: What the parallel executor does with independent nodes here, detected once before composing,
+        #: or why it could not be.
+        self.executor: ExecutorDetection | None = None
+        self.executor_error: str | None = None
         self.started = time.perf_counter()
         #: FLOPs and bytes of each distinct brick's layers, by signature.
         self.work: dict[str, BrickWork] = {}
@@ -256,13 +260,27 @@ class DLBricksRun:
     # Measuring
 
     def measure_overhead(self, *, parallel: bool = False) -> None:
-        """Measure the cost of a call once, before the first timing (and the parallel executor's, when needed)."""
+        """Measure the cost of a call once, before the first timing (and the parallel executor's, when a
+        call cost stored by an older run lacks it)."""
         if self.overhead is None:
             self.overhead = measure_call_overhead(self.settings)
         if parallel and self.overhead.parallel_fixed_s is None:
             self.overhead = dataclasses.replace(
                 self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings)
             )
+
+    def detect_executor(self) -> None:
+        """Detect once what the parallel executor does with independent nodes, and measure its call cost
+        where the call cost in use (one stored by an older run) lacks it: the parallel estimates need both.
+        Made only where some brick has a time, so that a run with nothing to compose pays nothing."""
+        if self.executor is not None or self.executor_error is not None:
+            return
+        try:
+            self.executor = detect_executor(self.settings)
+            if self.overhead is not None:
+                self.measure_overhead(parallel=True)
+        except Exception as error:  # onnxruntime's exception types are not part of its API
+            self.executor_error = describe_error(error)
 
     def assume_overhead(self, overhead: CallOverhead | None) -> None:
         """Compose with a call cost measured in an earlier run (the one reused brick times were measured beside)."""
@@ -298,6 +316,8 @@ class DLBricksRun:
         ``measure`` asks for the machine's peak and the models' load times (not after an interrupt)."""
         if self.report is not None:
             return self.report
+        if measure and self.plans and self.results:
+            self.detect_executor()
         self.composed = build_report(
             self.settings,
             self.plans,
@@ -305,6 +325,8 @@ class DLBricksRun:
             self.bricks,
             self.results,
             overhead=self.overhead,
+            executor=self.executor,
+            executor_error=self.executor_error,
             validations=self.validations,
             wall_time_s=time.perf_counter() - self.started,
             partial=partial,

@@ -17,6 +17,7 @@ from . import __version__
 from .terminal import (
     calibration_line,
     describe_inputs,
+    executor_line,
     format_flops,
     format_rate,
     format_ratio,
@@ -114,7 +115,11 @@ def render_html(report: Mapping[str, Any]) -> str:
     line = calibration_line(report.get("calibration"))
     sections = [
         _header(report),
-        _section("Models", table + (f"<p>{escape(line[:1].upper() + line[1:])}.</p>" if line else ""), anchor="models"),
+        _section(
+            "Models",
+            table + (f"<p>{escape(line[:1].upper() + line[1:])}.</p>" if line else "") + _executor(report),
+            anchor="models",
+        ),
         _section("Where the time goes", _op_chart(models, colours), anchor="op-types"),
     ]
     if validated:
@@ -165,8 +170,14 @@ def _header(report: Mapping[str, Any]) -> str:
     return f"<h1>pytest-dlbricks report</h1>\n<p>{escape(lead)}</p>\n<div class=cards>{card_html}</div>\n"
 
 
+def _executor(report: Mapping[str, Any]) -> str:
+    """Which model of onnxruntime's parallel executor the Parallel column used, and why."""
+    line = executor_line(report.get("executor"))
+    return "" if line is None else f"<p class=muted>{escape(line)}</p>\n"
+
+
 def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool, calibrated: bool = False) -> str:
-    columns = ["Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path"]
+    columns = ["Model", "Layers", "Bricks", "Distinct", "Sequential", "Parallel", "Critical path"]
     if validated:
         columns += ["Measured", "Ratio"]
     if calibrated:
@@ -183,6 +194,7 @@ def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool, calib
             str(model["bricks"]),
             str(model["unique_bricks"]),
             format_seconds(model["sequential_s"]),
+            format_seconds(model.get("parallel_s")),
             format_seconds(model["critical_path_s"]),
         ]
         if validated:

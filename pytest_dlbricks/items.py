@@ -128,7 +128,7 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
             ) from None
         benchmark = request.getfixturevalue("benchmark")
         bricks = BrickRounds(runners, model)
-        run.measure_overhead(parallel=executor == "parallel")
+        run.measure_overhead()
         start = time.perf_counter()
         model()
         bricks()

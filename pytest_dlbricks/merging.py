@@ -157,5 +157,6 @@ def _median_overhead(overheads: Sequence[CallOverhead]) -> CallOverhead | None:
         fixed_s=statistics.median(o.fixed_s for o in overheads),
         per_input_s=statistics.median(o.per_input_s for o in overheads),
         per_output_s=statistics.median(o.per_output_s for o in overheads),
+        timing_s=statistics.median(o.timing_s for o in overheads),
         parallel_fixed_s=statistics.median(parallel) if parallel else None,
     )

@@ -1,20 +1,23 @@
 """What an inference call costs beyond its layers' work, and its measurement on this machine.
 
 Every brick is timed as a model of its own and pays that cost once; composition takes it off each
-brick and counts it once for the whole model.
+brick and counts it once for the whole model. A brick is also timed through its item's loop (the
+run's clock paused around the rewriting of its inputs), which costs each of its calls a little more
+than the model's one timed call pays: that part too is taken off every brick, and never counted for
+the model.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
 
+from .clock import PausableClock
 from .graph import MIN_IR_VERSION
-from .runtime import InferenceSession, bind, create_session
+from .runtime import bind, create_session, input_rewriter
 from .settings import Settings
 
 
@@ -29,18 +32,25 @@ class CallOverhead:
     fixed_s: float = 0.0
     per_input_s: float = 0.0
     per_output_s: float = 0.0
-    #: The fixed cost under onnxruntime's parallel executor, measured only by a validation run that
-    #: times it and reported there. Estimates never count it: the critical path is a lower bound for an
-    #: executor with unlimited parallelism, which pays a call as the sequential one does, so a plain
-    #: run composes the same estimates whether or not a validation run measured it before.
+    #: The fixed cost of a call under onnxruntime's parallel executor, measured beside the others in
+    #: every run: the parallel estimate pays it instead of ``fixed_s``. The critical path never does:
+    #: it is a lower bound, for an executor with unlimited parallelism. None in records of runs that
+    #: did not measure it.
     parallel_fixed_s: float | None = None
+    #: What timing a brick through its item adds to each of its calls beyond the model's one timed call
+    #: (the loop, the clock paused around the rewriting of its inputs): taken off every brick only.
+    timing_s: float = 0.0
 
-    def of(self, inputs: int, outputs: int) -> float:
-        return self.fixed_s + self.per_input_s * max(inputs - 1, 0) + self.per_output_s * max(outputs - 1, 0)
+    def of(self, inputs: int, outputs: int, *, parallel: bool = False) -> float:
+        """The cost of a call with these many inputs and outputs (``parallel``: under the parallel
+        executor, whose fixed cost must have been measured)."""
+        fixed = self.parallel_fixed_s if parallel else self.fixed_s
+        assert fixed is not None, "the parallel executor's call cost was not measured"
+        return fixed + self.per_input_s * max(inputs - 1, 0) + self.per_output_s * max(outputs - 1, 0)
 
-    def composed(self) -> CallOverhead:
-        """What estimates compose with, without the figures only validation measures (kept in the store)."""
-        return dataclasses.replace(self, parallel_fixed_s=None)
+    def of_brick(self, inputs: int, outputs: int) -> float:
+        """What a brick's timed call costs beyond its layers' work."""
+        return self.of(inputs, outputs) + self.timing_s
 
 
 NO_OVERHEAD = CallOverhead()
@@ -51,33 +61,40 @@ def measure_call_overhead(settings: Settings, rounds: int = 11, calls: int = 100
 
     Chains of 1 to 16 trivial layers give the fixed cost (the time a chain of no layers would take;
     a one-layer model's time would also remove the per-layer cost the whole model pays, and
-    over-correct); one layer reading 1 to 8 inputs, and 1 to 8 layers each writing an output, give
-    the cost of each further input and output. All are timed interleaved, back to back, so the
-    machine's noise hits them alike.
+    over-correct), each call timed alone as the whole model's is; the same chains timed as brick
+    items time bricks give what timing a brick adds; one layer reading 1 to 8 inputs, and 1 to 8
+    layers each writing an output, give the cost of each further input and output. All are timed
+    interleaved, back to back, so the machine's noise hits them alike. The parallel executor's fixed
+    cost follows (see :func:`measure_parallel_fixed_cost`).
     """
+    chains = [_Call(_tiny_model(size, 1, 1), settings) for size in _SIZES]
     families = {
-        "chain": [_tiny_model(size, 1, 1) for size in _SIZES],
-        "inputs": [_tiny_model(1, size, 1) for size in _SIZES[:4]],
-        "outputs": [_tiny_model(size, 1, size) for size in _SIZES[:4]],
+        "chain": chains,
+        "timed": chains,
+        "inputs": [_Call(_tiny_model(1, size, 1), settings) for size in _SIZES[:4]],
+        "outputs": [_Call(_tiny_model(size, 1, size), settings) for size in _SIZES[:4]],
     }
-    medians = _interleaved_medians(
-        {name: [create_session(model, settings) for model in models] for name, models in families.items()},
-        rounds,
-        calls,
-    )
+    medians = _interleaved_medians(families, rounds, calls)
     layer_s, fixed_s = np.polyfit(_SIZES, medians["chain"], 1)
+    _, timed_fixed_s = np.polyfit(_SIZES, medians["timed"], 1)
     per_input_s, _ = np.polyfit(_SIZES[:4], medians["inputs"], 1)
     per_output_s, _ = np.polyfit(_SIZES[:4], medians["outputs"], 1)
     return CallOverhead(
         fixed_s=max(float(fixed_s), 0.0),
         per_input_s=max(float(per_input_s), 0.0),
         per_output_s=max(float(per_output_s - layer_s), 0.0),
+        parallel_fixed_s=measure_parallel_fixed_cost(settings),
+        timing_s=max(float(timed_fixed_s - fixed_s), 0.0),
     )
 
 
 def measure_parallel_fixed_cost(settings: Settings, rounds: int = 5, calls: int = 20) -> float:
-    """The fixed cost of a call under the parallel executor (thread hand-offs), as a chain's intercept."""
-    sessions = {"parallel": [create_session(_tiny_model(size, 1, 1), settings, parallel=True) for size in _SIZES]}
+    """The fixed cost of a call under the parallel executor, as the intercept of chains' calls timed alone.
+
+    Fewer calls than for the sequential costs: where the executor's threads compete with the intra-op
+    ones for the cores, one of its calls can take milliseconds.
+    """
+    sessions = {"parallel": [_Call(_tiny_model(size, 1, 1), settings, parallel=True) for size in _SIZES]}
     _, fixed_s = np.polyfit(_SIZES, _interleaved_medians(sessions, rounds, calls)["parallel"], 1)
     return max(float(fixed_s), 0.0)
 
@@ -85,27 +102,62 @@ def measure_parallel_fixed_cost(settings: Settings, rounds: int = 5, calls: int 
 _SIZES = (1, 2, 4, 8, 16)
 
 
-def _interleaved_medians(
-    families: dict[str, list[InferenceSession]], rounds: int, calls: int
-) -> dict[str, list[float]]:
-    """Median time of a call of each session, the sessions taking turns round after round."""
+class _Call:
+    """One tiny model ready to call as bricks are called (see :func:`bind`), and its inputs' rewriters."""
+
+    def __init__(self, model: onnx.ModelProto, settings: Settings, *, parallel: bool = False) -> None:
+        self.session = create_session(model, settings, parallel=parallel)
+        feeds = {value.name: np.ones(1, np.float32) for value in self.session.get_inputs()}
+        binding = bind(self.session, feeds)
+        assert binding is not None  # float inputs always bind
+        self.binding = binding
+        self.rewrites = [input_rewriter(array) for array in feeds.values()]
+
+    def __call__(self) -> None:
+        self.session.run_with_iobinding(self.binding)
+
+    def rewrite_inputs(self) -> None:
+        for rewrite in self.rewrites:
+            rewrite()
+
+
+def _interleaved_medians(families: dict[str, list[_Call]], rounds: int, calls: int) -> dict[str, list[float]]:
+    """Median time of a call of each model, the models taking turns round after round; the family
+    ``timed`` is timed as brick items time bricks, the others one call at a time."""
     samples: dict[str, list[list[float]]] = {name: [[] for _ in group] for name, group in families.items()}
     for _ in range(rounds):
         for name, group in families.items():
-            for session, times in zip(group, samples[name]):
-                times.append(_time_calls(session, calls))
+            timing = _time_as_bricks if name == "timed" else _time_alone
+            for call, times in zip(group, samples[name]):
+                times.append(timing(call, calls))
     return {name: [float(np.median(times)) for times in group] for name, group in samples.items()}
 
 
-def _time_calls(session: InferenceSession, calls: int) -> float:
-    """Seconds per call, called as bricks are (see :func:`bind`)."""
-    binding = bind(session, {value.name: np.ones(1, np.float32) for value in session.get_inputs()})
-    assert binding is not None  # float inputs always bind
-    session.run_with_iobinding(binding)
-    start = time.perf_counter()
+def _time_alone(call: _Call, calls: int) -> float:
+    """Median seconds of a call timed alone, as a whole model's call is timed."""
+    call()
+    times = []
     for _ in range(calls):
-        session.run_with_iobinding(binding)
-    return (time.perf_counter() - start) / calls
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _time_as_bricks(call: _Call, calls: int) -> float:
+    """Seconds per call timed as a brick item times its brick: calls in a loop, each first rewriting its
+    inputs with the clock paused (see :mod:`.items` and :class:`.PausableClock`)."""
+    clock = PausableClock(time.perf_counter)
+
+    def timed() -> None:
+        clock.untimed(call.rewrite_inputs)
+        call()
+
+    timed()
+    start = clock()
+    for _ in range(calls):
+        timed()
+    return (clock() - start) / calls
 
 
 def _tiny_model(layers: int, inputs: int, outputs: int) -> onnx.ModelProto:

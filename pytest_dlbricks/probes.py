@@ -5,10 +5,14 @@
   run gives the GEMM FLOP/s and the bandwidth. Together they take a few hundred milliseconds at most.
 * Each model's load time: how long onnxruntime takes to create a session for the model file with
   the run's settings (reading the file, optimizing the graph, pre-packing weights), measured once.
+* What onnxruntime's parallel executor does with independent nodes (:func:`detect_executor`): since
+  1.14, onnxruntime puts every CPU node into one stream, so ORT_PARALLEL runs one node at a time
+  there; another version or provider may not. Decided from a measurement, never assumed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import time
@@ -162,3 +166,90 @@ def _best_time(
         best = min(best, time.perf_counter() - start)
         runs += 1
     return best, runs
+
+
+#: The branchy graph the parallel executor is tried on: two independent chains of MatMuls, big enough
+#: to measure (each run takes milliseconds) and small enough to detect in a fraction of a second.
+BRANCHES = 2
+CHAIN_LENGTH = 6
+CHAIN_SIZE = 128
+DETECTION_ROUNDS = 7
+#: Parallel over sequential time below which the parallel executor runs independent nodes at once.
+#: Two equal chains overlapped take half the time (0.5); one node at a time takes the sequential
+#: time plus the executor's own cost (1 or more). The margin between lies far outside the noise.
+CONCURRENT_BELOW = 0.8
+
+
+@dataclass(frozen=True)
+class ExecutorDetection:
+    """What onnxruntime's parallel executor does with independent nodes here, measured in the run.
+
+    The same branchy graph is timed under the sequential and the parallel executor, interleaved; the
+    median of the rounds' parallel / sequential ratios decides (see :data:`CONCURRENT_BELOW`).
+    """
+
+    concurrent: bool
+    #: Nodes the parallel executor may run at once: its inter-op threads, 1 when it runs one at a time.
+    threads: int
+    sequential_s: float
+    parallel_s: float
+    ratio: float
+    rounds: int
+    graph: str
+
+    def as_json(self) -> dict[str, object]:
+        return {**dataclasses.asdict(self), "concurrent_below": CONCURRENT_BELOW}
+
+
+def detect_executor(settings: Settings | None = None, rounds: int = DETECTION_ROUNDS) -> ExecutorDetection:
+    """Whether the installed onnxruntime and the run's providers run independent nodes at once under
+    the parallel executor, with the run's thread settings: the executor a user of these settings gets."""
+    model = _branchy_model(BRANCHES, CHAIN_LENGTH, CHAIN_SIZE)
+    feeds = {"x": np.full((CHAIN_SIZE, CHAIN_SIZE), 1.0, np.float32)}
+    sessions = {parallel: create_session(model, settings, parallel=parallel) for parallel in (False, True)}
+    for session in sessions.values():
+        session.run(None, feeds)  # first-run allocations and thread start
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(rounds):
+        for parallel, session in sessions.items():
+            start = time.perf_counter()
+            session.run(None, feeds)
+            times[parallel].append(time.perf_counter() - start)
+    ratio = float(np.median([p / s for p, s in zip(times[True], times[False])]))
+    concurrent = ratio < CONCURRENT_BELOW
+    return ExecutorDetection(
+        concurrent=concurrent,
+        threads=inter_op_threads() if concurrent else 1,
+        sequential_s=float(np.median(times[False])),
+        parallel_s=float(np.median(times[True])),
+        ratio=ratio,
+        rounds=rounds,
+        graph=f"{BRANCHES} independent chains of {CHAIN_LENGTH} MatMuls {CHAIN_SIZE}x{CHAIN_SIZE} float32",
+    )
+
+
+def inter_op_threads() -> int:
+    """The threads onnxruntime's parallel executor gets by default here: one per core."""
+    return os.cpu_count() or 1
+
+
+def _branchy_model(branches: int, length: int, size: int) -> onnx.ModelProto:
+    nodes, weights, outputs = [], [], []
+    for branch in range(branches):
+        previous = "x"
+        for step in range(length):
+            weight, output = f"w{branch}_{step}", f"y{branch}_{step}"
+            weights.append(numpy_helper.from_array(np.full((size, size), 1.0 / size, np.float32), weight))
+            nodes.append(helper.make_node("MatMul", [previous, weight], [output]))
+            previous = output
+        outputs.append(previous)
+    graph = helper.make_graph(
+        nodes,
+        "branches",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [size, size])],
+        [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [size, size]) for name in outputs],
+        initializer=weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], producer_name="pytest-dlbricks")
+    model.ir_version = max(MIN_IR_VERSION, 7)
+    return model

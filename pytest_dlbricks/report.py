@@ -29,7 +29,7 @@ from .composition import Estimate, brick_calls, compose
 from .cutting import ModelPlan
 from .noise import HIGH_NOISE, run_noise
 from .overhead import NO_OVERHEAD, CallOverhead
-from .probes import RunMeasurements
+from .probes import ExecutorDetection, RunMeasurements
 from .settings import Settings
 from .validation import Validation, accuracy
 
@@ -132,6 +132,8 @@ class ModelEntry:
     #: The estimate corrected by the machine's calibration (see :mod:`.calibration`), beside the raw
     #: ``sequential_s``; None until the machine has enough calibration models other than this one.
     calibrated_s: float | None = None
+    #: The parallel executor's time as the run's ``executor`` entry models it (None: not detected).
+    parallel_s: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -143,6 +145,7 @@ class ModelEntry:
             "reused_bricks": self.reused_bricks,
             "sequential_s": self.sequential_s,
             "critical_path_s": self.critical_path_s,
+            "parallel_s": self.parallel_s,
             "complete": self.complete,
             "calibrated_s": self.calibrated_s,
             "guessed_dims": dict(self.guessed_dims),
@@ -202,6 +205,9 @@ class RunReport:
     calibration: dict[str, Any] | None = None
     #: The calibration models this run measured, for the store to keep (not part of the JSON).
     calibration_records: tuple[CalibrationRecord, ...] = ()
+    #: Which model of onnxruntime's parallel executor the parallel estimates used, and why (see
+    #: :func:`executor_fields`).
+    executor: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The report in its JSON format, keys as other tools read them."""
@@ -219,6 +225,8 @@ class RunReport:
         }
         if self.calibration is not None:
             report["calibration"] = self.calibration
+        if self.executor is not None:
+            report["executor"] = self.executor
         if self.conditions is not None:
             report["conditions"] = self.conditions
         if self.comparison is not None:
@@ -234,6 +242,8 @@ def build_report(
     results: Mapping[str, BrickResult],
     *,
     overhead: CallOverhead | None = None,
+    executor: ExecutorDetection | None = None,
+    executor_error: str | None = None,
     validations: Mapping[tuple[str, str], Validation] | None = None,
     wall_time_s: float | None = None,
     partial: bool = False,
@@ -247,6 +257,7 @@ def build_report(
     """The report of a run.
 
     ``overhead`` is the cost of one inference call, which composition counts once per model;
+    ``executor`` is what the parallel executor was detected to do (``executor_error``: why it was not);
     ``validations`` are the end-to-end measurements by model path and executor; ``partial`` marks a
     run that stopped before every item ran (Ctrl-C, SIGTERM, ``-x``); ``work`` and ``measured``
     (the bricks' layers and the machine's peak and load times) feed the analysis; ``unsupported``
@@ -261,6 +272,7 @@ def build_report(
     unsupported = unsupported or {}
     placements = placements or {}
     call = overhead or NO_OVERHEAD
+    threads = executor.threads if executor is not None else None
     reused = {signature for signature, result in results.items() if result.reused}
     users: dict[str, Counter[str]] = {signature: Counter() for signature in bricks}
     for plan in plans:
@@ -284,7 +296,7 @@ def build_report(
     ]
     entries: list[ModelEntry] = []
     for plan in plans:
-        estimate = compose(plan, times, call)
+        estimate = compose(plan, times, call, threads)
         uses = [
             BrickUse(entry.signature, entry.time_s, entry.analysis, entry.models[plan.path])
             for entry in brick_entries
@@ -304,13 +316,14 @@ def build_report(
                 complete=estimate.complete,
                 guessed_dims=dict(plan.guessed_dims),
                 unbuildable_layers=[{"layer": b.layer_index, "op": b.op_type, "cause": b.reason} for b in plan.broken],
-                validation=_validation_fields(plan, estimate, validations, call),
+                validation=_validation_fields(plan, estimate, validations, call, threads),
                 analysis=model_analysis(plan.path, estimate.sequential_s, estimate.complete, uses, measured),
                 point=plan.point,
                 unsupported=unsupported_windows(composition, unsupported),
                 composition=composition,
                 inputs=plan.inputs,
                 data_dependent_ops=list(plan.data_dependent),
+                parallel_s=estimate.parallel_s,
             )
         )
     fresh = tuple(_calibration_records(plans, entries, settings.granularity, call)) if settings.calibrate else ()
@@ -355,6 +368,7 @@ def build_report(
         peak=peak_fields(measured.peak),
         calibration=overall.as_json() if overall is not None else None,
         calibration_records=fresh,
+        executor=executor_fields(executor, executor_error, overhead) if plans else None,
     )
 
 
@@ -393,6 +407,28 @@ def _calibrated(
     return dataclasses.replace(model, calibrated_s=calibrated, validation=validation)
 
 
+#: How the parallel estimate is composed, by whether the parallel executor runs independent nodes at once.
+ONE_AT_A_TIME = "one node at a time"
+SCHEDULE = "list schedule"
+
+
+def executor_fields(
+    executor: ExecutorDetection | None, error: str | None, overhead: CallOverhead | None
+) -> dict[str, Any] | None:
+    """Which model of onnxruntime's parallel executor the parallel estimates used, and why: what was
+    detected, with its figures, and the call costs composed with."""
+    if executor is None:
+        return None if error is None else {"model": None, "error": error}
+    return {
+        "model": SCHEDULE if executor.concurrent else ONE_AT_A_TIME,
+        "threads": executor.threads,
+        "detection": executor.as_json(),
+        "call_s": overhead.fixed_s if overhead is not None else None,
+        "parallel_call_s": overhead.parallel_fixed_s if overhead is not None else None,
+        "critical_path": "the lower bound for an executor with unlimited parallelism",
+    }
+
+
 def plan_composition(plan: ModelPlan) -> dict[str, Any]:
     """What composition needs of ``plan``, JSON-ready.
 
@@ -426,11 +462,13 @@ def _validation_fields(
     estimate: Estimate,
     validations: Mapping[tuple[str, str], Validation],
     overhead: CallOverhead,
+    threads: int | None = None,
 ) -> dict[str, object]:
     """A model's end-to-end measurements against the estimates the user gets: ``measured_s`` and ``ratio``
-    (``sequential_s / measured_s``) for the sequential executor, ``measured_parallel_s`` and
-    ``critical_path_ratio`` (``critical_path_s / measured_parallel_s``) for the parallel one; beside
-    them the ratios of paired rounds (``paired_ratio``, ``paired_critical_path_ratio``: each round's
+    (``sequential_s / measured_s``) for the sequential executor, ``measured_parallel_s``,
+    ``parallel_ratio`` (``parallel_s / measured_parallel_s``) and ``critical_path_ratio``
+    (``critical_path_s / measured_parallel_s``) for the parallel one; beside them the ratios of paired
+    rounds (``paired_ratio``, ``paired_parallel_ratio``, ``paired_critical_path_ratio``: each round's
     bricks timed again just before that round's model) and the details."""
     details = {
         executor: validation.summarize(plan, overhead)
@@ -452,6 +490,10 @@ def _validation_fields(
         fields["measured_parallel_s"] = parallel["measured_s"]
         fields["critical_path_ratio"] = _ratio(estimate.critical_path_s, parallel["measured_s"])
         fields["paired_critical_path_ratio"] = parallel["ratio"]
+        if estimate.parallel_s is not None:
+            paired = validations[(plan.path, "parallel")].summarize(plan, overhead, threads, "parallel_s")
+            fields["parallel_ratio"] = _ratio(estimate.parallel_s, parallel["measured_s"])
+            fields["paired_parallel_ratio"] = paired["ratio"]
     return fields
 
 
@@ -478,10 +520,12 @@ def _accuracy(
     return {
         "sequential": accuracy(_ratios(validated, "ratio")),
         "critical_path": accuracy(_ratios(validated, "critical_path_ratio")),
+        "parallel": accuracy(_ratios(validated, "parallel_ratio")),
         "sequential_paired": accuracy(_ratios(validated, "paired_ratio")),
         "critical_path_paired": accuracy(_ratios(validated, "paired_critical_path_ratio")),
         # The calibrated estimates (each from the calibration models other than itself), beside the raw ones.
         "calibrated": accuracy(_ratios(validated, "calibrated_ratio")),
+        "parallel_paired": accuracy(_ratios(validated, "paired_parallel_ratio")),
         # Typical relative spread (interquartile range) of a model's per-round ratios: the machine's noise.
         "noise": statistics.median(spreads) if spreads else None,
         # The paper's measure of the time saved: end-to-end latencies over distinct brick latencies.

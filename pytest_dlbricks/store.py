@@ -249,7 +249,8 @@ class Shelf:
                 raise ValueError(f"store version {data['version']!r}")
             recorded = data["overhead"]
             names = [field.name for field in dataclasses.fields(CallOverhead)]
-            if not isinstance(recorded, dict) or sorted(recorded) != sorted(names):
+            # Records written before the timing cost was measured lack it, and compose as they did.
+            if not isinstance(recorded, dict) or sorted({**recorded, "timing_s": 0.0}) != sorted(names):
                 raise ValueError("not the fields of a call overhead")
             parallel = recorded["parallel_fixed_s"]
             return CallOverhead(
@@ -257,6 +258,7 @@ class Shelf:
                 per_input_s=_seconds(recorded["per_input_s"]),
                 per_output_s=_seconds(recorded["per_output_s"]),
                 parallel_fixed_s=None if parallel is None else _seconds(parallel),
+                timing_s=_seconds(recorded.get("timing_s", 0.0)),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             self.discarded["call overhead"] += 1

@@ -166,7 +166,7 @@ def table_width(text: str) -> int:
     return len(text.splitlines()[1])
 
 
-_COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Critical path", "Inputs", "Complete")
+_COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Parallel", "Critical path", "Inputs", "Complete")
 _VALIDATION_COLUMNS = ("Measured", "Ratio")
 #: The estimate corrected by the machine's calibration, beside the raw one (and its ratio when validated).
 _CALIBRATED_COLUMNS = ("Calibrated",)
@@ -199,6 +199,9 @@ def render_table(report: Mapping[str, object]) -> str:
     calibration = calibration_line(report.get("calibration"))  # type: ignore[arg-type]
     if calibration is not None:
         lines.append(calibration)
+    executor = executor_line(report.get("executor"))  # type: ignore[arg-type]
+    if executor:
+        lines.append(executor)
     lines.extend(_accuracy_lines(report.get("accuracy"), summary))  # type: ignore[arg-type]
     return "\n".join(lines)
 
@@ -218,7 +221,7 @@ def count_line(summary: Mapping[str, Any]) -> str:
 
 def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
     if "error" in model:
-        return (str(model["path"]), "-", "-", "-", "-", "-", "-", "error") + (("-", "-") if validated else ())
+        return (str(model["path"]), "-", "-", "-", "-", "-", "-", "-", "error") + (("-", "-") if validated else ())
     unsupported = len(model.get("unsupported") or ())  # type: ignore[arg-type]
     missing = f"{model['measured_bricks']}/{model['bricks']}" + (f", {unsupported} unsupported" if unsupported else "")
     complete = "yes" if model["complete"] else f"no ({missing})"
@@ -228,6 +231,7 @@ def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
         str(model["bricks"]),
         str(model["unique_bricks"]),
         format_seconds(model["sequential_s"]),  # type: ignore[arg-type]
+        format_seconds(model.get("parallel_s")),  # type: ignore[arg-type]
         format_seconds(model["critical_path_s"]),  # type: ignore[arg-type]
         describe_inputs(model),
         complete,
@@ -247,6 +251,32 @@ def _calibrated(model: Mapping[str, object], validated: bool) -> tuple[str, ...]
     calibrated = model.get("calibrated_s")
     seconds = format_seconds(calibrated if isinstance(calibrated, float) else None)
     return (seconds, format_ratio(model.get("calibrated_ratio"))) if validated else (seconds,)  # type: ignore[arg-type]
+
+
+def executor_line(executor: Mapping[str, Any] | None) -> str | None:
+    """Which model of onnxruntime's parallel executor the Parallel column used, and why, with the figures."""
+    if not executor:
+        return None
+    if executor.get("error"):
+        return f"Parallel: not estimated, the parallel executor could not be tried: {executor['error']}"
+    found = executor["detection"]
+    figures = (
+        f"{found['graph']}: {format_seconds(found['sequential_s'])} sequential,"
+        f" {format_seconds(found['parallel_s'])} parallel, ratio {found['ratio']:.2f}"
+    )
+    if executor["model"] == "list schedule":
+        how = (
+            f"onnxruntime's parallel executor ran independent nodes at once here ({figures}, under"
+            f" {found['concurrent_below']}), so Parallel is a list schedule of the bricks on"
+            f" {plural(executor['threads'], 'thread')}"
+        )
+    else:
+        how = (
+            f"onnxruntime's parallel executor ran one node at a time here ({figures}, not under"
+            f" {found['concurrent_below']}), so Parallel is Sequential at the parallel executor's call cost"
+            f" ({format_seconds(executor['parallel_call_s'])} instead of {format_seconds(executor['call_s'])})"
+        )
+    return f"Parallel: {how}; Critical path: {executor['critical_path']}"
 
 
 def _guessed(model: Mapping[str, object]) -> str:
@@ -274,6 +304,8 @@ _ACCURACIES = (
     ("sequential", "accuracy of sequential estimates (Sequential / Measured)"),
     ("sequential_paired", _PAIRED),
     ("calibrated", "accuracy of calibrated estimates (Calibrated / Measured, each from the other calibration models)"),
+    ("parallel", "accuracy of parallel estimates against the parallel executor (Parallel / its measured time)"),
+    ("parallel_paired", _PAIRED),
     ("critical_path", "accuracy of critical paths against the parallel executor (Critical path / its measured time)"),
     ("critical_path_paired", _PAIRED),
 )

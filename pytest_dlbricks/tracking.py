@@ -123,7 +123,7 @@ class Tracking:
             if not self.settings.remeasure and self.run.overhead is None:
                 # Reused brick times compose with the call overhead measured beside them.
                 saved = self.shelf.get_overhead()
-                self._saved_overhead = saved.composed() if saved is not None else None
+                self._saved_overhead = saved
                 self.run.assume_overhead(self._saved_overhead)
         if self.settings.compare is not None and not self.config.option.collectonly:
             self.baseline = self._load_baseline(benchmarks.storage)
@@ -232,9 +232,8 @@ class Tracking:
         self.saved += 1
 
     def _save_overhead(self, shelf: Shelf) -> None:
-        """Keep the call overhead the session measured, as estimates compose with it: the parallel
-        executor's cost, which only validation measures, stays in that run's report."""
-        overhead = self.run.overhead.composed() if self.run.overhead is not None else None
+        """Keep the call overhead the session measured, as estimates compose with it."""
+        overhead = self.run.overhead
         if overhead is not None and overhead != self._saved_overhead:
             shelf.put_overhead(overhead)
             self._saved_overhead = overhead

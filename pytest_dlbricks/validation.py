@@ -8,6 +8,7 @@ round's estimate is compared with the same round's measurement; medians over rou
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -87,15 +88,24 @@ class Validation:
     model_s: Sequence[float]
     brick_rounds: Sequence[Mapping[str, float]]
 
-    def summarize(self, plan: ModelPlan, overhead: CallOverhead) -> dict[str, float | None]:
+    def summarize(
+        self,
+        plan: ModelPlan,
+        overhead: CallOverhead,
+        parallel_threads: int | None = None,
+        estimate_field: str | None = None,
+    ) -> dict[str, float | None]:
         """Measured time, estimate and their ratio (medians over rounds), and how much rounds disagree.
 
-        Without an estimate (a brick of the model cannot run), only the measurement is given.
+        The estimate is the executor's own (see :data:`ESTIMATE_OF_EXECUTOR`) unless ``estimate_field``
+        names another. Without an estimate (a brick of the model cannot run), only the measurement is given.
         """
-        estimate_field = ESTIMATE_OF_EXECUTOR[self.executor]
+        estimate_field = estimate_field or ESTIMATE_OF_EXECUTOR[self.executor]
         # pytest-benchmark's warm-up rounds run the setup too: pair the last rounds with the measurements.
         paired = list(zip(self.brick_rounds[-len(self.model_s) :], self.model_s))
-        estimates = [getattr(compose(plan, times, overhead), estimate_field) for times, _ in paired]
+        # Paired rounds time each brick call alone, as the model's: no item loop to take off.
+        alone = dataclasses.replace(overhead, timing_s=0.0)
+        estimates = [getattr(compose(plan, times, alone, parallel_threads), estimate_field) for times, _ in paired]
         ratios = [estimate / measured for estimate, (_, measured) in zip(estimates, paired) if estimate is not None]
         return {
             "measured_s": statistics.median(self.model_s),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import networkx as nx
@@ -10,7 +11,7 @@ import tiny_models
 
 from conftest import plan_of
 from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.composition import Estimate, compose, critical_path
+from pytest_dlbricks.composition import Estimate, compose, critical_path, list_schedule
 from pytest_dlbricks.cutting import BrokenBrick, ModelPlan
 from pytest_dlbricks.overhead import CallOverhead
 
@@ -101,20 +102,68 @@ def test_inputs_and_outputs_beyond_the_first_cost_extra(tmp_path: Path) -> None:
     assert overhead.of(3, 2) == pytest.approx(1.0 + 2 * 0.5 + 0.25)
 
 
-def test_the_parallel_executors_call_cost_enters_no_estimate(tmp_path: Path) -> None:
-    """Only validation measures it; the critical path, a lower bound, pays a call as the sequential executor does."""
+def test_the_parallel_executors_call_cost_enters_only_the_parallel_estimate(tmp_path: Path) -> None:
+    """The critical path, a lower bound, pays a call as the sequential executor does."""
     diamond = plan_of(tiny_models.diamond(tmp_path), 1)
     times = times_by_op(diamond, {"Relu": 3.0, "Sigmoid": 3.0, "Tanh": 3.0, "Neg": 3.0, "Add": 3.0})
     measured = CallOverhead(fixed_s=1.0, parallel_fixed_s=10.0)
-    estimate = compose(diamond, times, measured)
+    estimate = compose(diamond, times, measured, parallel_threads=1)
     assert estimate.sequential_s == pytest.approx(5 * 2.0 + 1.0)
     assert estimate.critical_path_s == pytest.approx(4 * 2.0 + 1.0)
-    assert estimate == compose(diamond, times, measured.composed())
+    assert estimate.parallel_s == pytest.approx(5 * 2.0 + 10.0), "one node at a time: the sum, at its call cost"
     chain = plan_of(tiny_models.chain(tmp_path), 2)
     (signature,) = chain.signatures
-    branchless = compose(chain, {signature: 5.0}, measured)
+    branchless = compose(chain, {signature: 5.0}, measured, parallel_threads=2)
     assert branchless.critical_path_s == pytest.approx(branchless.sequential_s), "no branches: nothing overlaps"
-    assert measured.composed() == CallOverhead(fixed_s=1.0)
+    assert branchless.sequential_s is not None
+    assert branchless.parallel_s == pytest.approx(branchless.sequential_s - 1.0 + 10.0)
+
+
+def test_a_parallel_executor_running_nodes_at_once_gets_a_schedule_on_its_threads(tmp_path: Path) -> None:
+    diamond = plan_of(tiny_models.diamond(tmp_path), 1)
+    # Relu, then Sigmoid beside Tanh -> Neg, then Add.
+    times = times_by_op(diamond, {"Relu": 1.0, "Sigmoid": 4.0, "Tanh": 2.0, "Neg": 3.0, "Add": 0.5})
+    estimates = {threads: compose(diamond, times, CallOverhead(parallel_fixed_s=0.0), threads) for threads in (1, 2, 8)}
+    assert estimates[1].parallel_s == pytest.approx(10.5)
+    assert estimates[2].parallel_s == pytest.approx(1.0 + 5.0 + 0.5), "the branches overlap on two threads"
+    assert estimates[8].parallel_s == pytest.approx(estimates[8].critical_path_s), "more threads than branches"
+
+
+def test_there_is_no_parallel_estimate_without_the_executors_behaviour_and_call_cost(tmp_path: Path) -> None:
+    diamond = plan_of(tiny_models.diamond(tmp_path), 1)
+    times = times_by_op(diamond, {"Relu": 1.0, "Sigmoid": 1.0, "Tanh": 1.0, "Neg": 1.0, "Add": 1.0})
+    assert compose(diamond, times, CallOverhead(parallel_fixed_s=1.0)).parallel_s is None
+    assert compose(diamond, times, CallOverhead(), parallel_threads=1).parallel_s is None
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 64])
+def test_a_list_schedule_lies_between_the_critical_path_and_the_sum(threads: int) -> None:
+    rng = random.Random(threads)
+    for _ in range(50):
+        count = rng.randint(1, 25)
+        graph = nx.DiGraph((a, b) for a in range(count) for b in range(a + 1, count) if rng.random() < 0.15)
+        seconds = [rng.random() for _ in range(count)]
+        span = list_schedule(graph, seconds, threads)
+        assert critical_path_of(graph, seconds) - 1e-9 <= span <= sum(seconds) + 1e-9
+        if threads == 1:
+            assert span == pytest.approx(sum(seconds))
+        if threads >= count:
+            assert span == pytest.approx(critical_path_of(graph, seconds))
+
+
+def critical_path_of(graph: nx.DiGraph, seconds: list[float]) -> float:
+    longest = list(seconds)
+    for brick in nx.topological_sort(graph):
+        for after in graph.successors(brick):
+            longest[after] = max(longest[after], longest[brick] + seconds[after])
+    return max(longest)
+
+
+def test_timing_a_brick_costs_each_brick_but_not_the_model(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.chain(tmp_path, blocks=3), 2)
+    (signature,) = plan.signatures
+    estimate = compose(plan, {signature: 5.0}, CallOverhead(fixed_s=1.0, timing_s=0.5))
+    assert estimate.sequential_s == pytest.approx(3 * (5.0 - 1.0 - 0.5) + 1.0)
 
 
 def test_a_brick_never_counts_for_less_than_nothing(tmp_path: Path) -> None:

@@ -7,8 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import tiny_models
 
 from conftest import SAMPLE_MODELS, light_models, run_dlbricks
+from pytest_dlbricks import engine
+from pytest_dlbricks.probes import ExecutorDetection
 
 run = run_dlbricks
 
@@ -740,3 +743,60 @@ def test_dimensions_left_at_1_show_in_the_table_and_the_report(pytester: pytest.
     result.stdout.fnmatch_lines(["Model * Complete * Dims left at 1", "models/* yes * batch"])
     (model,) = read_report(pytester.path / "r.json")["models"]
     assert model["guessed_dims"] == {"batch": 1}
+
+
+def detected(concurrent: bool) -> ExecutorDetection:
+    return ExecutorDetection(
+        concurrent=concurrent,
+        threads=2 if concurrent else 1,
+        sequential_s=4e-3,
+        parallel_s=2.1e-3 if concurrent else 4.2e-3,
+        ratio=0.52 if concurrent else 1.05,
+        rounds=7,
+        graph="2 independent chains of 6 MatMuls 128x128 float32",
+    )
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_the_parallel_estimate_follows_what_the_parallel_executor_was_found_to_do(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, concurrent: bool
+) -> None:
+    monkeypatch.setattr(engine, "detect_executor", lambda settings: detected(concurrent))
+    models = pytester.path / "models"
+    models.mkdir()
+    tiny_models.diamond(models)
+    result = run_dlbricks(pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", "models")
+    report = json.loads((pytester.path / "r.json").read_text())
+    (model,) = report["models"]
+    executor, call = report["executor"], report["summary"]["call_overhead_s"]
+    assert executor["detection"] == {**detected(concurrent).as_json()}
+    assert executor["parallel_call_s"] == call["parallel_fixed_s"] and executor["call_s"] == call["fixed_s"]
+    if concurrent:
+        assert executor["model"] == "list schedule" and executor["threads"] == 2
+        # Two threads run the diamond's branches at once; the schedule waits for the longer one.
+        assert model["parallel_s"] - call["parallel_fixed_s"] == pytest.approx(
+            model["critical_path_s"] - call["fixed_s"]
+        )
+        result.stdout.fnmatch_lines(["Parallel: *ran independent nodes at once here*list schedule*2 threads*"])
+    else:
+        assert executor["model"] == "one node at a time" and executor["threads"] == 1
+        assert model["parallel_s"] == pytest.approx(model["sequential_s"] - call["fixed_s"] + call["parallel_fixed_s"])
+        result.stdout.fnmatch_lines(["Parallel: *ran one node at a time here (*ratio 1.05*)*call cost*"])
+    result.stdout.fnmatch_lines(["*Critical path: the lower bound for an executor with unlimited parallelism"])
+
+
+def test_without_the_parallel_executors_behaviour_there_is_no_parallel_estimate_and_the_report_says_why(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(settings: object) -> ExecutorDetection:
+        raise RuntimeError("no parallel executor here")
+
+    monkeypatch.setattr(engine, "detect_executor", refuse)
+    models = pytester.path / "models"
+    models.mkdir()
+    tiny_models.diamond(models)
+    result = run_dlbricks(pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", "models")
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["models"][0]["parallel_s"] is None and report["models"][0]["sequential_s"] is not None
+    assert report["executor"] == {"model": None, "error": "no parallel executor here"}
+    result.stdout.fnmatch_lines(["Parallel: not estimated, the parallel executor could not be tried: no parallel*"])

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import tiny_models
 
-from pytest_dlbricks.probes import MIN_RUNS, describe_machine, measure_peak, measure_run, time_session_creation
+from pytest_dlbricks.probes import (
+    CONCURRENT_BELOW,
+    MIN_RUNS,
+    describe_machine,
+    detect_executor,
+    measure_peak,
+    measure_run,
+    time_session_creation,
+)
 from pytest_dlbricks.settings import Settings
 
 ONE_THREAD = Settings(granularity=1, intra_op_threads=1)
@@ -47,3 +55,16 @@ def test_machine_description() -> None:
     machine = describe_machine()
     assert set(machine) == {"cpu", "cores", "platform", "python"}
     assert machine["cpu"] and isinstance(machine["cores"], int)
+
+
+def test_the_parallel_executor_is_tried_on_a_branchy_graph_and_decided_from_its_figures() -> None:
+    """Whether nodes overlap depends on the onnxruntime release and the machine: only the verdict's
+    consistency with its own figures is fixed."""
+    start = time.perf_counter()
+    found = detect_executor(ONE_THREAD, rounds=3)
+    assert time.perf_counter() - start < 5.0
+    assert found.sequential_s > 0 and found.parallel_s > 0 and found.rounds == 3
+    assert found.concurrent == (found.ratio < CONCURRENT_BELOW)
+    assert found.threads >= 1 and (found.concurrent or found.threads == 1)
+    assert "MatMul" in found.graph
+    assert found.as_json()["concurrent_below"] == CONCURRENT_BELOW

@@ -344,7 +344,30 @@ def test_the_call_overhead_is_a_few_microseconds_and_positive(settings: Settings
     assert 0 < overhead.fixed_s < 1e-3
     assert 0 <= overhead.per_input_s < 1e-4
     assert 0 <= overhead.per_output_s < 1e-4
-    assert overhead.parallel_fixed_s is None
+    assert overhead.parallel_fixed_s is not None and overhead.parallel_fixed_s >= 0
+
+
+def test_what_timing_a_brick_adds_is_the_difference_of_the_chains_intercepts(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chains timed as brick items time bricks, against the same chains timed one call at a time."""
+
+    def medians(timed_s: float) -> Callable[..., dict[str, list[float]]]:
+        def fake(families: dict[str, list[object]], rounds: int, calls: int) -> dict[str, list[float]]:
+            assert families["timed"] is families["chain"], "the very same sessions"
+            chain = [2e-6 + n * 1e-6 for n in call_overhead._SIZES]
+            few = [float(n) for n in call_overhead._SIZES[:4]]
+            return {"chain": chain, "timed": [t + timed_s for t in chain], "inputs": few, "outputs": few}
+
+        return fake
+
+    monkeypatch.setattr(call_overhead, "measure_parallel_fixed_cost", lambda settings: 3e-6)
+    monkeypatch.setattr(call_overhead, "_interleaved_medians", medians(0.5e-6))
+    overhead = measure_call_overhead(settings, rounds=1, calls=1)
+    assert overhead.fixed_s == pytest.approx(2e-6) and overhead.timing_s == pytest.approx(0.5e-6)
+    assert overhead.parallel_fixed_s == 3e-6
+    monkeypatch.setattr(call_overhead, "_interleaved_medians", medians(-0.5e-6))
+    assert measure_call_overhead(settings, rounds=1, calls=1).timing_s == 0.0
 
 
 def test_the_parallel_fixed_cost_is_the_intercept_of_chains_of_growing_length(

@@ -124,7 +124,7 @@ def test_models_cut_before_are_not_loaded_again(
 
 
 def test_a_validation_run_does_not_change_later_estimates(pytester: pytest.Pytester) -> None:
-    """Validation also measures the parallel executor's call cost; plain runs never compose with it."""
+    """Every run measures the call costs, the parallel executor's too, and keeps them beside the brick times."""
     models = pytester.path / "models"
     models.mkdir()
     tiny_models.chain(models, "chain.onnx", blocks=2)
@@ -135,16 +135,19 @@ def test_a_validation_run_does_not_change_later_estimates(pytester: pytest.Pytes
         report = read(pytester.path / "r.json")
         return {m["path"]: (m["sequential_s"], m["critical_path_s"]) for m in report["models"]}
 
+    def call_costs() -> dict[str, float]:
+        return dict(read(pytester.path / "r.json")["summary"]["call_overhead_s"])
+
     run(pytester, *args)
-    before = estimates()
+    before, costs = estimates(), call_costs()
+    assert costs["parallel_fixed_s"] is not None
     run(pytester, "--dlbricks-validate", "--benchmark-min-rounds=1", *args)
-    assert read(pytester.path / "r.json")["summary"]["call_overhead_s"]["parallel_fixed_s"] is not None
     assert estimates() == before, "the validation run composes as plain runs do"
+    assert call_costs() == costs
     run(pytester, *args)
-    assert estimates() == before
+    assert estimates() == before and call_costs() == costs
     sequential, critical = before["models/chain.onnx"]
     assert critical == sequential, "a model without branches has no shorter path"
-    assert read(pytester.path / "r.json")["summary"]["call_overhead_s"]["parallel_fixed_s"] is None
 
 
 def test_collecting_only_leaves_no_model_in_the_stores_report(

@@ -84,6 +84,23 @@ def test_the_parallel_executor_is_compared_with_the_critical_path(tmp_path: Path
     assert summary["estimate_s"] == pytest.approx(4.0), "Relu, the longer branch (Tanh, Neg), Add"
 
 
+def test_paired_rounds_time_bricks_alone_so_no_item_timing_cost_is_taken_off(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.chain(tmp_path), 2)
+    (signature,) = plan.signatures
+    overhead = CallOverhead(fixed_s=0.5, timing_s=0.25)
+    summary = Validation("sequential", [6.5], [{signature: 2.5}]).summarize(plan, overhead)
+    assert summary["estimate_s"] == pytest.approx(3 * (2.5 - 0.5) + 0.5)
+
+
+def test_the_parallel_estimate_is_paired_too(tmp_path: Path) -> None:
+    plan = plan_of(tiny_models.diamond(tmp_path), 1)
+    times = {signature: 1.0 for signature in plan.signatures}
+    validation = Validation("parallel", [6.0], [times])
+    overhead = CallOverhead(parallel_fixed_s=1.0)
+    assert validation.summarize(plan, overhead, 1, "parallel_s")["estimate_s"] == pytest.approx(6.0)
+    assert validation.summarize(plan, overhead, None, "parallel_s")["estimate_s"] is None
+
+
 def test_ratios_are_medians_over_rounds_robust_to_one_disturbed_round(tmp_path: Path) -> None:
     plan = plan_of(tiny_models.chain(tmp_path), 2)
     (signature,) = plan.signatures
