@@ -16,6 +16,7 @@ from typing import Any
 from .analysis import BrickWork, plan_work
 from .bricks import BrickSpec
 from .calibration import CalibrationRecord
+from .budget import Use, brick_precision
 from .clock import PausableClock
 from .cutting import ModelPlan, plan_model
 from .errors import ModelError
@@ -23,7 +24,7 @@ from .html import render_html
 from .loading import load_model, whole_model
 from .maps import write_maps
 from .numerics import convert, float32_work
-from .overhead import CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
+from .overhead import NO_OVERHEAD, CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
 from .plans import CutModel, PlanCache
 from .probes import RunMeasurements, describe_machine, measure_run
 from .report import BrickResult, FailedModel, RunReport, build_report
@@ -263,6 +264,30 @@ class DLBricksRun:
             self.overhead = dataclasses.replace(
                 self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings)
             )
+
+    def brick_precision(self, signature: str, seconds: float, target: float) -> float:
+        """The margin of error a brick taking ``seconds`` must reach for the estimate of every model using it
+        to reach ``target``, the models' other bricks counted at the times known so far (see :mod:`.budget`)."""
+        call = self.overhead or NO_OVERHEAD
+
+        def call_cost(other: str) -> float:
+            brick = self.bricks[other]
+            return call.of(len(brick.inputs), brick.output_count)
+
+        uses = []
+        for plan in self.plans:
+            count = plan.signatures.get(signature, 0)
+            if not count:
+                continue
+            others, raw = call.of(*plan.io), 0.0
+            for other, calls in plan.signatures.items():
+                result = self.results.get(other) if other != signature else None
+                if result is not None:
+                    time_s = float(result.stats[self.settings.statistic])
+                    others += calls * max(time_s - call_cost(other), 0.0)
+                    raw += calls * time_s
+            uses.append(Use(count, others, raw))
+        return brick_precision(target, seconds, max(seconds - call_cost(signature), 0.0), uses)
 
     def assume_overhead(self, overhead: CallOverhead | None) -> None:
         """Compose with a call cost measured in an earlier run (the one reused brick times were measured beside)."""

@@ -25,9 +25,10 @@ from .analysis import (
 )
 from .bricks import BrickSpec
 from .calibration import CalibrationRecord, fit, model_key, record_of
+from .budget import estimate_precision
 from .composition import Estimate, brick_calls, compose
 from .cutting import ModelPlan
-from .noise import HIGH_NOISE, run_noise
+from .noise import HIGH_NOISE, margin_of_error, run_noise
 from .overhead import NO_OVERHEAD, CallOverhead
 from .probes import RunMeasurements
 from .settings import Settings
@@ -132,6 +133,8 @@ class ModelEntry:
     #: The estimate corrected by the machine's calibration (see :mod:`.calibration`), beside the raw
     #: ``sequential_s``; None until the machine has enough calibration models other than this one.
     calibrated_s: float | None = None
+    #: Margin of error of the sequential estimate (relative, 95%): its bricks' margins in quadrature.
+    precision: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -145,6 +148,7 @@ class ModelEntry:
             "critical_path_s": self.critical_path_s,
             "complete": self.complete,
             "calibrated_s": self.calibrated_s,
+            "precision": self.precision,
             "guessed_dims": dict(self.guessed_dims),
             "inputs": self.inputs,
             "data_dependent_ops": list(self.data_dependent_ops),
@@ -311,6 +315,7 @@ def build_report(
                 composition=composition,
                 inputs=plan.inputs,
                 data_dependent_ops=list(plan.data_dependent),
+                precision=_estimate_precision(plan, results, estimate.sequential_s),
             )
         )
     fresh = tuple(_calibration_records(plans, entries, settings.granularity, call)) if settings.calibrate else ()
@@ -492,3 +497,14 @@ def _accuracy(
 def _ratios(models: Sequence[Mapping[str, object]], key: str) -> list[float]:
     """The models' ratios under ``key``, leaving out models without one."""
     return [ratio for model in models if isinstance(ratio := model.get(key), float)]
+
+
+def _estimate_precision(plan: ModelPlan, results: Mapping[str, BrickResult], estimate_s: float | None) -> float | None:
+    """The margin of error of a model's sequential estimate, from the precision its bricks reached."""
+    terms = []
+    for signature, count in plan.signatures.items():
+        stats = results[signature].stats if signature in results else None
+        if stats is None or "mean" not in stats:
+            return None
+        terms.append((count, float(stats["mean"]), margin_of_error(stats)))
+    return estimate_precision(terms, estimate_s)

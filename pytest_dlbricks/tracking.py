@@ -189,7 +189,7 @@ class Tracking:
         if signature is None or self.shelf is None or self.settings.remeasure:
             return
         stored = self.shelf.get(signature, max_age_s=self.settings.max_age_s, statistic=self.settings.statistic)
-        if stored is None or not stored.precise_enough(self._precision()):
+        if stored is None or not stored.precise_enough(self._precision(signature, stored.stats)):
             return
         self.run.record_result(
             signature,
@@ -405,10 +405,16 @@ class Tracking:
             f" {measured}"
         )
 
-    def _precision(self) -> float | None:
-        """The precision bricks are timed to in this run: pytest-benchmark's own when given, else dlbricks'."""
+    def _precision(self, signature: str, stats: Mapping[str, float]) -> float | None:
+        """The precision a brick is timed to in this run: pytest-benchmark's own when given, for every brick;
+        else dlbricks', loosened by the brick's part in its models (see :mod:`.budget`)."""
         own = self.config.getoption("benchmark_precision", None)
-        return float(own) if own is not None else self.settings.precision
+        if own is not None:
+            return float(own)
+        target, mean = self.settings.precision, stats.get("mean")
+        if target is None or mean is None:
+            return target
+        return self.run.brick_precision(signature, float(mean), target)
 
     def _store_name(self) -> str:
         """The store folder as the user gave it: relative to where pytest started when it is below it."""

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from conftest import SAMPLE_MODELS, light_models, run_dlbricks
+from pytest_dlbricks.budget import LOOSEST
+from pytest_dlbricks.noise import margin_of_error
 
 run = run_dlbricks
 
@@ -481,14 +484,26 @@ def test_bricks_are_timed_to_the_requested_precision(pytester: pytest.Pytester, 
             "--dlbricks-granularity=1",
             "--dlbricks-store=none",
             "--benchmark-json=b.json",
+            "--dlbricks-json=r.json",
             "models/mlp.onnx",
             *args,
         )
         saved = json.loads((pytester.path / "b.json").read_text())["benchmarks"]
         return [b["options"] for b in saved if not b["fullname"].startswith("dlbricks::")]
 
-    assert {(o["precision"], o["confidence"]) for o in brick_options()} == {(0.02, 0.95)}
-    assert {o["precision"] for o in brick_options("--dlbricks-precision=5%")} == {0.05}
+    options = brick_options()
+    report = read_report(pytester.path / "r.json")
+    (model,) = report["models"]
+    errors = [
+        model_count * brick["stats"]["mean"] * margin_of_error(brick["stats"])
+        for brick in report["bricks"]
+        for model_count in brick["models"].values()
+    ]
+    assert model["precision"] == pytest.approx(math.hypot(*errors) / model["sequential_s"]), "in quadrature"
+    assert {o["confidence"] for o in options} == {0.95}
+    assert all(0.02 <= o["precision"] <= LOOSEST for o in options), "loosened by the brick's part, never tightened"
+    assert any(o["precision"] == 0.02 for o in options), "the model's first brick is all that is known of it"
+    assert all(0.05 <= o["precision"] <= LOOSEST for o in brick_options("--dlbricks-precision=5%"))
     assert {o["precision"] for o in brick_options("--dlbricks-precision=off")} == {None}
     assert {o["precision"] for o in brick_options("--benchmark-precision=0.1")} == {0.1}, "the user's own wins"
 
