@@ -203,11 +203,16 @@ def create_session(
     parallel: bool = False,
     profile_to: Path | None = None,
     optimized: bool = False,
+    initializers: Mapping[str, np.ndarray] | None = None,
 ) -> ort.InferenceSession:
     """A session for ``model`` (in memory, or a file onnxruntime reads itself) with the user's settings
-    (``optimized``: see :func:`session_options`)."""
+    (``optimized``: see :func:`session_options`). ``initializers`` are the data of initializers the model
+    marks as external, by name: onnxruntime copies them into its graph, as if it had read them."""
     providers = list(settings.providers) if settings is not None else list(DEFAULT_PROVIDERS)
     options = session_options(settings, data_dir, parallel=parallel, profile_to=profile_to, optimized=optimized)
+    if initializers:
+        values = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array)) for array in initializers.values()]
+        options.add_external_initializers(list(initializers), values)
     source = str(model) if isinstance(model, Path) else model.SerializeToString()
     return ort.InferenceSession(source, options, providers=providers)
 
