@@ -38,6 +38,9 @@ from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
 from .validation import Validation, has_parallel_branches
 from .wording import plural
 
+#: FLOPs a CPU core computes in the time it moves a byte from memory, roughly (peak FLOP/s over memory bandwidth).
+FLOPS_PER_BYTE = 8
+
 
 def readable(name: str) -> str:
     """A file name as text every report can hold: the bytes of a name that is not UTF-8, which Python
@@ -250,6 +253,13 @@ class DLBricksRun:
         """The sequential executor always; the parallel one where the model has branches to overlap."""
         return ["sequential", "parallel"] if has_parallel_branches(plan) else ["sequential"]
 
+    def expected_cost(self, signature: str) -> float:
+        """What a brick is expected to cost before it is timed, in FLOPs: its own, or what moving its bytes
+        (see :func:`.sharding.brick_cost`) takes as long as, whichever is more."""
+        work = self.work.get(signature)
+        flops = work.flops if work is not None else None
+        return max(float(flops or 0), FLOPS_PER_BYTE * brick_cost(self.bricks[signature]))
+
     def shard_assignment(self, shards: int) -> dict[str, int]:
         """The shard (from 1) of every distinct brick, balanced by their expected cost."""
         return assign({signature: brick_cost(brick) for signature, brick in self.bricks.items()}, shards)
@@ -281,13 +291,16 @@ class DLBricksRun:
                 continue
             others, raw = call.of(*plan.io), 0.0
             for other, calls in plan.signatures.items():
-                result = self.results.get(other) if other != signature else None
-                if result is not None:
-                    time_s = float(result.stats[self.settings.statistic])
+                time_s = self._known_time(other) if other != signature else None
+                if time_s is not None:
                     others += calls * max(time_s - call_cost(other), 0.0)
                     raw += calls * time_s
             uses.append(Use(count, others, raw))
         return brick_precision(target, seconds, max(seconds - call_cost(signature), 0.0), uses)
+
+    def _known_time(self, signature: str) -> float | None:
+        result = self.results.get(signature)
+        return float(result.stats[self.settings.statistic]) if result is not None else None
 
     def assume_overhead(self, overhead: CallOverhead | None) -> None:
         """Compose with a call cost measured in an earlier run (the one reused brick times were measured beside)."""

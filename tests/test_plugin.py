@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +12,9 @@ import pytest
 
 from conftest import SAMPLE_MODELS, light_models, run_dlbricks
 from pytest_dlbricks.budget import LOOSEST
+from pytest_dlbricks.engine import DLBricksRun
 from pytest_dlbricks.noise import margin_of_error
+from pytest_dlbricks.settings import Settings
 
 run = run_dlbricks
 
@@ -176,6 +179,19 @@ def test_item_ids_carry_operators_and_short_signature(pytester: pytest.Pytester,
         "models/tiny_resnet.onnx",
     )
     result.stdout.re_match_lines([r"models/tiny_resnet\.onnx::brick\[Conv\+BatchNormalization-[0-9a-f]{8}\]"])
+
+
+def test_each_file_times_its_heaviest_bricks_first(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    """The first brick timed of a model must reach the whole precision: the heaviest reaches it soonest."""
+    args = ("--dlbricks-granularity=2", "--collect-only", "-q", "models/tiny_rnn.onnx", "models/tiny_inception.onnx")
+    listed = [line for line in run(pytester, *args).stdout.lines if "::brick[" in line]
+    engine = DLBricksRun(Settings(granularity=2, dims={"batch": 1, "seq": 16}), time.perf_counter)
+    expected = []
+    for path in ("models/tiny_rnn.onnx", "models/tiny_inception.onnx"):
+        _, bricks = engine.add_model(pytester.path / path, path)
+        heaviest = sorted(bricks, key=lambda brick: engine.expected_cost(brick.signature), reverse=True)
+        expected += [f"{path}::brick[{brick.label}]" for brick in heaviest]
+    assert len(expected) > 10 and listed == expected
 
 
 def test_repeated_layers_become_one_item(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
