@@ -65,6 +65,9 @@ class DLBricksRun:
         #: Signatures of the bricks first met in an exported suite, whose cut this run did not make.
         self.exported: set[str] = set()
         self.results: dict[str, BrickResult] = {}
+        #: Times of bricks known before they are timed or reused (from the store), by signature: they count
+        #: in the part of their models known so far, which decides how precisely other bricks are timed.
+        self.known_times: dict[str, float] = {}
         #: Validations by model path and executor.
         self.validations: dict[tuple[str, str], Validation] = {}
         #: Cost of one inference call on this machine, measured before the first timing.
@@ -300,7 +303,7 @@ class DLBricksRun:
 
     def _known_time(self, signature: str) -> float | None:
         result = self.results.get(signature)
-        return float(result.stats[self.settings.statistic]) if result is not None else None
+        return float(result.stats[self.settings.statistic]) if result is not None else self.known_times.get(signature)
 
     def assume_overhead(self, overhead: CallOverhead | None) -> None:
         """Compose with a call cost measured in an earlier run (the one reused brick times were measured beside)."""

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
+import time
+from pathlib import Path
 
 import pytest
 
+from conftest import SAMPLE_MODELS
 from pytest_dlbricks.budget import LOOSEST, Use, brick_precision, estimate_precision
+from pytest_dlbricks.engine import DLBricksRun
+from pytest_dlbricks.settings import Settings
 
 
 def test_a_model_of_one_brick_asks_the_run_s_precision() -> None:
@@ -46,3 +52,15 @@ def test_an_estimate_s_margin_adds_its_bricks_in_quadrature() -> None:
     assert estimate_precision([(1, 3.0, 0.1), (2, 2.0, 0.1)], 7.0) == pytest.approx(0.5 / 7.0)
     assert estimate_precision([(1, 3.0, None)], 3.0) is None
     assert estimate_precision([(1, 3.0, 0.1)], None) is None
+
+
+def test_times_the_store_knows_count_in_a_model_s_known_part(tmp_path: Path) -> None:
+    """A brick timed anew in a model whose other bricks the store knows is a part of a known whole."""
+    model = Path(shutil.copy(SAMPLE_MODELS / "mlp.onnx", tmp_path / "mlp.onnx"))
+    run = DLBricksRun(Settings(granularity=2, dims={"batch": 1}), time.perf_counter)
+    _, bricks = run.add_model(model, "mlp.onnx")
+    first, *others = (brick.signature for brick in bricks)
+    assert run.brick_precision(first, 1e-6, 0.02) == pytest.approx(0.02), "nothing else of the model is known"
+    run.known_times.update(dict.fromkeys(others, 1e-4))
+    assert run.brick_precision(first, 1e-6, 0.02) == LOOSEST
+    assert run.brick_precision(first, 1e-4, 0.02) == pytest.approx(0.02 * math.sqrt(3), rel=0.05)
