@@ -339,9 +339,17 @@ def select_models(args: argparse.Namespace, folder: Path) -> list[Model]:
         target = folder / name
         target.mkdir(parents=True)
         for file in source.parent.iterdir():  # external data lies beside the model
+            if _sample_inputs(file):
+                continue
             (target / file.name).symlink_to(file.resolve(), target_is_directory=file.is_dir())
         models.append(Model(name, target / source.name, dims))
     return models
+
+
+def _sample_inputs(file: Path) -> bool:
+    """Sample inputs beside a model (ONNX's test_data_set_N folders, an .npz sidecar): left out, so that
+    both sides time synthetic inputs of the sizes given (samples would fix the sizes a sweep changes)."""
+    return (file.is_dir() and file.name.startswith("test_data_set_")) or file.suffix == ".npz"
 
 
 def groups(models: list[Model]) -> list[list[Model]]:
