@@ -15,8 +15,8 @@ from typing import Any
 
 from .analysis import BrickWork, plan_work
 from .bricks import BrickSpec
-from .calibration import CalibrationRecord
 from .budget import Use, brick_precision
+from .calibration import CalibrationRecord
 from .clock import PausableClock
 from .cutting import ModelPlan, plan_model
 from .errors import ModelError

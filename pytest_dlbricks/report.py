@@ -24,8 +24,8 @@ from .analysis import (
     peak_fields,
 )
 from .bricks import BrickSpec
-from .calibration import CalibrationRecord, fit, model_key, record_of
 from .budget import estimate_precision
+from .calibration import CalibrationRecord, fit, model_key, record_of
 from .composition import Estimate, brick_calls, compose
 from .cutting import ModelPlan
 from .noise import HIGH_NOISE, margin_of_error, run_noise
