@@ -339,9 +339,17 @@ def select_models(args: argparse.Namespace, folder: Path) -> list[Model]:
         target = folder / name
         target.mkdir(parents=True)
         for file in source.parent.iterdir():  # external data lies beside the model
+            if _sample_inputs(file):
+                continue
             (target / file.name).symlink_to(file.resolve(), target_is_directory=file.is_dir())
         models.append(Model(name, target / source.name, dims))
     return models
+
+
+def _sample_inputs(file: Path) -> bool:
+    """Sample inputs beside a model (ONNX's test_data_set_N folders, an .npz sidecar): left out, so that
+    both sides time synthetic inputs of the sizes given (samples would fix the sizes a sweep changes)."""
+    return (file.is_dir() and file.name.startswith("test_data_set_")) or file.suffix == ".npz"
 
 
 def groups(models: list[Model]) -> list[list[Model]]:
@@ -359,6 +367,7 @@ def groups(models: list[Model]) -> list[list[Model]]:
 
 def run_plugin(args: argparse.Namespace, work: Path, models: list[Model], store: Path, swept: str | None) -> Run:
     run = Run()
+    report = work / "report.json"
     for group in groups(models):
         dims = {name: value for model in group for name, value in model.dims.items()}
         if swept is not None:
@@ -368,9 +377,16 @@ def run_plugin(args: argparse.Namespace, work: Path, models: list[Model], store:
             f"--dlbricks-granularity={args.granularity}",
             f"--dlbricks-precision={args.precision}",
             f"--dlbricks-store={store}",
+            f"--dlbricks-json={report}",
             *[f"--dlbricks-dim={name}={value}" for name, value in dims.items()],
         ]
-        run.processes.append(run_pytest(args, work, command))
+        report.unlink(missing_ok=True)
+        process = run_pytest(args, work, command)
+        if report.exists():  # the run's noise, and the margin of error each estimate reached
+            written = json.loads(report.read_text())
+            process.figures["noise"] = written["summary"].get("noise")
+            process.figures["margins"] = [m.get("precision") for m in written["models"] if "sequential_s" in m]
+        run.processes.append(process)
     return run
 
 
@@ -499,6 +515,18 @@ def breakdown(name: str, runs: list[Run]) -> list[str]:
         f" (timed rounds {median(lambda r: sum(i['phases'].get('timing', 0) for i in bricks(r))):.2f})"
         f" + report {median(lambda r: r.total('finish_s') + r.total('summary_s')):.2f}"
     ]
+    noises = [p.figures["noise"] for run in runs for p in run.processes if p.figures.get("noise") is not None]
+    margins = sorted(m for p in runs[len(runs) // 2].processes for m in p.figures.get("margins", []) if m is not None)
+    if noises or margins:
+        lines.append(
+            f"  noise (bricks' median relative IQR) {', '.join(f'{n:.1%}' for n in noises) or '-'};"
+            + (
+                f" estimates' margin of error reached: median {statistics.median(margins):.1%},"
+                f" max {margins[-1]:.1%} ({len(margins)} models)"
+                if margins
+                else ""
+            )
+        )
     count = median(lambda r: len(bricks(r)))
     if not count:
         return lines

@@ -15,6 +15,7 @@ from typing import Any
 
 from .analysis import BrickWork, plan_work
 from .bricks import BrickSpec
+from .budget import Use, brick_precision
 from .calibration import CalibrationRecord
 from .clock import PausableClock
 from .cutting import ModelPlan, plan_model
@@ -23,7 +24,7 @@ from .html import render_html
 from .loading import load_model, whole_model
 from .maps import write_maps
 from .numerics import convert, float32_work
-from .overhead import CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
+from .overhead import NO_OVERHEAD, CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
 from .plans import CutModel, PlanCache
 from .probes import ExecutorDetection, RunMeasurements, describe_machine, detect_executor, measure_run
 from .report import BrickResult, FailedModel, RunReport, build_report
@@ -36,6 +37,9 @@ from .suite import SuiteError, export_suite, read_manifest
 from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
 from .validation import Validation, has_parallel_branches
 from .wording import plural
+
+#: FLOPs a CPU core computes in the time it moves a byte from memory, roughly (peak FLOP/s over memory bandwidth).
+FLOPS_PER_BYTE = 8
 
 
 def readable(name: str) -> str:
@@ -61,6 +65,9 @@ class DLBricksRun:
         #: Signatures of the bricks first met in an exported suite, whose cut this run did not make.
         self.exported: set[str] = set()
         self.results: dict[str, BrickResult] = {}
+        #: Times of bricks known before they are timed or reused (from the store), by signature: they count
+        #: in the part of their models known so far, which decides how precisely other bricks are timed.
+        self.known_times: dict[str, float] = {}
         #: Validations by model path and executor.
         self.validations: dict[tuple[str, str], Validation] = {}
         #: Cost of one inference call on this machine, measured before the first timing.
@@ -253,6 +260,13 @@ class DLBricksRun:
         """The sequential executor always; the parallel one where the model has branches to overlap."""
         return ["sequential", "parallel"] if has_parallel_branches(plan) else ["sequential"]
 
+    def expected_cost(self, signature: str) -> float:
+        """What a brick is expected to cost before it is timed, in FLOPs: its own, or what moving its bytes
+        (see :func:`.sharding.brick_cost`) takes as long as, whichever is more."""
+        work = self.work.get(signature)
+        flops = work.flops if work is not None else None
+        return max(float(flops or 0), FLOPS_PER_BYTE * brick_cost(self.bricks[signature]))
+
     def shard_assignment(self, shards: int) -> dict[str, int]:
         """The shard (from 1) of every distinct brick, balanced by their expected cost."""
         return assign({signature: brick_cost(brick) for signature, brick in self.bricks.items()}, shards)
@@ -281,6 +295,33 @@ class DLBricksRun:
                 self.measure_overhead(parallel=True)
         except Exception as error:  # onnxruntime's exception types are not part of its API
             self.executor_error = describe_error(error)
+
+    def brick_precision(self, signature: str, seconds: float, target: float) -> float:
+        """The margin of error a brick taking ``seconds`` must reach for the estimate of every model using it
+        to reach ``target``, the models' other bricks counted at the times known so far (see :mod:`.budget`)."""
+        call = self.overhead or NO_OVERHEAD
+
+        def call_cost(other: str) -> float:
+            brick = self.bricks[other]
+            return call.of_brick(len(brick.inputs), brick.output_count)
+
+        uses = []
+        for plan in self.plans:
+            count = plan.signatures.get(signature, 0)
+            if not count:
+                continue
+            others, raw = call.of(*plan.io), 0.0
+            for other, calls in plan.signatures.items():
+                time_s = self._known_time(other) if other != signature else None
+                if time_s is not None:
+                    others += calls * max(time_s - call_cost(other), 0.0)
+                    raw += calls * time_s
+            uses.append(Use(count, others, raw))
+        return brick_precision(target, seconds, max(seconds - call_cost(signature), 0.0), uses)
+
+    def _known_time(self, signature: str) -> float | None:
+        result = self.results.get(signature)
+        return float(result.stats[self.settings.statistic]) if result is not None else self.known_times.get(signature)
 
     def assume_overhead(self, overhead: CallOverhead | None) -> None:
         """Compose with a call cost measured in an earlier run (the one reused brick times were measured beside)."""

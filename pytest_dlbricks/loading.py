@@ -173,6 +173,8 @@ class _ModelLoader:
         self.sample_matched = sample_matched
         #: Whether onnxruntime is known to load the model: it made this graph, or it was asked.
         self.runtime_loads = runtime_graph
+        #: Whether onnxruntime made this graph, to run as it is.
+        self.runtime_graph = runtime_graph
         #: Folder external data locations are relative to.
         self.data_dir = data_dir
         self.model = model
@@ -681,7 +683,9 @@ class _ModelLoader:
     ) -> tuple[dict[str, TensorSpec], dict[str, np.ndarray]]:
         """Run the model once on its inputs to learn what shape inference could not tell, and the values of
         ``keep`` (float activations only up to :data:`MAX_KEPT_INTEGER_ELEMENTS` elements)."""
-        results = self.on_runtime(lambda model: run_reference(self.path, model, self.data_dir, names, feeds))
+        results = self.on_runtime(
+            lambda model: run_reference(self.path, model, self.data_dir, names, feeds, optimized=self.runtime_graph)
+        )
         specs = dict(specs)
         kept = dict(kept)
         for name, array in results.items():

@@ -24,10 +24,11 @@ from .analysis import (
     peak_fields,
 )
 from .bricks import BrickSpec
+from .budget import estimate_precision
 from .calibration import CalibrationRecord, fit, model_key, record_of
 from .composition import Estimate, brick_calls, compose
 from .cutting import ModelPlan
-from .noise import HIGH_NOISE, run_noise
+from .noise import HIGH_NOISE, margin_of_error, run_noise
 from .overhead import NO_OVERHEAD, CallOverhead
 from .probes import ExecutorDetection, RunMeasurements
 from .settings import Settings
@@ -134,6 +135,8 @@ class ModelEntry:
     calibrated_s: float | None = None
     #: The parallel executor's time as the run's ``executor`` entry models it (None: not detected).
     parallel_s: float | None = None
+    #: Margin of error of the sequential estimate (relative, 95%): its bricks' margins in quadrature.
+    precision: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -148,6 +151,7 @@ class ModelEntry:
             "parallel_s": self.parallel_s,
             "complete": self.complete,
             "calibrated_s": self.calibrated_s,
+            "precision": self.precision,
             "guessed_dims": dict(self.guessed_dims),
             "inputs": self.inputs,
             "data_dependent_ops": list(self.data_dependent_ops),
@@ -324,6 +328,7 @@ def build_report(
                 inputs=plan.inputs,
                 data_dependent_ops=list(plan.data_dependent),
                 parallel_s=estimate.parallel_s,
+                precision=_estimate_precision(plan, results, estimate.sequential_s),
             )
         )
     fresh = tuple(_calibration_records(plans, entries, settings.granularity, call)) if settings.calibrate else ()
@@ -536,3 +541,14 @@ def _accuracy(
 def _ratios(models: Sequence[Mapping[str, object]], key: str) -> list[float]:
     """The models' ratios under ``key``, leaving out models without one."""
     return [ratio for model in models if isinstance(ratio := model.get(key), float)]
+
+
+def _estimate_precision(plan: ModelPlan, results: Mapping[str, BrickResult], estimate_s: float | None) -> float | None:
+    """The margin of error of a model's sequential estimate, from the precision its bricks reached."""
+    terms = []
+    for signature, count in plan.signatures.items():
+        stats = results[signature].stats if signature in results else None
+        if stats is None or "mean" not in stats:
+            return None
+        terms.append((count, float(stats["mean"]), margin_of_error(stats)))
+    return estimate_precision(terms, estimate_s)

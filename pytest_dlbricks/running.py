@@ -23,7 +23,7 @@ from .runtime import (
     run_watched,
 )
 from .settings import DEFAULT_PROVIDERS, Settings
-from .synthesis import brick_feeds, build_brick_model
+from .synthesis import brick_feeds, brick_model_and_weights, build_brick_model
 from .synthetic import SynthesisError
 
 
@@ -44,11 +44,18 @@ class BrickRunner:
         self.brick = brick
         try:
             feeds = brick_feeds(brick)
-            model = build_brick_model(brick)
+            model, weights = brick_model_and_weights(brick)
         except SynthesisError as error:
             raise BrickError(str(error)) from error
         self._open(
-            model, feeds, settings, parallel, views=view_outputs(brick, feeds), what="brick", optimized=optimized
+            model,
+            feeds,
+            settings,
+            parallel,
+            views=view_outputs(brick, feeds),
+            what="brick",
+            optimized=optimized,
+            weights=weights,
         )
 
     def _open(
@@ -62,6 +69,7 @@ class BrickRunner:
         what: str,
         data_dir: Path | None = None,
         optimized: bool = False,
+        weights: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         self.settings = settings
         self.parallel = parallel
@@ -70,7 +78,9 @@ class BrickRunner:
         self.placement: Placement | None = None
         self._rewrites: list[Callable[[], object]] | None = None
         try:
-            self.session = create_session(model, settings, data_dir, parallel=parallel, optimized=optimized)
+            self.session = create_session(
+                model, settings, data_dir, parallel=parallel, optimized=optimized, initializers=weights
+            )
         except Exception as error:  # onnxruntime's exception types are not part of its API
             if type(error).__name__ == "NotImplemented":
                 providers = "+".join(settings.providers)

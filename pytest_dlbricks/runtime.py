@@ -170,6 +170,7 @@ def session_options(
     parallel: bool = False,
     profile_to: Path | None = None,
     optimized: bool = False,
+    once: bool = False,
 ) -> ort.SessionOptions:
     """Options for the user's thread count and optimization level (onnxruntime's defaults otherwise).
 
@@ -179,12 +180,17 @@ def session_options(
     graph onnxruntime made for these settings (see :func:`optimize_model`): it runs as it is.
     Optimizing it again would cost time at every session and change what runs: cut out of its
     model, a QDQ Conv loses the Q/DQ neighbours that kept it in NCHW inside the model, and gets
-    layout reorders that the model never runs.
+    layout reorders that the model never runs. ``once``: the session runs once, so pre-packing its
+    weights would cost more than it saves.
     """
     options = new_options()
     if settings is not None:
         options.intra_op_num_threads = settings.intra_op_threads
-        options.graph_optimization_level = _OPTIMIZATION_LEVELS["disable" if optimized else settings.optimization]
+        options.graph_optimization_level = _OPTIMIZATION_LEVELS[settings.optimization]
+    if optimized:
+        options.graph_optimization_level = _OPTIMIZATION_LEVELS["disable"]
+    if once:
+        options.add_session_config_entry("session.disable_prepacking", "1")
     if data_dir is not None:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_dir))
     if parallel:
@@ -203,11 +209,19 @@ def create_session(
     parallel: bool = False,
     profile_to: Path | None = None,
     optimized: bool = False,
+    initializers: Mapping[str, np.ndarray] | None = None,
+    once: bool = False,
 ) -> ort.InferenceSession:
     """A session for ``model`` (in memory, or a file onnxruntime reads itself) with the user's settings
-    (``optimized``: see :func:`session_options`)."""
+    (``optimized``: see :func:`session_options`). ``initializers`` are the data of initializers the model
+    marks as external, by name: onnxruntime copies them into its graph, as if it had read them."""
     providers = list(settings.providers) if settings is not None else list(DEFAULT_PROVIDERS)
-    options = session_options(settings, data_dir, parallel=parallel, profile_to=profile_to, optimized=optimized)
+    options = session_options(
+        settings, data_dir, parallel=parallel, profile_to=profile_to, optimized=optimized, once=once
+    )
+    if initializers:
+        values = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array)) for array in initializers.values()]
+        options.add_external_initializers(list(initializers), values)
     source = str(model) if isinstance(model, Path) else model.SerializeToString()
     return ort.InferenceSession(source, options, providers=providers)
 
@@ -221,7 +235,7 @@ def optimize_model(
     for this provider, optimization level and machine: bricks cut from this graph cost what they
     cost inside the model.
     """
-    options = session_options(settings, data_dir)
+    options = session_options(settings, data_dir, once=True)
     options.optimized_model_filepath = str(folder / "optimized.onnx")
     options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
     options.add_session_config_entry(
@@ -244,16 +258,23 @@ def load_refusal(model: onnx.ModelProto, data_dir: Path) -> str | None:
 
 
 def run_reference(
-    path: Path, model: onnx.ModelProto, data_dir: Path, names: list[str], feeds: dict[str, np.ndarray]
+    path: Path,
+    model: onnx.ModelProto,
+    data_dir: Path,
+    names: list[str],
+    feeds: dict[str, np.ndarray],
+    *,
+    optimized: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Run ``model`` once on ``feeds`` and return the values ``names`` took (tensors only)."""
+    """Run ``model`` once on ``feeds`` and return the values ``names`` took (tensors only); ``optimized``:
+    the model is the graph onnxruntime made (see :func:`optimize_model`), which it runs as it is."""
     reference = onnx.ModelProto()
     reference.CopyFrom(model)
     present = {output.name for output in reference.graph.output}
     reference.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names if name not in present)
     cause = "onnxruntime cannot run the model to learn its shapes"
     try:
-        session = create_session(reference, data_dir=data_dir)
+        session = create_session(reference, data_dir=data_dir, optimized=optimized, once=True)
         results = run_watched(session, names, feeds)
     except RunStopped as error:
         raise ModelError(path, f"{cause}: {error}") from error

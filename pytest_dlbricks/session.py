@@ -64,8 +64,30 @@ class DLBricksSession:
             signature = signature_of(item)
             if signature is not None:
                 item.extra_keyword_matches.update(Path(path).stem for path in self.run.models_using(signature))
+        self._heaviest_first(items)
         if self.settings.shard is not None:
             self._keep_shard(items, *self.settings.shard)
+
+    def _heaviest_first(self, items: list[pytest.Item]) -> None:
+        """Each file's bricks in the order of their expected cost, heaviest first, in the places they held.
+
+        The first brick timed of a model must reach the run's whole precision, nothing else of the
+        model being known yet, and the next ones only what their part leaves (see :mod:`.budget`): a
+        heavy brick reaches it in a few rounds, where a brick of microseconds may not within
+        ``--benchmark-max-time``. Files keep their order, and their items stay together.
+        """
+        places: dict[pytest.Collector | None, list[int]] = {}
+        for index, item in enumerate(items):
+            if signature_of(item) is not None:
+                places.setdefault(item.parent, []).append(index)
+        for indices in places.values():
+            bricks = sorted((items[index] for index in indices), key=self._expected_cost, reverse=True)
+            for index, item in zip(indices, bricks):
+                items[index] = item
+
+    def _expected_cost(self, item: pytest.Item) -> float:
+        signature = signature_of(item)
+        return self.run.expected_cost(signature) if signature is not None else 0.0
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Warn of dimensions given that no collected model has: a misspelt name would silently be left at 1."""

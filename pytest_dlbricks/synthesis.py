@@ -14,13 +14,52 @@ from .bricks import BrickSpec
 from .graph import MIN_IR_VERSION, TensorSpec
 from .synthetic import SEED, synthetic_array
 
+#: Weights of at least this many bytes that :func:`brick_model_and_weights` leaves out of the model.
+APART_BYTES = 1024
+#: numpy dtype kinds onnxruntime takes as arrays beside a model: numbers and booleans.
+_APART_KINDS = "fiub"
+
 
 def build_brick_model(brick: BrickSpec) -> onnx.ModelProto:
     """A runnable model of ``brick``: weights as initializers (so runtimes pre-pack them as in the model)."""
-    rng = np.random.default_rng(SEED)
+    return _model(brick, [numpy_helper.from_array(value, name) for name, value in _weights(brick).items()])
+
+
+def brick_model_and_weights(brick: BrickSpec) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """:func:`build_brick_model`'s model with its large weights left out, each marked as external data, and
+    those weights, for onnxruntime to take as arrays (see :func:`.runtime.create_session`).
+
+    They still are initializers to onnxruntime, pre-packed as in the model; but they are not copied
+    into the model, serialized and parsed again, which cost a weight-heavy brick more than its session.
+    """
+    values = _weights(brick)
+    apart = {
+        name: value
+        for name, value in values.items()
+        if value.nbytes >= APART_BYTES and value.dtype.kind in _APART_KINDS
+    }
     initializers = [
-        numpy_helper.from_array(_value(brick, name, spec, rng, weight=True), name) for name, spec in brick.weights
+        _external(name, value) if name in apart else numpy_helper.from_array(value, name)
+        for name, value in values.items()
     ]
+    return _model(brick, initializers), apart
+
+
+def _weights(brick: BrickSpec) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(SEED)
+    return {name: _value(brick, name, spec, rng, weight=True) for name, spec in brick.weights}
+
+
+def _external(name: str, value: np.ndarray) -> onnx.TensorProto:
+    """An initializer that says its data lies elsewhere: its name, type and shape only."""
+    tensor = onnx.TensorProto(name=name, dims=value.shape, data_type=helper.np_dtype_to_tensor_dtype(value.dtype))
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, text in (("location", name), ("offset", "0"), ("length", str(value.nbytes))):
+        tensor.external_data.add(key=key, value=text)
+    return tensor
+
+
+def _model(brick: BrickSpec, initializers: list[onnx.TensorProto]) -> onnx.ModelProto:
     graph = helper.make_graph(
         list(brick.nodes),
         "brick",

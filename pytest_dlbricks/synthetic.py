@@ -15,9 +15,10 @@ from .graph import TensorSpec
 SEED = 20200420
 #: numpy dtype kinds of the tensors synthetic values exist for: floats, integers, booleans.
 _SYNTHESISABLE_KINDS = "fiub"
-#: Float values drawn at a time: the draws are float64, so a tensor is filled in slices of this many
-#: elements rather than through a float64 temporary the size of the tensor (twice a float32 one).
-_CHUNK = 1 << 16
+#: Float values drawn for a tensor: a larger one repeats them. Drawing costs more than the session of
+#: a weight-heavy brick (0.15 s for 38 M float32 values, against 0.03 s to repeat a block), and the
+#: draws are float64, so drawing the whole tensor would also need a temporary twice a float32 one.
+_BLOCK = 1 << 16
 
 
 class SynthesisError(Exception):
@@ -42,9 +43,12 @@ def synthetic_array(spec: TensorSpec, rng: np.random.Generator, *, weight: bool)
     low, high = (0.01, 0.1) if weight else (0.5, 1.5)
     values = np.empty(spec.shape, dtype=dtype)
     flat = values.reshape(-1)  # a view: the array is contiguous
-    for start in range(0, flat.size, _CHUNK):
-        stop = min(start + _CHUNK, flat.size)
-        flat[start:stop] = rng.uniform(low, high, size=stop - start)
+    if not flat.size:
+        return values
+    block = rng.uniform(low, high, size=min(_BLOCK, flat.size)).astype(dtype)
+    whole = flat.size - flat.size % block.size
+    flat[:whole].reshape(-1, block.size)[:] = block
+    flat[whole:] = block[: flat.size - whole]
     return values
 
 

@@ -46,6 +46,7 @@ class Tracking:
 
     ``pytest_sessionstart`` identifies the machine and settings (pytest-benchmark's machine_info), opens
     the store's shelf for them and loads the saved run to compare with, refusing an incompatible one;
+    ``pytest_collection_finish`` reads the shelf's records of the collected bricks once;
     ``pytest_runtest_setup`` skips a brick the shelf has a fresh time for and hands that time to the
     session; ``pytest_runtest_makereport`` saves each brick time the moment it is measured;
     ``pytest_sessionfinish`` adds per-model estimates and reused bricks to pytest-benchmark's benchmarks,
@@ -84,6 +85,8 @@ class Tracking:
         self._machine_info: dict[str, Any] | None = None
         self._saved_overhead: CallOverhead | None = None
         self.plans: PlanCache | None = None
+        #: The store's records of the collected bricks, read once when collection is over (None: none usable).
+        self.stored: dict[str, StoredBrick | None] = {}
 
     @property
     def identity(self) -> Identity:
@@ -183,13 +186,28 @@ class Tracking:
         self.mismatches = mismatches
         return name, block
 
+    def pytest_collection_finish(self) -> None:
+        """Read the store's times of the collected bricks, once: those it can reuse, and what the store knows
+        of every model, which decides how precisely the bricks timed anew must be (see :mod:`.budget`)."""
+        if self.shelf is None or self.settings.remeasure or self.config.option.collectonly:
+            return
+        statistic = self.settings.statistic
+        for signature in self.run.bricks:
+            stored = self.shelf.get(signature, max_age_s=self.settings.max_age_s, statistic=statistic)
+            self.stored[signature] = stored
+            if stored is not None:
+                self.run.known_times[signature] = float(stored.stats[statistic])
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         signature = signature_of(item)
         if signature is None or self.shelf is None or self.settings.remeasure:
             return
-        stored = self.shelf.get(signature, max_age_s=self.settings.max_age_s, statistic=self.settings.statistic)
-        if stored is None or not stored.precise_enough(self._precision()):
+        if signature in self.stored:
+            stored = self.stored[signature]
+        else:
+            stored = self.shelf.get(signature, max_age_s=self.settings.max_age_s, statistic=self.settings.statistic)
+        if stored is None or not stored.precise_enough(self._precision(signature, stored.stats)):
             return
         self.run.record_result(
             signature,
@@ -404,10 +422,16 @@ class Tracking:
             f" {measured}"
         )
 
-    def _precision(self) -> float | None:
-        """The precision bricks are timed to in this run: pytest-benchmark's own when given, else dlbricks'."""
+    def _precision(self, signature: str, stats: Mapping[str, float]) -> float | None:
+        """The precision a brick is timed to in this run: pytest-benchmark's own when given, for every brick;
+        else dlbricks', loosened by the brick's part in its models (see :mod:`.budget`)."""
         own = self.config.getoption("benchmark_precision", None)
-        return float(own) if own is not None else self.settings.precision
+        if own is not None:
+            return float(own)
+        target, mean = self.settings.precision, stats.get("mean")
+        if target is None or mean is None:
+            return target
+        return self.run.brick_precision(signature, float(mean), target)
 
     def _store_name(self) -> str:
         """The store folder as the user gave it: relative to where pytest started when it is below it."""

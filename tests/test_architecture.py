@@ -21,6 +21,7 @@ STAGES: dict[str, set[str]] = {
     "vocabulary": {
         *("__init__", "graph", "errors", "settings", "sweeps", "clock", "synthetic", "placement", "identity"),
         "noise",
+        "budget",
         "wording",
     },
     "runtime": {"runtime"},

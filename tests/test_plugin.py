@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +13,11 @@ import tiny_models
 
 from conftest import SAMPLE_MODELS, light_models, run_dlbricks
 from pytest_dlbricks import engine
+from pytest_dlbricks.budget import LOOSEST
+from pytest_dlbricks.engine import DLBricksRun
+from pytest_dlbricks.noise import margin_of_error
 from pytest_dlbricks.probes import ExecutorDetection
+from pytest_dlbricks.settings import Settings
 
 run = run_dlbricks
 
@@ -176,6 +182,19 @@ def test_item_ids_carry_operators_and_short_signature(pytester: pytest.Pytester,
         "models/tiny_resnet.onnx",
     )
     result.stdout.re_match_lines([r"models/tiny_resnet\.onnx::brick\[Conv\+BatchNormalization-[0-9a-f]{8}\]"])
+
+
+def test_each_file_times_its_heaviest_bricks_first(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    """The first brick timed of a model must reach the whole precision: the heaviest reaches it soonest."""
+    args = ("--dlbricks-granularity=2", "--collect-only", "-q", "models/tiny_rnn.onnx", "models/tiny_inception.onnx")
+    listed = [line for line in run(pytester, *args).stdout.lines if "::brick[" in line]
+    engine = DLBricksRun(Settings(granularity=2, dims={"batch": 1, "seq": 16}), time.perf_counter)
+    expected = []
+    for path in ("models/tiny_rnn.onnx", "models/tiny_inception.onnx"):
+        _, bricks = engine.add_model(pytester.path / path, path)
+        heaviest = sorted(bricks, key=lambda brick: engine.expected_cost(brick.signature), reverse=True)
+        expected += [f"{path}::brick[{brick.label}]" for brick in heaviest]
+    assert len(expected) > 10 and listed == expected
 
 
 def test_repeated_layers_become_one_item(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
@@ -484,14 +503,26 @@ def test_bricks_are_timed_to_the_requested_precision(pytester: pytest.Pytester, 
             "--dlbricks-granularity=1",
             "--dlbricks-store=none",
             "--benchmark-json=b.json",
+            "--dlbricks-json=r.json",
             "models/mlp.onnx",
             *args,
         )
         saved = json.loads((pytester.path / "b.json").read_text())["benchmarks"]
         return [b["options"] for b in saved if not b["fullname"].startswith("dlbricks::")]
 
-    assert {(o["precision"], o["confidence"]) for o in brick_options()} == {(0.02, 0.95)}
-    assert {o["precision"] for o in brick_options("--dlbricks-precision=5%")} == {0.05}
+    options = brick_options()
+    report = read_report(pytester.path / "r.json")
+    (model,) = report["models"]
+    errors = [
+        model_count * brick["stats"]["mean"] * margin_of_error(brick["stats"])
+        for brick in report["bricks"]
+        for model_count in brick["models"].values()
+    ]
+    assert model["precision"] == pytest.approx(math.hypot(*errors) / model["sequential_s"]), "in quadrature"
+    assert {o["confidence"] for o in options} == {0.95}
+    assert all(0.02 <= o["precision"] <= LOOSEST for o in options), "loosened by the brick's part, never tightened"
+    assert any(o["precision"] == 0.02 for o in options), "the model's first brick is all that is known of it"
+    assert all(0.05 <= o["precision"] <= LOOSEST for o in brick_options("--dlbricks-precision=5%"))
     assert {o["precision"] for o in brick_options("--dlbricks-precision=off")} == {None}
     assert {o["precision"] for o in brick_options("--benchmark-precision=0.1")} == {0.1}, "the user's own wins"
 

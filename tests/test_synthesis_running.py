@@ -25,9 +25,9 @@ from pytest_dlbricks.graph import MIN_IR_VERSION, TensorSpec
 from pytest_dlbricks.loading import load_model, whole_model
 from pytest_dlbricks.overhead import measure_call_overhead, measure_parallel_fixed_cost
 from pytest_dlbricks.running import BrickError, BrickRunner, ModelRunner, _rewritable, view_outputs
-from pytest_dlbricks.runtime import input_rewriter, run_reference, session_options
+from pytest_dlbricks.runtime import create_session, input_rewriter, run_reference, session_options
 from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.synthesis import brick_feeds, build_brick_model
+from pytest_dlbricks.synthesis import APART_BYTES, brick_feeds, brick_model_and_weights, build_brick_model
 from pytest_dlbricks.synthetic import SynthesisError, model_feeds, synthetic_array
 
 P = onnx.TensorProto
@@ -154,6 +154,29 @@ def test_weights_are_initializers_not_inputs(tmp_path: Path) -> None:
     weight = onnx.numpy_helper.to_array(model.graph.initializer[0])
     assert weight.shape == (8, 3, 3, 3)
     assert weight.min() >= 0.01 and weight.max() <= 0.1
+
+
+def test_large_weights_reach_onnxruntime_apart_and_compute_the_same(tmp_path: Path, settings: Settings) -> None:
+    """Weights handed to onnxruntime beside the model are the initializers the whole model would hold."""
+    apart = 0
+    for name in sorted(BUILDERS):
+        folder = tmp_path / name
+        folder.mkdir()
+        for brick in bricks_of(BUILDERS[name](folder), 1):
+            model, weights = brick_model_and_weights(brick)
+            apart += len(weights)
+            assert all(weight.nbytes >= APART_BYTES for weight in weights.values())
+            external = {tensor.name for tensor in model.graph.initializer if tensor.data_location == P.EXTERNAL}
+            assert external == set(weights)
+            feeds = brick_feeds(brick)
+            try:
+                whole = create_session(build_brick_model(brick), settings).run(None, feeds)
+            except Exception:  # a brick onnxruntime cannot run alone is another test's concern
+                continue
+            split = create_session(model, settings, initializers=weights).run(None, feeds)
+            for expected, got in zip(whole, split):
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+    assert apart, "some tiny model has a weight large enough to be handed apart"
 
 
 def test_brick_models_keep_the_models_ir_version_and_opsets(tmp_path: Path) -> None:

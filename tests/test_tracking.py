@@ -184,18 +184,22 @@ def test_remeasure_and_the_age_limit(pytester: pytest.Pytester, sample_models: l
     run(pytester, "--dlbricks-max-age=1h", *args).assert_outcomes(passed=1, skipped=2)
 
 
+#: A granularity that makes the sample MLP one brick: the whole model's precision is its brick's (see test_budget).
+WHOLE_MLP = "--dlbricks-granularity=6"
+
+
 def test_times_of_a_looser_precision_are_not_reused(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
-    args = ("--dlbricks-granularity=2", "--benchmark-max-time=0.2", "models/mlp.onnx")
-    run(pytester, "--dlbricks-precision=5%", *args).assert_outcomes(passed=3)
+    args = (WHOLE_MLP, "--benchmark-max-time=0.2", "models/mlp.onnx")
+    run(pytester, "--dlbricks-precision=5%", *args).assert_outcomes(passed=1)
     reached = [read(path)["precision"] for path in brick_records(pytester)]
     assert all(
         margin == pytest.approx(margin_of_error(read(path)["stats"]))
         for margin, path in zip(reached, brick_records(pytester))
     )
     precise = sum(margin <= 0.1 for margin in reached)
-    run(pytester, "--dlbricks-precision=10%", *args).assert_outcomes(passed=3 - precise, skipped=precise)
-    run(pytester, "--dlbricks-precision=0.1%", *args).assert_outcomes(passed=3)
-    run(pytester, "--dlbricks-precision=off", *args).assert_outcomes(skipped=3)
+    run(pytester, "--dlbricks-precision=10%", *args).assert_outcomes(passed=1 - precise, skipped=precise)
+    run(pytester, "--dlbricks-precision=0.1%", *args).assert_outcomes(passed=1)
+    run(pytester, "--dlbricks-precision=off", *args).assert_outcomes(skipped=1)
 
 
 def test_the_store_keeps_the_precision_reached_not_the_one_asked(
@@ -203,16 +207,16 @@ def test_the_store_keeps_the_precision_reached_not_the_one_asked(
 ) -> None:
     """Quick timing reaches a margin far above 2%: a default run must not reuse it, nor a record of an older
     version that kept the precision its run asked for."""
-    args = ("--dlbricks-granularity=2", "models/mlp.onnx")
-    run(pytester, "--dlbricks-precision=off", *args).assert_outcomes(passed=3)
+    args = (WHOLE_MLP, "models/mlp.onnx")
+    run(pytester, "--dlbricks-precision=off", *args).assert_outcomes(passed=1)
     reached = [read(path)["precision"] for path in brick_records(pytester)]
     assert all(margin > 0.02 for margin in reached), reached
     rewrite_records(pytester, lambda record: record.update(precision=0.02))
-    run(pytester, "--dlbricks-precision=2%", *args).assert_outcomes(passed=3)
+    run(pytester, "--dlbricks-precision=2%", *args).assert_outcomes(passed=1)
     records = [read(path) for path in brick_records(pytester)]
     assert all(record["precision"] == pytest.approx(margin_of_error(record["stats"])) for record in records)
     precise = sum(record["precision"] <= 0.02 for record in records)
-    run(pytester, "--dlbricks-precision=2%", *args).assert_outcomes(passed=3 - precise, skipped=precise)
+    run(pytester, "--dlbricks-precision=2%", *args).assert_outcomes(passed=1 - precise, skipped=precise)
 
 
 def test_a_changed_model_times_only_its_new_bricks(pytester: pytest.Pytester) -> None:

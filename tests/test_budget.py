@@ -1,0 +1,66 @@
+"""Each brick's precision from its part in the models' estimates: every estimate still reaches the run's."""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLE_MODELS
+from pytest_dlbricks.budget import LOOSEST, Use, brick_precision, estimate_precision
+from pytest_dlbricks.engine import DLBricksRun
+from pytest_dlbricks.settings import Settings
+
+
+def test_a_model_of_one_brick_asks_the_run_s_precision() -> None:
+    assert brick_precision(0.02, 1e-3, 1e-3, [Use(1, 0.0, 0.0)]) == pytest.approx(0.02)
+
+
+def test_a_brick_of_a_hundredth_of_a_model_may_err_ten_times_more() -> None:
+    assert brick_precision(0.02, 1e-5, 1e-5, [Use(1, 99e-5, 99e-5)]) == pytest.approx(0.2)
+
+
+def test_the_strictest_model_decides_and_no_brick_goes_past_the_loosest_margin() -> None:
+    alone, among = Use(1, 0.0, 0.0), Use(1, 1.0, 1.0)
+    assert brick_precision(0.02, 1e-6, 1e-6, [among, alone]) == pytest.approx(0.02)
+    assert brick_precision(0.02, 1e-6, 1e-6, [among]) == LOOSEST
+    assert brick_precision(0.5, 1e-6, 1e-6, [among]) == 0.5, "a run asking for less than the loosest gets it"
+    assert brick_precision(0.02, 1e-6, 1e-6, []) == 0.02
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_estimates_reach_the_run_s_precision_whatever_the_order(seed: int) -> None:
+    """Bricks timed one after the other, each to the margin it is given from the bricks known before it: the
+    model's margin, in quadrature, never exceeds the target (call overhead taken off as composition does)."""
+    rng = random.Random(seed)
+    target, overhead = 0.02, rng.choice([0.0, 2e-6])
+    bricks = [(rng.randint(1, 4), 10 ** rng.uniform(-6, -2)) for _ in range(rng.randint(1, 40))]
+    known_net, known_raw, squared = overhead, 0.0, 0.0
+    for count, seconds in bricks:
+        net = max(seconds - overhead, 0.0)
+        margin = brick_precision(target, seconds, net, [Use(count, known_net, known_raw)])
+        squared += (count * seconds * margin) ** 2
+        known_net, known_raw = known_net + count * net, known_raw + count * seconds
+    assert math.sqrt(squared) <= target * known_net * (1 + 1e-9)
+
+
+def test_an_estimate_s_margin_adds_its_bricks_in_quadrature() -> None:
+    assert estimate_precision([(1, 3.0, 0.1), (2, 2.0, 0.1)], 7.0) == pytest.approx(0.5 / 7.0)
+    assert estimate_precision([(1, 3.0, None)], 3.0) is None
+    assert estimate_precision([(1, 3.0, 0.1)], None) is None
+
+
+def test_times_the_store_knows_count_in_a_model_s_known_part(tmp_path: Path) -> None:
+    """A brick timed anew in a model whose other bricks the store knows is a part of a known whole."""
+    model = Path(shutil.copy(SAMPLE_MODELS / "mlp.onnx", tmp_path / "mlp.onnx"))
+    run = DLBricksRun(Settings(granularity=2, dims={"batch": 1}), time.perf_counter)
+    _, bricks = run.add_model(model, "mlp.onnx")
+    first, *others = (brick.signature for brick in bricks)
+    assert run.brick_precision(first, 1e-6, 0.02) == pytest.approx(0.02), "nothing else of the model is known"
+    run.known_times.update(dict.fromkeys(others, 1e-4))
+    assert run.brick_precision(first, 1e-6, 0.02) == LOOSEST
+    assert run.brick_precision(first, 1e-4, 0.02) == pytest.approx(0.02 * math.sqrt(3), rel=0.05)
