@@ -13,6 +13,9 @@ inside its brick. Per model it prints, in microseconds per call:
   for); ``model``: the whole graph the bricks were cut from, built by the same synthesis as the bricks;
   ``composed``: the bricks' times less their call cost plus the model's, as the plugin composes them;
   ``ratio``: composed / file (what the zoo scores), ``syn``: model / file (what synthesis changes);
+- ``sized``: the file with its inputs' symbolic sizes written in, where onnxruntime folds what the file
+  computes on sizes (shapes, masks, positions), / file: how much of the file's time those computations take
+  (blank for a file with no symbolic size);
 - ``nodes``: the layers the bricks were cut into / the kernels the file runs per call (onnxruntime folds
   shape computations at the concrete sizes the bricks are cut at, not in a file with symbolic ones);
   ``kern@file``: the file's kernel time;
@@ -62,6 +65,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import onnx
+
 from pytest_dlbricks.analysis import plan_work
 from pytest_dlbricks.bricks import BrickSpec, describe_brick
 from pytest_dlbricks.composition import compose
@@ -94,6 +99,8 @@ class Breakdown:
     layers: int
     file_kernels: int
     kernels_in_file_s: float
+    #: The file with its symbolic sizes written in (None when it declares none).
+    sized_file_s: float | None
     #: Per layer both runs executed as the same node: operator, kernel seconds in the model and in its
     #: brick (scaled to the measured calls), FLOPs (None when unknown) and bytes moved.
     matched: list[tuple[str, float, float, int | None, int]]
@@ -161,14 +168,18 @@ def breakdown(
     file_runner = ModelRunner(file, feeds, settings, data_dir=None if isinstance(file, Path) else path.parent)
     model_runner = BrickRunner(whole, settings, optimized=True)
     runners = {signature: BrickRunner(brick, settings, optimized=True) for signature, brick in distinct.items()}
-    for runner in [file_runner, model_runner, *runners.values()]:
+    sized = _sized_file(path, feeds) if isinstance(file, Path) else None
+    models = {"file": file_runner, "model": model_runner}
+    if sized is not None:
+        models["sized"] = ModelRunner(sized, feeds, settings, data_dir=path.parent)
+    for runner in [*models.values(), *runners.values()]:
         runner.check()
     samples: dict[str, list[float]] = defaultdict(list)
     for _ in range(rounds):
         for signature, runner in runners.items():
             samples[signature] += _burst(runner, BURST)
-        samples["file"].append(_timed_again(file_runner))
-        samples["model"].append(_timed_again(model_runner))
+        for key, runner in models.items():
+            samples[key].append(_timed_again(runner))
     times = {key: statistics.median(values) for key, values in samples.items()}
     estimate = compose(plan, {s: times[s] for s in runners}, overhead)
 
@@ -217,6 +228,7 @@ def breakdown(
         layers=len(graph.layers),
         file_kernels=file_kernels,
         kernels_in_file_s=times["file"] * file_share,
+        sized_file_s=times.get("sized"),
         matched=[
             (
                 layer_work[i].op_type,
@@ -238,6 +250,21 @@ def _windows(plan: ModelPlan) -> list[tuple[BrickSpec, int]]:
         windows.append((brick, begin))
         begin += len(brick.nodes)
     return windows
+
+
+def _sized_file(path: Path, feeds: dict) -> onnx.ModelProto | None:
+    """The file with the sizes of ``feeds`` written into its inputs' symbolic dimensions; None if it has none."""
+    model = onnx.load(str(path), load_external_data=False)
+    symbolic = [
+        (dim, feeds[value.name].shape[axis])
+        for value in model.graph.input
+        if value.name in feeds
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim)
+        if not dim.HasField("dim_value")
+    ]
+    for dim, size in symbolic:
+        dim.dim_value = size
+    return model if symbolic else None
 
 
 #: Calls of a brick timed back to back each round, as pytest-benchmark times a brick item (the first
@@ -305,7 +332,7 @@ def _file_profile(file: object, feeds: dict, path: Path, settings: Settings, run
 
 def _header() -> str:
     return (
-        f"{'model':28} {'file':>9} {'syn':>5} {'composed':>9} {'ratio':>6} {'nodes':>9} {'kern@file':>9}"
+        f"{'model':28} {'file':>9} {'syn':>5} {'sized':>5} {'composed':>9} {'ratio':>6} {'nodes':>9} {'kern@file':>9}"
         f" {'kern@model':>10} {'kern@brick':>10} {'ctx':>5}"
         f" {'refused':>8} {'gap@model':>9} {'gap@bricks':>10} {'calls':>6}"
     )
@@ -314,8 +341,9 @@ def _header() -> str:
 def _row(row: Breakdown) -> str:
     us = 1e6
     ctx = row.kernels_in_model_s / row.kernels_in_bricks_s if row.kernels_in_bricks_s else math.nan
+    sized = f"{row.sized_file_s / row.file_s:5.2f}" if row.sized_file_s is not None else " " * 5
     return (
-        f"{row.name[:28]:28} {row.file_s * us:9.1f} {row.model_s / row.file_s:5.2f} {row.composed_s * us:9.1f}"
+        f"{row.name[:28]:28} {row.file_s * us:9.1f} {row.model_s / row.file_s:5.2f} {sized} {row.composed_s * us:9.1f}"
         f" {row.composed_s / row.file_s:6.3f} {f'{row.layers}/{row.file_kernels}':>9}"
         f" {row.kernels_in_file_s * us:9.1f}"
         f" {row.kernels_in_model_s * us:10.1f} {row.kernels_in_bricks_s * us:10.1f} {ctx:5.2f}"
