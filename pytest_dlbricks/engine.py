@@ -352,9 +352,10 @@ class DLBricksRun:
         """Whether anything was collected: a model, cut or failed, or an exported brick."""
         return bool(self.plans or self.failed or self.bricks)
 
-    def compose(self, *, partial: bool, measure: bool) -> dict[str, Any]:
+    def compose(self, *, partial: bool, measure: bool, load_times: bool = True) -> dict[str, Any]:
         """The report of the bricks timed so far, built once; ``partial`` marks a run stopped early,
-        ``measure`` asks for the machine's peak and the models' load times (not after an interrupt)."""
+        ``measure`` asks for the machine's peak (not after an interrupt), and with ``load_times`` the
+        models' load times: one session per model, as much as benchmarking the model whole costs to start."""
         if self.report is not None:
             return self.report
         if measure and self.plans and self.results:
@@ -372,7 +373,7 @@ class DLBricksRun:
             wall_time_s=time.perf_counter() - self.started,
             partial=partial,
             work=self.work,
-            measured=self._measure_run() if measure else RunMeasurements(machine=describe_machine()),
+            measured=self._measure_run(load_times) if measure else RunMeasurements(machine=describe_machine()),
             unsupported=self.unsupported,
             placements=self.placements,
             store_damage=self.store_damage,
@@ -387,13 +388,13 @@ class DLBricksRun:
         self.composed = dataclasses.replace(self.composed, **fields)
         self.report = self.composed.as_json()
 
-    def _measure_run(self) -> RunMeasurements:
-        """The machine's peak and the load time of every model with a brick timed in this run (not taken
-        from the brick store); only the machine if none was."""
+    def _measure_run(self, load_times: bool) -> RunMeasurements:
+        """The machine's peak and (``load_times``) the load time of every model with a brick timed in this run
+        (not taken from the brick store); only the machine if none was."""
         timed = {signature for signature, result in self.results.items() if not result.reused}
         if not timed:
             return RunMeasurements(machine=describe_machine())
-        measured = [plan.path for plan in self.plans if timed.intersection(plan.signatures)]
+        measured = [plan.path for plan in self.plans if load_times and timed.intersection(plan.signatures)]
         return measure_run(self.settings, {path: self.model_files[path] for path in measured})
 
     def write_outputs(self, report: Mapping[str, Any]) -> None:
