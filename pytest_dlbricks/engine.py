@@ -28,13 +28,14 @@ from .overhead import NO_OVERHEAD, CallOverhead, measure_call_overhead, measure_
 from .plans import CutModel, PlanCache
 from .probes import ExecutorDetection, RunMeasurements, describe_machine, detect_executor, measure_run
 from .report import BrickResult, FailedModel, RunReport, build_report
-from .running import ModelRunner
+from .running import BrickRunner, ModelRunner
 from .samples import SampleInputs, find_samples, from_hook
 from .settings import Settings
 from .sharding import assign, brick_cost
 from .store import write_json, write_text
 from .suite import SuiteError, export_suite, read_manifest
 from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
+from .synthetic import SharedWeights
 from .validation import Validation, has_parallel_branches
 from .wording import plural
 
@@ -106,6 +107,8 @@ class DLBricksRun:
         self.store_damage: dict[str, dict[str, int]] | None = None
         #: The calibration models kept in the brick store for this machine (see :mod:`.calibration`).
         self.calibration: list[CalibrationRecord] = []
+        #: Synthetic weights every brick of the run reads (see :class:`~.synthetic.SharedWeights`).
+        self.shared_weights = SharedWeights()
 
     # Cutting
 
@@ -196,6 +199,16 @@ class DLBricksRun:
     def already_optimized(self, signature: str) -> bool:
         """Whether a brick was cut by this run from the graph onnxruntime optimized for its settings."""
         return self.settings.cut == "optimized" and signature not in self.exported
+
+    def brick_runner(self, signature: str) -> BrickRunner:
+        """A distinct brick ready to time, its synthetic weights shared with the run's other bricks;
+        raises :class:`~.running.BrickError`."""
+        return BrickRunner(
+            self.bricks[signature],
+            self.settings,
+            optimized=self.already_optimized(signature),
+            shared=self.shared_weights,
+        )
 
     def whole_model_runner(self, plan: ModelPlan, *, parallel: bool) -> ModelRunner:
         """The whole model of ``plan`` as the user runs it (their file, real weights) on the inputs its
