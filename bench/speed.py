@@ -17,8 +17,9 @@ Prints, per scenario, both whole-process times and their ratio (median and range
 ``--repeat`` rounds), the peak memory of both and of the plugin's collection, and where the plugin's
 time goes: process start, collection, and per brick item its fixed cost (everything but the
 rounds pytest-benchmark times) split into session creation, the first run that checks the brick,
-the call-overhead measurement, input rewriters, pytest-benchmark's calibration, and pytest's own
-per-item work; then the timed rounds themselves and the report at the end.
+the call-overhead measurement, input rewriters, the budget's one timed call, pytest-benchmark's
+calibration, saving the time in the store, and pytest's own per-item work; then the timed rounds
+themselves and the report at the end.
 
 The split is learned by this file acting as a pytest plugin inside every pytest process it starts
 (``-p speed``): it wraps the functions named above with timers and writes what it saw to a JSON file.
@@ -60,7 +61,7 @@ CONFIDENCE = 0.95
 #: Activations a changed layer swaps, each for the next: same shapes, another brick.
 SWAPS = {"Relu": "Sigmoid", "Sigmoid": "Relu", "Tanh": "Sigmoid", "HardSwish": "Relu", "LeakyRelu": "Relu"}
 #: Phases of a brick item's fixed cost, in the order printed.
-PHASES = ("session", "check", "overhead", "rewriters", "calibration", "pytest")
+PHASES = ("session", "check", "overhead", "rewriters", "budget", "calibration", "store", "pytest")
 
 BASELINE_TEST = """\
 import numpy as np
@@ -153,9 +154,11 @@ def pytest_configure(config: pytest.Config) -> None:
     _probe.wrap(BenchmarkFixture, "_raw", "timing")
     _probe.wrap(BenchmarkFixture, "_raw_pedantic", "timing")
     try:
-        from pytest_dlbricks import engine, running
+        from pytest_dlbricks import engine, items, running, store
     except ImportError:
         return
+    _probe.wrap(items, "_budget_precision", "budget")
+    _probe.wrap(store.Shelf, "put", "store")
     _probe.wrap(running.BrickRunner, "__init__", "session")
     _probe.wrap(running.BrickRunner, "check", "check")
     _probe.wrap(running, "input_rewriter", "rewriters")
