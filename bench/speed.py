@@ -533,8 +533,8 @@ def baseline_breakdown(runs: list[Run]) -> str:
 def breakdown(name: str, runs: list[Run]) -> list[str]:
     """Where the plugin's time went in one scenario (medians over rounds), and its per-brick fixed cost."""
 
-    def median(value: Callable[[Run], float]) -> float:
-        return statistics.median(value(run) for run in runs)
+    def median(value: Callable[[Run], float], among: list[Run] = runs) -> float:
+        return statistics.median(value(run) for run in among)
 
     def bricks(run: Run) -> list[dict[str, Any]]:
         return [item for item in run.items if item["brick"] and "timing" in item["phases"]]
@@ -569,7 +569,8 @@ def breakdown(name: str, runs: list[Run]) -> list[str]:
             )
         )
     count = median(lambda r: len(bricks(r)))
-    if not count:
+    timing = [run for run in runs if bricks(run)]  # the rounds that timed a brick, for the per-brick figures
+    if not count or not timing:
         return lines
     per_phase = {
         phase: median(
@@ -581,20 +582,22 @@ def breakdown(name: str, runs: list[Run]) -> list[str]:
                     for i in bricks(r)
                 )
                 / len(bricks(r))
-            )
+            ),
+            timing,
         )
         for phase in PHASES
     }
-    costs = sorted(fixed(i) for i in bricks(runs[len(runs) // 2]))
+    middle = timing[len(timing) // 2]
+    costs = sorted(fixed(i) for i in bricks(middle))
     lines.append(
         f"  {count:.0f} bricks timed; fixed cost per brick: median {statistics.median(costs) * 1e3:.1f} ms,"
         f" mean {sum(costs) / len(costs) * 1e3:.1f} ms, p90 {costs[int(len(costs) * 0.9)] * 1e3:.1f} ms;"
-        f" collection {median(lambda r: r.total('collection_s') / len(bricks(r))) * 1e3:.1f} ms per brick"
+        f" collection {median(lambda r: r.total('collection_s') / len(bricks(r)), timing) * 1e3:.1f} ms per brick"
     )
     lines.append(
         "  mean per brick: " + ", ".join(f"{phase} {value * 1e3:.2f} ms" for phase, value in per_phase.items())
     )
-    rounds = [i["phases"]["timing"] for i in bricks(runs[len(runs) // 2])]
+    rounds = [i["phases"]["timing"] for i in bricks(middle)]
     lines.append(
         f"  timed rounds per brick: median {statistics.median(rounds) * 1e3:.1f} ms,"
         f" mean {sum(rounds) / len(rounds) * 1e3:.1f} ms"
