@@ -13,6 +13,7 @@ sizes are written into the model onnxruntime is given, unless it refuses them th
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -100,9 +101,25 @@ def load_model(
 def _load(path: Path, loader: _ModelLoader, optimize: Settings | None, reach: int) -> ModelGraph:
     if optimize is None:
         return loader.load(reach)
-    with tempfile.TemporaryDirectory(prefix="dlbricks-", dir=scratch_folder(loader.weight_bytes())) as folder:
-        optimized = loader.on_runtime(lambda model: optimize_model(path, model, path.parent, Path(folder), optimize))
-        runtime_loader = loader.derived(optimized, Path(folder), runtime_graph=True)
+    memory = scratch_folder(loader.weight_bytes())
+    with contextlib.ExitStack() as folders:
+        written: list[Path] = []
+
+        def optimized_in_scratch(model: onnx.ModelProto) -> onnx.ModelProto:
+            folder = Path(folders.enter_context(tempfile.TemporaryDirectory(prefix="dlbricks-", dir=memory)))
+            try:
+                optimized = optimize_model(path, model, path.parent, folder, optimize)
+            except RuntimeRefusal:
+                if memory is None:
+                    raise
+                # The memory folder may have filled up since it was checked (other processes write there too).
+                folder = Path(folders.enter_context(tempfile.TemporaryDirectory(prefix="dlbricks-")))
+                optimized = optimize_model(path, model, path.parent, folder, optimize)
+            written.append(folder)
+            return optimized
+
+        optimized = loader.on_runtime(optimized_in_scratch)
+        runtime_loader = loader.derived(optimized, written[-1], runtime_graph=True)
         return runtime_loader.load(reach)
 
 

@@ -19,7 +19,7 @@ from conftest import light_models
 from pytest_dlbricks import loading
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
-from pytest_dlbricks.errors import ModelError
+from pytest_dlbricks.errors import ModelError, RuntimeRefusal
 from pytest_dlbricks.graph import ModelGraph, TensorSpec, nested_tensors, node_inputs, subgraph_outer_names
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.running import BrickRunner
@@ -597,3 +597,24 @@ def test_the_optimized_graph_is_written_in_memory_when_there_is_room(
     assert folders[-1].parent == Path(tempfile.gettempdir())
     assert [node.op_type for node in on_disk.layers] == [node.op_type for node in in_memory.layers]
     assert loading.scratch_folder(1 << 62) is None, "no folder has room for that"
+
+
+def test_a_memory_folder_that_filled_up_falls_back_to_the_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    folders: list[Path] = []
+    optimize_model = loading.optimize_model
+
+    def full(path: Path, model: onnx.ModelProto, data_dir: Path, folder: Path, settings: Settings) -> Any:
+        folders.append(folder)
+        if folder.parent == memory:
+            raise RuntimeRefusal(path, "onnxruntime cannot load the model: no space left on device")
+        return optimize_model(path, model, data_dir, folder, settings)
+
+    monkeypatch.setattr(loading, "optimize_model", full)
+    monkeypatch.setattr(loading, "MEMORY_FOLDER", memory)
+    graph = load_model(tiny_models.chain(tmp_path), optimize=Settings(granularity=1))
+    assert graph.layers and [folder.parent for folder in folders] == [memory, Path(tempfile.gettempdir())]
+    assert not graph.unsized, "the model is not taken for one onnxruntime refuses sized"
