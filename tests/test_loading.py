@@ -572,22 +572,31 @@ def test_float_weights_claiming_more_raw_data_than_the_file_holds_are_refused(tm
         load_model(path)
 
 
+def optimized_in(monkeypatch: pytest.MonkeyPatch, memory: Path, *, full: bool = False) -> list[Path]:
+    """The folders the optimized graphs are written in, from now on, with ``memory`` as the memory folder
+    (``full``: writing there fails, as onnxruntime's refusal)."""
+    memory.mkdir(exist_ok=True)
+    folders: list[Path] = []
+    optimize_model = loading.optimize_model
+
+    def recorded(path: Path, model: onnx.ModelProto, data_dir: Path, folder: Path, settings: Settings) -> Any:
+        folders.append(folder)
+        if full and folder.parent == memory:
+            raise RuntimeRefusal(path, "onnxruntime cannot load the model: no space left on device")
+        return optimize_model(path, model, data_dir, folder, settings)
+
+    monkeypatch.setattr(loading, "optimize_model", recorded)
+    monkeypatch.setattr(loading, "MEMORY_FOLDER", memory)
+    return folders
+
+
 def test_the_optimized_graph_is_written_in_memory_when_there_is_room(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """onnxruntime writes the optimized graph's weights apart: in a memory-backed folder when it has room
     for them, else in the system's temporary folder; the model loads the same either way."""
     memory = tmp_path / "memory"
-    memory.mkdir()
-    folders: list[Path] = []
-    optimize_model = loading.optimize_model
-
-    def recorded(path: Path, model: onnx.ModelProto, data_dir: Path, folder: Path, settings: Settings) -> Any:
-        folders.append(folder)
-        return optimize_model(path, model, data_dir, folder, settings)
-
-    monkeypatch.setattr(loading, "optimize_model", recorded)
-    monkeypatch.setattr(loading, "MEMORY_FOLDER", memory)
+    folders = optimized_in(monkeypatch, memory)
     path = tiny_models.chain(tmp_path)
     settings = Settings(granularity=1)
     in_memory = load_model(path, optimize=settings)
@@ -603,18 +612,7 @@ def test_a_memory_folder_that_filled_up_falls_back_to_the_temporary_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     memory = tmp_path / "memory"
-    memory.mkdir()
-    folders: list[Path] = []
-    optimize_model = loading.optimize_model
-
-    def full(path: Path, model: onnx.ModelProto, data_dir: Path, folder: Path, settings: Settings) -> Any:
-        folders.append(folder)
-        if folder.parent == memory:
-            raise RuntimeRefusal(path, "onnxruntime cannot load the model: no space left on device")
-        return optimize_model(path, model, data_dir, folder, settings)
-
-    monkeypatch.setattr(loading, "optimize_model", full)
-    monkeypatch.setattr(loading, "MEMORY_FOLDER", memory)
+    folders = optimized_in(monkeypatch, memory, full=True)
     graph = load_model(tiny_models.chain(tmp_path), optimize=Settings(granularity=1))
     assert graph.layers and [folder.parent for folder in folders] == [memory, Path(tempfile.gettempdir())]
     assert not graph.unsized, "the model is not taken for one onnxruntime refuses sized"
