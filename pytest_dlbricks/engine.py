@@ -107,8 +107,6 @@ class DLBricksRun:
         self.store_damage: dict[str, dict[str, int]] | None = None
         #: The calibration models kept in the brick store for this machine (see :mod:`.calibration`).
         self.calibration: list[CalibrationRecord] = []
-        #: Each model's expected cost by report path, the sum over its bricks (see :meth:`time_share`).
-        self._expected_costs: dict[str, float] = {}
         #: Synthetic weights every brick of the run reads (see :class:`~.synthetic.SharedWeights`).
         self.shared_weights = SharedWeights()
 
@@ -281,27 +279,6 @@ class DLBricksRun:
         work = self.work.get(signature)
         flops = work.flops if work is not None else None
         return max(float(flops or 0), FLOPS_PER_BYTE * brick_cost(self.bricks[signature]))
-
-    def time_limit(self, signature: str, limit_s: float) -> float:
-        """The seconds a brick is timed for at most, when one item is timed for ``limit_s`` (see :meth:`time_share`)."""
-        return limit_s * self.time_share(signature)
-
-    def time_share(self, signature: str) -> float:
-        """The part of its models' timing a brick may take: its expected cost times its uses over each
-        model's, added over the models that use it (at most 1). A model's bricks share out one brick's
-        time limit between them, as a model timed whole gets one."""
-        users = [plan for plan in self.plans if signature in plan.signatures]
-        if not users:
-            return 1.0
-        share = 0.0
-        for plan in users:
-            if plan.path not in self._expected_costs:  # asked for when collection is over: the plan is complete
-                self._expected_costs[plan.path] = sum(
-                    calls * self.expected_cost(other) for other, calls in plan.signatures.items()
-                )
-            total = self._expected_costs[plan.path]
-            share += plan.signatures[signature] * self.expected_cost(signature) / total if total > 0 else 1.0
-        return min(share, 1.0)
 
     def shard_assignment(self, shards: int) -> dict[str, int]:
         """The shard (from 1) of every distinct brick, balanced by their expected cost."""

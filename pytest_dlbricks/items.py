@@ -105,10 +105,7 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
 
 
 def _budget_precision(item: pytest.Item, run: DLBricksRun, signature: str, call: Callable[[], None]) -> None:
-    """Loosen the precision the brick is timed to by its part in the models' estimates (see :mod:`.budget`),
-    and give it its part of its models' time limit (see :meth:`~.engine.DLBricksRun.time_share`): the
-    bricks of a model together are timed no longer than pytest-benchmark times one item, a brick whose
-    rounds scatter stops at its part instead of at the whole limit.
+    """Loosen the precision the brick is timed to by its part in the models' estimates (see :mod:`.budget`).
 
     The brick's time comes from one call, timed as the rounds will be: it follows the check, which
     pays the first call's allocations, so it is the brick's warm time, or more (a stricter margin).
@@ -122,9 +119,7 @@ def _budget_precision(item: pytest.Item, run: DLBricksRun, signature: str, call:
     call()
     seconds = run.clock() - start
     precision = run.brick_precision(signature, seconds, float(target))
-    limit = float(marker.kwargs.get("max_time", item.config.getoption("benchmark_max_time", None) or 1.0))
-    budget = {"precision": precision, "max_time": run.time_limit(signature, limit)}
-    item.add_marker(pytest.mark.benchmark(**{**marker.kwargs, **budget}), append=False)
+    item.add_marker(pytest.mark.benchmark(**{**marker.kwargs, "precision": precision}), append=False)
 
 
 def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., None]:
