@@ -17,8 +17,9 @@ Prints, per scenario, both whole-process times and their ratio (median and range
 ``--repeat`` rounds), the peak memory of both and of the plugin's collection, and where the plugin's
 time goes: process start, collection, and per brick item its fixed cost (everything but the
 rounds pytest-benchmark times) split into session creation, the first run that checks the brick,
-the call-overhead measurement, input rewriters, pytest-benchmark's calibration, and pytest's own
-per-item work; then the timed rounds themselves and the report at the end.
+the call-overhead measurement, input rewriters, the budget's one timed call, pytest-benchmark's
+calibration, saving the time in the store, and pytest's own per-item work; then the timed rounds
+themselves and the report at the end.
 
 The split is learned by this file acting as a pytest plugin inside every pytest process it starts
 (``-p speed``): it wraps the functions named above with timers and writes what it saw to a JSON file.
@@ -60,7 +61,7 @@ CONFIDENCE = 0.95
 #: Activations a changed layer swaps, each for the next: same shapes, another brick.
 SWAPS = {"Relu": "Sigmoid", "Sigmoid": "Relu", "Tanh": "Sigmoid", "HardSwish": "Relu", "LeakyRelu": "Relu"}
 #: Phases of a brick item's fixed cost, in the order printed.
-PHASES = ("session", "check", "overhead", "rewriters", "calibration", "pytest")
+PHASES = ("session", "check", "overhead", "rewriters", "budget", "calibration", "store", "pytest")
 
 BASELINE_TEST = """\
 import numpy as np
@@ -153,13 +154,25 @@ def pytest_configure(config: pytest.Config) -> None:
     _probe.wrap(BenchmarkFixture, "_raw", "timing")
     _probe.wrap(BenchmarkFixture, "_raw_pedantic", "timing")
     try:
-        from pytest_dlbricks import engine, running
+        from pytest_dlbricks import engine, items, running, store
     except ImportError:
         return
+    _probe.wrap(items, "_budget_precision", "budget")
+    _probe.wrap(store.Shelf, "put", "store")
     _probe.wrap(running.BrickRunner, "__init__", "session")
     _probe.wrap(running.BrickRunner, "check", "check")
     _probe.wrap(running, "input_rewriter", "rewriters")
     _probe.wrap(engine.DLBricksRun, "measure_overhead", "overhead")
+    measure_run = engine.measure_run
+
+    def timed_measure_run(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return measure_run(*args, **kwargs)
+        finally:
+            _probe.figures["measure_run_s"] = time.perf_counter() - start
+
+    engine.measure_run = timed_measure_run
 
 
 @pytest.hookimpl(wrapper=True)
@@ -191,17 +204,20 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_sessionfinish() -> Any:
-    start = time.perf_counter()
+def pytest_runtestloop() -> Any:
     try:
         return (yield)
     finally:
-        _probe.figures["finish_s"] = time.perf_counter() - start
+        _probe.figures["loop_end"] = time.perf_counter()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_terminal_summary() -> Any:
+    # The session's end is timed from the end of the items, not by a wrapper of its own: the plugin composes
+    # in a wrapper that runs first, which would leave its work out of the report's time.
     start = time.perf_counter()
+    if "loop_end" in _probe.figures:
+        _probe.figures["finish_s"] = start - _probe.figures.pop("loop_end")
     try:
         return (yield)
     finally:
@@ -487,14 +503,38 @@ def render(
     for name, pairs in rows.items():
         if pairs:
             lines += ["", *breakdown(name, [plugin for plugin, _ in pairs])]
+            lines.append(baseline_breakdown([baseline for _, baseline in pairs]))
     return "\n".join(lines)
+
+
+def baseline_breakdown(runs: list[Run]) -> str:
+    """The baseline's time in the same parts as the plugin's: its items create a session and time it."""
+
+    def median(value: Callable[[Run], float]) -> float:
+        return statistics.median(value(run) for run in runs)
+
+    def items_s(run: Run) -> float:
+        return sum(item["protocol_s"] for item in run.items)
+
+    def timed_s(run: Run) -> float:
+        return sum(item["phases"].get("timing", 0.0) for item in run.items)
+
+    def start_s(run: Run) -> float:
+        return run.seconds - run.total("collection_s") - items_s(run) - run.total("finish_s") - run.total("summary_s")
+
+    return (
+        f"  baseline's whole process {median(lambda r: r.seconds):.2f} s = start {median(start_s):.2f}"
+        f" + collection {median(lambda r: r.total('collection_s')):.2f} + items {median(items_s):.2f}"
+        f" (timed rounds {median(timed_s):.2f}; the rest is mostly session creation)"
+        f" + report {median(lambda r: r.total('finish_s') + r.total('summary_s')):.2f}"
+    )
 
 
 def breakdown(name: str, runs: list[Run]) -> list[str]:
     """Where the plugin's time went in one scenario (medians over rounds), and its per-brick fixed cost."""
 
-    def median(value: Callable[[Run], float]) -> float:
-        return statistics.median(value(run) for run in runs)
+    def median(value: Callable[[Run], float], among: list[Run] = runs) -> float:
+        return statistics.median(value(run) for run in among)
 
     def bricks(run: Run) -> list[dict[str, Any]]:
         return [item for item in run.items if item["brick"] and "timing" in item["phases"]]
@@ -514,6 +554,7 @@ def breakdown(name: str, runs: list[Run]) -> list[str]:
         f" + items {median(items_s):.2f}"
         f" (timed rounds {median(lambda r: sum(i['phases'].get('timing', 0) for i in bricks(r))):.2f})"
         f" + report {median(lambda r: r.total('finish_s') + r.total('summary_s')):.2f}"
+        f" (of which the machine's peak and the models' load times {median(lambda r: r.total('measure_run_s')):.2f})"
     ]
     noises = [p.figures["noise"] for run in runs for p in run.processes if p.figures.get("noise") is not None]
     margins = sorted(m for p in runs[len(runs) // 2].processes for m in p.figures.get("margins", []) if m is not None)
@@ -528,7 +569,8 @@ def breakdown(name: str, runs: list[Run]) -> list[str]:
             )
         )
     count = median(lambda r: len(bricks(r)))
-    if not count:
+    timing = [run for run in runs if bricks(run)]  # the rounds that timed a brick, for the per-brick figures
+    if not count or not timing:
         return lines
     per_phase = {
         phase: median(
@@ -540,20 +582,22 @@ def breakdown(name: str, runs: list[Run]) -> list[str]:
                     for i in bricks(r)
                 )
                 / len(bricks(r))
-            )
+            ),
+            timing,
         )
         for phase in PHASES
     }
-    costs = sorted(fixed(i) for i in bricks(runs[len(runs) // 2]))
+    middle = timing[len(timing) // 2]
+    costs = sorted(fixed(i) for i in bricks(middle))
     lines.append(
         f"  {count:.0f} bricks timed; fixed cost per brick: median {statistics.median(costs) * 1e3:.1f} ms,"
         f" mean {sum(costs) / len(costs) * 1e3:.1f} ms, p90 {costs[int(len(costs) * 0.9)] * 1e3:.1f} ms;"
-        f" collection {median(lambda r: r.total('collection_s') / len(bricks(r))) * 1e3:.1f} ms per brick"
+        f" collection {median(lambda r: r.total('collection_s') / len(bricks(r)), timing) * 1e3:.1f} ms per brick"
     )
     lines.append(
         "  mean per brick: " + ", ".join(f"{phase} {value * 1e3:.2f} ms" for phase, value in per_phase.items())
     )
-    rounds = [i["phases"]["timing"] for i in bricks(runs[len(runs) // 2])]
+    rounds = [i["phases"]["timing"] for i in bricks(middle)]
     lines.append(
         f"  timed rounds per brick: median {statistics.median(rounds) * 1e3:.1f} ms,"
         f" mean {sum(rounds) / len(rounds) * 1e3:.1f} ms"

@@ -28,13 +28,14 @@ from .overhead import NO_OVERHEAD, CallOverhead, measure_call_overhead, measure_
 from .plans import CutModel, PlanCache
 from .probes import ExecutorDetection, RunMeasurements, describe_machine, detect_executor, measure_run
 from .report import BrickResult, FailedModel, RunReport, build_report
-from .running import ModelRunner
+from .running import BrickRunner, ModelRunner
 from .samples import SampleInputs, find_samples, from_hook
 from .settings import Settings
 from .sharding import assign, brick_cost
 from .store import write_json, write_text
 from .suite import SuiteError, export_suite, read_manifest
 from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
+from .synthetic import SharedWeights
 from .validation import Validation, has_parallel_branches
 from .wording import plural
 
@@ -106,6 +107,8 @@ class DLBricksRun:
         self.store_damage: dict[str, dict[str, int]] | None = None
         #: The calibration models kept in the brick store for this machine (see :mod:`.calibration`).
         self.calibration: list[CalibrationRecord] = []
+        #: Synthetic weights every brick of the run reads (see :class:`~.synthetic.SharedWeights`).
+        self.shared_weights = SharedWeights()
 
     # Cutting
 
@@ -196,6 +199,16 @@ class DLBricksRun:
     def already_optimized(self, signature: str) -> bool:
         """Whether a brick was cut by this run from the graph onnxruntime optimized for its settings."""
         return self.settings.cut == "optimized" and signature not in self.exported
+
+    def brick_runner(self, signature: str) -> BrickRunner:
+        """A distinct brick ready to time, its synthetic weights shared with the run's other bricks;
+        raises :class:`~.running.BrickError`."""
+        return BrickRunner(
+            self.bricks[signature],
+            self.settings,
+            optimized=self.already_optimized(signature),
+            shared=self.shared_weights,
+        )
 
     def whole_model_runner(self, plan: ModelPlan, *, parallel: bool) -> ModelRunner:
         """The whole model of ``plan`` as the user runs it (their file, real weights) on the inputs its
@@ -352,9 +365,10 @@ class DLBricksRun:
         """Whether anything was collected: a model, cut or failed, or an exported brick."""
         return bool(self.plans or self.failed or self.bricks)
 
-    def compose(self, *, partial: bool, measure: bool) -> dict[str, Any]:
+    def compose(self, *, partial: bool, measure: bool, load_times: bool = True) -> dict[str, Any]:
         """The report of the bricks timed so far, built once; ``partial`` marks a run stopped early,
-        ``measure`` asks for the machine's peak and the models' load times (not after an interrupt)."""
+        ``measure`` asks for the machine's peak (not after an interrupt), and with ``load_times`` the
+        models' load times: one session per model, as much as benchmarking the model whole costs to start."""
         if self.report is not None:
             return self.report
         if measure and self.plans and self.results:
@@ -372,7 +386,7 @@ class DLBricksRun:
             wall_time_s=time.perf_counter() - self.started,
             partial=partial,
             work=self.work,
-            measured=self._measure_run() if measure else RunMeasurements(machine=describe_machine()),
+            measured=self._measure_run(load_times) if measure else RunMeasurements(machine=describe_machine()),
             unsupported=self.unsupported,
             placements=self.placements,
             store_damage=self.store_damage,
@@ -387,13 +401,13 @@ class DLBricksRun:
         self.composed = dataclasses.replace(self.composed, **fields)
         self.report = self.composed.as_json()
 
-    def _measure_run(self) -> RunMeasurements:
-        """The machine's peak and the load time of every model with a brick timed in this run (not taken
-        from the brick store); only the machine if none was."""
+    def _measure_run(self, load_times: bool) -> RunMeasurements:
+        """The machine's peak and (``load_times``) the load time of every model with a brick timed in this run
+        (not taken from the brick store); only the machine if none was."""
         timed = {signature for signature, result in self.results.items() if not result.reused}
         if not timed:
             return RunMeasurements(machine=describe_machine())
-        measured = [plan.path for plan in self.plans if timed.intersection(plan.signatures)]
+        measured = [plan.path for plan in self.plans if load_times and timed.intersection(plan.signatures)]
         return measure_run(self.settings, {path: self.model_files[path] for path in measured})
 
     def write_outputs(self, report: Mapping[str, Any]) -> None:

@@ -16,7 +16,7 @@ from .cutting import ModelPlan
 from .engine import DLBricksRun
 from .errors import ModelError, dims_hint
 from .report import BrickResult
-from .running import BrickError, BrickRunner, UnsupportedByProvider
+from .running import BrickError, UnsupportedByProvider
 from .settings import DEFAULT_DIM
 from .validation import BrickRounds, Validation, rounds_for
 
@@ -65,7 +65,7 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
         if unsupported is not None:
             pytest.skip(f"brick {brick.label} is not supported here: {unsupported}")
         try:
-            runner = BrickRunner(brick, run.settings, optimized=run.already_optimized(signature))
+            runner = run.brick_runner(signature)
             runner.check()
         except UnsupportedByProvider as error:
             run.mark_unsupported(signature, str(error))
@@ -133,10 +133,7 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
         try:
             model = run.whole_model_runner(plan, parallel=executor == "parallel")
             model.check()
-            runners = {
-                signature: BrickRunner(run.bricks[signature], run.settings, optimized=run.already_optimized(signature))
-                for signature in plan.signatures
-            }
+            runners = {signature: run.brick_runner(signature) for signature in plan.signatures}
         except UnsupportedByProvider as error:
             pytest.skip(f"{plan.path}: the whole model is not supported here: {error}")
         except (BrickError, ModelError) as error:

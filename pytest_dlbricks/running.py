@@ -24,7 +24,7 @@ from .runtime import (
 )
 from .settings import DEFAULT_PROVIDERS, Settings
 from .synthesis import brick_feeds, brick_model_and_weights, build_brick_model
-from .synthetic import SynthesisError
+from .synthetic import SharedWeights, SynthesisError
 
 
 class BrickRunner:
@@ -35,16 +35,23 @@ class BrickRunner:
     (:attr:`placement`) and whether onnxruntime ran float16 operators in float32.
 
     ``optimized`` marks a brick cut from the graph onnxruntime optimized for ``settings``: onnxruntime
-    runs it as it is, without optimizing it again.
+    runs it as it is, without optimizing it again. ``shared`` gives the synthetic weights of a run's
+    bricks (see :class:`~.synthetic.SharedWeights`).
     """
 
     def __init__(
-        self, brick: BrickSpec, settings: Settings, *, parallel: bool = False, optimized: bool = False
+        self,
+        brick: BrickSpec,
+        settings: Settings,
+        *,
+        parallel: bool = False,
+        optimized: bool = False,
+        shared: SharedWeights | None = None,
     ) -> None:
         self.brick = brick
         try:
             feeds = brick_feeds(brick)
-            model, weights = brick_model_and_weights(brick)
+            model, weights = brick_model_and_weights(brick, shared)
         except SynthesisError as error:
             raise BrickError(str(error)) from error
         self._open(

@@ -46,8 +46,14 @@ class DLBricksSession:
             return None
         exitstatus = session.exitstatus
         return self.run.compose(
-            partial=stopped_early(session, exitstatus), measure=exitstatus != pytest.ExitCode.INTERRUPTED
+            partial=stopped_early(session, exitstatus),
+            measure=exitstatus != pytest.ExitCode.INTERRUPTED,
+            load_times=self.shows_load_times(),
         )
+
+    def shows_load_times(self) -> bool:
+        """Whether the run shows the models' load times (``-v``, the HTML report), which are measured only then."""
+        return self.config.get_verbosity() > 0 or self.settings.html_path is not None
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
         if any(fnmatch.fnmatch(file_path.name, pattern) for pattern in self.settings.globs):

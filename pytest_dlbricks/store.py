@@ -66,9 +66,16 @@ class StoredBrick:
     measured_at: datetime
     #: Relative margin of error of the mean (95% confidence) the brick reached; None when unknown.
     precision: float | None = None
+    #: The time limit (seconds) the brick ran out of before reaching the precision it was timed to; None
+    #: when it reached it (or the record is older): timed again within that limit, it would stop there again.
+    timed_out_s: float | None = None
 
     def age_s(self, now: datetime) -> float:
         return (now - self.measured_at).total_seconds()
+
+    def timed_out_within(self, limit_s: float) -> bool:
+        """Whether the brick fell short of its precision within a time limit at least ``limit_s``."""
+        return self.timed_out_s is not None and self.timed_out_s >= limit_s * (1 - 1e-9)
 
     def precise_enough(self, requested: float | None) -> bool:
         """Whether these times satisfy a run asking for ``requested`` precision (None asks for none).
@@ -88,6 +95,7 @@ class StoredBrick:
             "provider": self.provider,
             "measured_at": self.measured_at.isoformat(timespec="seconds"),
             "precision": self.precision,
+            "timed_out_s": self.timed_out_s,
         }
 
     @classmethod
@@ -102,7 +110,7 @@ class StoredBrick:
         stats = data["stats"]
         if not isinstance(stats, dict) or not all(isinstance(name, str) for name in stats):
             raise TypeError("stats is not a table of statistics")
-        precision = data.get("precision")
+        precision, timed_out_s = data.get("precision"), data.get("timed_out_s")
         return cls(
             signature=_text(data["signature"]),
             label=_text(data["label"]),
@@ -110,6 +118,7 @@ class StoredBrick:
             provider=_text(data["provider"]),
             measured_at=measured_at,
             precision=None if precision is None else _seconds(precision, positive=True),
+            timed_out_s=None if timed_out_s is None else _seconds(timed_out_s, positive=False),
         )
 
 

@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 
 from .bricks import BrickSpec
 from .graph import MIN_IR_VERSION, TensorSpec
-from .synthetic import SEED, synthetic_array
+from .synthetic import SEED, SharedWeights, synthetic_array
 
 #: Weights of at least this many bytes that :func:`brick_model_and_weights` leaves out of the model.
 APART_BYTES = 1024
@@ -25,14 +25,17 @@ def build_brick_model(brick: BrickSpec) -> onnx.ModelProto:
     return _model(brick, [numpy_helper.from_array(value, name) for name, value in _weights(brick).items()])
 
 
-def brick_model_and_weights(brick: BrickSpec) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+def brick_model_and_weights(
+    brick: BrickSpec, shared: SharedWeights | None = None
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """:func:`build_brick_model`'s model with its large weights left out, each marked as external data, and
-    those weights, for onnxruntime to take as arrays (see :func:`.runtime.create_session`).
+    those weights, for onnxruntime to take as arrays (see :func:`.runtime.create_session`); synthetic
+    weights come from ``shared`` when given, else are made for this brick alone.
 
     They still are initializers to onnxruntime, pre-packed as in the model; but they are not copied
     into the model, serialized and parsed again, which cost a weight-heavy brick more than its session.
     """
-    values = _weights(brick)
+    values = _weights(brick) if shared is None else _shared_weights(brick, shared)
     apart = {
         name: value
         for name, value in values.items()
@@ -48,6 +51,13 @@ def brick_model_and_weights(brick: BrickSpec) -> tuple[onnx.ModelProto, dict[str
 def _weights(brick: BrickSpec) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(SEED)
     return {name: _value(brick, name, spec, rng, weight=True) for name, spec in brick.weights}
+
+
+def _shared_weights(brick: BrickSpec, shared: SharedWeights) -> dict[str, np.ndarray]:
+    return {
+        name: kept if (kept := brick.values.get(name)) is not None else shared.array(spec)
+        for name, spec in brick.weights
+    }
 
 
 def _external(name: str, value: np.ndarray) -> onnx.TensorProto:

@@ -40,16 +40,49 @@ def synthetic_array(spec: TensorSpec, rng: np.random.Generator, *, weight: bool)
     dtype = helper.tensor_dtype_to_np_dtype(spec.dtype)
     if dtype.kind != "f":
         return np.zeros(spec.shape, dtype=dtype)
-    low, high = (0.01, 0.1) if weight else (0.5, 1.5)
     values = np.empty(spec.shape, dtype=dtype)
-    flat = values.reshape(-1)  # a view: the array is contiguous
+    _fill(values.reshape(-1), rng, weight=weight)  # a view: the array is contiguous
+    return values
+
+
+def _fill(flat: np.ndarray, rng: np.random.Generator, *, weight: bool) -> None:
+    """Fill a flat float array with one block of draws, repeated."""
     if not flat.size:
-        return values
-    block = rng.uniform(low, high, size=min(_BLOCK, flat.size)).astype(dtype)
+        return
+    low, high = (0.01, 0.1) if weight else (0.5, 1.5)
+    block = rng.uniform(low, high, size=min(_BLOCK, flat.size)).astype(flat.dtype)
     whole = flat.size - flat.size % block.size
     flat[:whole].reshape(-1, block.size)[:] = block
     flat[whole:] = block[: flat.size - whole]
-    return values
+
+
+class SharedWeights:
+    """Synthetic weights for every brick of a run, each a read-only view of one buffer per type.
+
+    Filling a weight-heavy brick's weights afresh costs a large part of its session (first touch of
+    hundreds of megabytes); onnxruntime only reads weights, so every brick can read the same values.
+    Created by the run (:class:`~pytest_dlbricks.engine.DLBricksRun`) and handed to brick runners;
+    a buffer grows to the largest weight of its type met, its values those of a smaller one extended,
+    so a weight's values do not depend on the order bricks are built in.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[np.dtype, np.ndarray] = {}
+
+    def array(self, spec: TensorSpec) -> np.ndarray:
+        """Values of ``spec``'s type and shape, as :func:`synthetic_array` gives weights (read-only)."""
+        if not can_synthesise(spec.dtype):
+            raise SynthesisError(f"tensors of type {spec.describe()} cannot be given synthetic values")
+        dtype = helper.tensor_dtype_to_np_dtype(spec.dtype)
+        size = spec.numel
+        buffer = self._buffers.get(dtype)
+        if buffer is None or buffer.size < size:
+            buffer = np.zeros(size, dtype=dtype)
+            if dtype.kind == "f":
+                _fill(buffer, np.random.default_rng(SEED), weight=True)
+            buffer.flags.writeable = False
+            self._buffers[dtype] = buffer
+        return buffer[:size].reshape(spec.shape)
 
 
 def model_feeds(inputs: list[tuple[str, TensorSpec]]) -> dict[str, np.ndarray]:

@@ -207,7 +207,11 @@ class Tracking:
             stored = self.stored[signature]
         else:
             stored = self.shelf.get(signature, max_age_s=self.settings.max_age_s, statistic=self.settings.statistic)
-        if stored is None or not stored.precise_enough(self._precision(signature, stored.stats)):
+        limit = self._time_limit()
+        if stored is None or not (
+            stored.precise_enough(self._precision(signature, stored.stats))
+            or (limit is not None and stored.timed_out_within(limit))
+        ):
             return
         self.run.record_result(
             signature,
@@ -242,7 +246,10 @@ class Tracking:
         label = self.run.bricks[signature].label
         try:
             reached = margin_of_error(result.stats)
-            self.shelf.put(StoredBrick(signature, label, result.stats, result.provider, now, reached))
+            brick = StoredBrick(
+                signature, label, result.stats, result.provider, now, reached, _timed_out(item, reached)
+            )
+            self.shelf.put(brick)
             self._save_overhead(self.shelf)
         except OSError as error:
             self.store_error = f"cannot save brick times in {self._store_name()}: {error.strerror or error}"
@@ -433,6 +440,13 @@ class Tracking:
             return target
         return self.run.brick_precision(signature, float(mean), target)
 
+    def _time_limit(self) -> float | None:
+        """The time limit a brick item gets in this run when dlbricks' precision decides its rounds
+        (``--benchmark-max-time``); None when pytest-benchmark's own settings do."""
+        if self.config.getoption("benchmark_precision", None) is not None or self.settings.precision is None:
+            return None
+        return float(self.config.getoption("benchmark_max_time", None) or 1.0)
+
     def _store_name(self) -> str:
         """The store folder as the user gave it: relative to where pytest started when it is below it."""
         store = self.settings.store
@@ -441,6 +455,16 @@ class Tracking:
             return str(store.relative_to(self.config.invocation_params.dir))
         except ValueError:
             return str(store)
+
+
+def _timed_out(item: pytest.Item, reached: float | None) -> float | None:
+    """The time limit a brick item ran out of before reaching the precision its mark asked for, if it did."""
+    marker = item.get_closest_marker("benchmark")
+    asked = marker.kwargs.get("precision") if marker is not None else None
+    limit = marker.kwargs.get("max_time", item.config.getoption("benchmark_max_time", None)) if marker else None
+    if asked is None or limit is None or reached is None or reached <= float(asked) * (1 + 1e-9):
+        return None
+    return float(limit)
 
 
 def describe_damage(damage: Mapping[str, Mapping[str, int]]) -> str:

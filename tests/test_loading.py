@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import hostile_models
 import numpy as np
@@ -14,9 +16,10 @@ import tiny_models
 from onnx import helper
 
 from conftest import light_models
+from pytest_dlbricks import loading
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
-from pytest_dlbricks.errors import ModelError
+from pytest_dlbricks.errors import ModelError, RuntimeRefusal
 from pytest_dlbricks.graph import ModelGraph, TensorSpec, nested_tensors, node_inputs, subgraph_outer_names
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.running import BrickRunner
@@ -567,3 +570,49 @@ def test_float_weights_claiming_more_raw_data_than_the_file_holds_are_refused(tm
         ModelError, match=r"weight 'w' declares 536870912 values .* but the file stores at most \d\d bytes of them"
     ):
         load_model(path)
+
+
+def optimized_in(monkeypatch: pytest.MonkeyPatch, memory: Path, *, full: bool = False) -> list[Path]:
+    """The folders the optimized graphs are written in, from now on, with ``memory`` as the memory folder
+    (``full``: writing there fails, as onnxruntime's refusal)."""
+    memory.mkdir(exist_ok=True)
+    folders: list[Path] = []
+    optimize_model = loading.optimize_model
+
+    def recorded(path: Path, model: onnx.ModelProto, data_dir: Path, folder: Path, settings: Settings) -> Any:
+        folders.append(folder)
+        if full and folder.parent == memory:
+            raise RuntimeRefusal(path, "onnxruntime cannot load the model: no space left on device")
+        return optimize_model(path, model, data_dir, folder, settings)
+
+    monkeypatch.setattr(loading, "optimize_model", recorded)
+    monkeypatch.setattr(loading, "MEMORY_FOLDER", memory)
+    return folders
+
+
+def test_the_optimized_graph_is_written_in_memory_when_there_is_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """onnxruntime writes the optimized graph's weights apart: in a memory-backed folder when it has room
+    for them, else in the system's temporary folder; the model loads the same either way."""
+    memory = tmp_path / "memory"
+    folders = optimized_in(monkeypatch, memory)
+    path = tiny_models.chain(tmp_path)
+    settings = Settings(granularity=1)
+    in_memory = load_model(path, optimize=settings)
+    assert folders[-1].parent == memory and not any(memory.iterdir()), "written there, then removed"
+    monkeypatch.setattr(loading, "MEMORY_FOLDER", tmp_path / "absent")
+    on_disk = load_model(path, optimize=settings)
+    assert folders[-1].parent == Path(tempfile.gettempdir())
+    assert [node.op_type for node in on_disk.layers] == [node.op_type for node in in_memory.layers]
+    assert loading.scratch_folder(1 << 62) is None, "no folder has room for that"
+
+
+def test_a_memory_folder_that_filled_up_falls_back_to_the_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = tmp_path / "memory"
+    folders = optimized_in(monkeypatch, memory, full=True)
+    graph = load_model(tiny_models.chain(tmp_path), optimize=Settings(granularity=1))
+    assert graph.layers and [folder.parent for folder in folders] == [memory, Path(tempfile.gettempdir())]
+    assert not graph.unsized, "the model is not taken for one onnxruntime refuses sized"

@@ -12,7 +12,7 @@ import pytest
 import tiny_models
 
 from conftest import SAMPLE_MODELS, light_models, run_dlbricks
-from pytest_dlbricks import engine
+from pytest_dlbricks import engine, probes
 from pytest_dlbricks.budget import LOOSEST
 from pytest_dlbricks.engine import DLBricksRun
 from pytest_dlbricks.noise import margin_of_error
@@ -531,7 +531,8 @@ def test_bricks_are_timed_to_the_requested_precision(pytester: pytest.Pytester, 
 
 
 def test_report_gains_flops_peak_and_load_times(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
-    run(pytester, "--dlbricks-granularity=2", "--dlbricks-json=r.json", "models/mlp.onnx", "models/tiny_rnn.onnx")
+    models = ("models/mlp.onnx", "models/tiny_rnn.onnx")
+    run(pytester, "--dlbricks-granularity=2", "--dlbricks-json=r.json", "-v", *models)
     report = read_report(pytester.path / "r.json")
     assert report["peak"]["flops_per_s"] > 0 and report["peak"]["bytes_per_s"] > 0
     assert report["machine"]["cores"] >= 1
@@ -548,6 +549,36 @@ def test_report_gains_flops_peak_and_load_times(pytester: pytest.Pytester, sampl
     assert loop["flops"] is None and loop["unknown_flops_ops"] == ["Loop"]
     gemm = next(brick for brick in report["bricks"] if "Softmax" in brick["ops"])
     assert gemm["flops"] > 0 and gemm["bytes"] > 0 and gemm["flops_per_s"] > 0
+
+
+def test_load_times_are_measured_only_where_the_run_shows_them(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A load time costs a session per model, as much as starting to benchmark the model whole: it is
+    measured for ``-v`` and the HTML report, which show it, and left out (None) of a run that shows none."""
+    loaded: list[Path] = []
+    time_session_creation = probes.time_session_creation
+
+    def counted(path: Path, settings: Settings | None = None) -> float:
+        loaded.append(path)
+        return time_session_creation(path, settings)
+
+    monkeypatch.setattr(probes, "time_session_creation", counted)
+    run(pytester, "--dlbricks-granularity=2", "--dlbricks-json=r.json", "models/mlp.onnx")
+    report = read_report(pytester.path / "r.json")
+    assert report["peak"]["flops_per_s"] > 0, "the peak is still measured: the default output shows it"
+    assert report["models"][0]["load_s"] is None and loaded == []
+    for shown in ("-v", "--dlbricks-html=r.html"):
+        run(
+            pytester,
+            "--dlbricks-granularity=2",
+            "--dlbricks-json=r.json",
+            "--dlbricks-store=none",
+            shown,
+            "models/mlp.onnx",
+        )
+        assert read_report(pytester.path / "r.json")["models"][0]["load_s"] > 0, shown
+    assert [path.name for path in loaded] == ["mlp.onnx", "mlp.onnx"]
 
 
 def test_verbose_shows_where_the_time_goes(pytester: pytest.Pytester, sample_models: list[Path]) -> None:

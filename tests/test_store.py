@@ -55,6 +55,21 @@ def test_a_brick_says_whether_it_was_timed_precisely_enough(tmp_path: Path) -> N
     assert brick().precise_enough(None) and not brick().precise_enough(0.05)
 
 
+def test_a_brick_keeps_the_time_limit_it_ran_out_of(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put(replace(brick(), precision=0.04, timed_out_s=0.25))
+    stored = shelf.get(SIGNATURE)
+    assert stored is not None and stored.timed_out_s == 0.25
+    assert [stored.timed_out_within(limit) for limit in (0.1, 0.25, 0.5)] == [True, True, False]
+    assert not brick().timed_out_within(0.0), "reached its precision, or an older record"
+    path = shelf.path / "bricks" / f"{SIGNATURE}.json"
+    older = json.loads(path.read_text())
+    del older["timed_out_s"]
+    path.write_text(json.dumps(older))
+    again = shelf.get(SIGNATURE)
+    assert again is not None and again.timed_out_s is None
+
+
 def test_shelf_folders_are_readable_and_differ_by_identity(tmp_path: Path) -> None:
     store = BrickStore(tmp_path)
     other = Identity(IDENTITY.machine, {**IDENTITY.timing, "intra_op_threads": 1})

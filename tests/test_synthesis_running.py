@@ -28,7 +28,7 @@ from pytest_dlbricks.running import BrickError, BrickRunner, ModelRunner, _rewri
 from pytest_dlbricks.runtime import create_session, input_rewriter, run_reference, session_options
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.synthesis import APART_BYTES, brick_feeds, brick_model_and_weights, build_brick_model
-from pytest_dlbricks.synthetic import SynthesisError, model_feeds, synthetic_array
+from pytest_dlbricks.synthetic import SharedWeights, SynthesisError, model_feeds, synthetic_array
 
 P = onnx.TensorProto
 BUILDERS = tiny_models.BUILDERS
@@ -93,6 +93,36 @@ def test_a_0d_spec_gives_a_0d_array() -> None:
 def test_string_tensors_cannot_be_synthesised() -> None:
     with pytest.raises(SynthesisError, match="string"):
         synthetic_array(TensorSpec(P.STRING, (2,)), np.random.default_rng(0), weight=False)
+
+
+def test_shared_weights_are_read_only_views_of_one_buffer_whatever_the_order() -> None:
+    """Every brick reads the same memory: nothing is filled afresh, and nothing may write into it."""
+    small, large = TensorSpec(P.FLOAT, (3, 50)), TensorSpec(P.FLOAT, (1 << 17,))
+    first, second = SharedWeights(), SharedWeights()
+    a, b = first.array(small), first.array(large)
+    c, d = second.array(large), second.array(small)
+    np.testing.assert_array_equal(a, d)
+    np.testing.assert_array_equal(b, c)
+    assert np.shares_memory(c, d) and np.shares_memory(first.array(small), first.array(TensorSpec(P.FLOAT, (7,))))
+    assert not (a.flags.writeable or c.flags.writeable)
+    assert a.shape == (3, 50) and a.dtype == np.float32
+    assert c.min() >= 0.0099 and c.max() <= 0.1001
+    assert first.array(TensorSpec(P.FLOAT16, (4,))).dtype == np.float16
+    assert not first.array(TensorSpec(P.INT64, (2, 5))).any()
+    with pytest.raises(SynthesisError, match="string"):
+        first.array(TensorSpec(P.STRING, (2,)))
+
+
+def test_bricks_with_shared_weights_run_as_with_their_own(tmp_path: Path, settings: Settings) -> None:
+    shared = SharedWeights()
+    bricks = [brick for brick in bricks_of(tiny_models.chain(tmp_path), 1) if brick.weights]
+    handed = []
+    for brick in bricks:
+        model, weights = brick_model_and_weights(brick, shared)
+        handed.extend(weights.values())
+        outputs = create_session(model, settings, initializers=weights).run(None, brick_feeds(brick))
+        assert [np.asarray(output).shape for output in outputs] == [spec.shape for _, spec in brick.outputs]
+    assert len(handed) >= 2 and np.shares_memory(handed[0], handed[1])
 
 
 def test_feeds_are_deterministic(tmp_path: Path) -> None:

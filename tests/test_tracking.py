@@ -202,6 +202,18 @@ def test_times_of_a_looser_precision_are_not_reused(pytester: pytest.Pytester, s
     run(pytester, "--dlbricks-precision=off", *args).assert_outcomes(skipped=1)
 
 
+def test_a_time_that_ran_out_of_its_time_limit_is_reused_until_the_limit_grows(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    """Timed again within the same limit, a brick that fell short of its precision would stop there again."""
+    args = (WHOLE_MLP, "--dlbricks-precision=0.01%", "models/mlp.onnx")
+    run(pytester, "--benchmark-max-time=0.05", *args).assert_outcomes(passed=1)
+    (record,) = [read(path) for path in brick_records(pytester)]
+    assert record["precision"] > 0.0001 and record["timed_out_s"] == pytest.approx(0.05), "one brick: all the time"
+    run(pytester, "--benchmark-max-time=0.05", *args).assert_outcomes(skipped=1)
+    run(pytester, "--benchmark-max-time=0.5", *args).assert_outcomes(passed=1)
+
+
 def test_the_store_keeps_the_precision_reached_not_the_one_asked(
     pytester: pytest.Pytester, sample_models: list[Path]
 ) -> None:
@@ -215,8 +227,9 @@ def test_the_store_keeps_the_precision_reached_not_the_one_asked(
     run(pytester, "--dlbricks-precision=2%", *args).assert_outcomes(passed=1)
     records = [read(path) for path in brick_records(pytester)]
     assert all(record["precision"] == pytest.approx(margin_of_error(record["stats"])) for record in records)
-    precise = sum(record["precision"] <= 0.02 for record in records)
-    run(pytester, "--dlbricks-precision=2%", *args).assert_outcomes(passed=1 - precise, skipped=precise)
+    # Reused when precise enough, or when it ran out of the same time limit the next run would give it.
+    reusable = sum(record["precision"] <= 0.02 or record["timed_out_s"] is not None for record in records)
+    run(pytester, "--dlbricks-precision=2%", *args).assert_outcomes(passed=1 - reusable, skipped=reusable)
 
 
 def test_a_changed_model_times_only_its_new_bricks(pytester: pytest.Pytester) -> None:
