@@ -284,9 +284,11 @@ class DLBricksRun:
             )
 
     def detect_executor(self) -> None:
-        """Detect once what the parallel executor does with independent nodes, and measure its call cost
-        where the call cost in use (one stored by an older run) lacks it: the parallel estimates need both.
-        Made only where some brick has a time, so that a run with nothing to compose pays nothing."""
+        """Detect once what the parallel executor does with independent nodes and costs the layers that use
+        the intra-op pool, and measure its call cost where the call cost in use (one stored by an older
+        run) lacks it: the parallel estimates need both. Made only where some brick has a time, so that a
+        run with nothing to compose pays nothing; a run of an exported suite too, for the estimates that
+        ``compose`` makes from its report."""
         if self.executor is not None or self.executor_error is not None:
             return
         try:
@@ -357,7 +359,9 @@ class DLBricksRun:
         ``measure`` asks for the machine's peak and the models' load times (not after an interrupt)."""
         if self.report is not None:
             return self.report
-        if measure and self.plans and self.results:
+        # The machine's peak first: the parallel executor's threads, once tried, spin on for a while.
+        measured = self._measure_run() if measure else RunMeasurements(machine=describe_machine())
+        if measure and self.results:
             self.detect_executor()
         self.composed = build_report(
             self.settings,
@@ -372,7 +376,7 @@ class DLBricksRun:
             wall_time_s=time.perf_counter() - self.started,
             partial=partial,
             work=self.work,
-            measured=self._measure_run() if measure else RunMeasurements(machine=describe_machine()),
+            measured=measured,
             unsupported=self.unsupported,
             placements=self.placements,
             store_damage=self.store_damage,

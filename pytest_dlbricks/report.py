@@ -26,7 +26,7 @@ from .analysis import (
 from .bricks import BrickSpec
 from .budget import estimate_precision
 from .calibration import CalibrationRecord, fit, model_key, record_of
-from .composition import Estimate, brick_calls, compose
+from .composition import Estimate, ParallelExecutor, brick_calls, compose
 from .cutting import ModelPlan
 from .noise import HIGH_NOISE, margin_of_error, run_noise
 from .overhead import NO_OVERHEAD, CallOverhead
@@ -276,7 +276,8 @@ def build_report(
     unsupported = unsupported or {}
     placements = placements or {}
     call = overhead or NO_OVERHEAD
-    threads = executor.threads if executor is not None else None
+    executor_entry = executor_fields(executor, executor_error, overhead)
+    parallel = ParallelExecutor.from_report(executor_entry)
     reused = {signature for signature, result in results.items() if result.reused}
     users: dict[str, Counter[str]] = {signature: Counter() for signature in bricks}
     for plan in plans:
@@ -300,7 +301,7 @@ def build_report(
     ]
     entries: list[ModelEntry] = []
     for plan in plans:
-        estimate = compose(plan, times, call, threads)
+        estimate = compose(plan, times, call, parallel)
         uses = [
             BrickUse(entry.signature, entry.time_s, entry.analysis, entry.models[plan.path])
             for entry in brick_entries
@@ -320,7 +321,7 @@ def build_report(
                 complete=estimate.complete,
                 guessed_dims=dict(plan.guessed_dims),
                 unbuildable_layers=[{"layer": b.layer_index, "op": b.op_type, "cause": b.reason} for b in plan.broken],
-                validation=_validation_fields(plan, estimate, validations, call, threads),
+                validation=_validation_fields(plan, estimate, validations, call, parallel),
                 analysis=model_analysis(plan.path, estimate.sequential_s, estimate.complete, uses, measured),
                 point=plan.point,
                 unsupported=unsupported_windows(composition, unsupported),
@@ -373,7 +374,7 @@ def build_report(
         peak=peak_fields(measured.peak),
         calibration=overall.as_json() if overall is not None else None,
         calibration_records=fresh,
-        executor=executor_fields(executor, executor_error, overhead) if plans else None,
+        executor=executor_entry,
     )
 
 
@@ -424,9 +425,14 @@ def executor_fields(
     detected, with its figures, and the call costs composed with."""
     if executor is None:
         return None if error is None else {"model": None, "error": error}
+    pool = executor.pool
     return {
         "model": SCHEDULE if executor.concurrent else ONE_AT_A_TIME,
         "threads": executor.threads,
+        # Bricks whose layers take at least pool_layer_s each split their work over the intra-op
+        # pool, and count pool_factor times their time (see probes.PoolSlowdown).
+        "pool_factor": pool.factor if pool is not None else 1.0,
+        "pool_layer_s": pool.layer_s if pool is not None else None,
         "detection": executor.as_json(),
         "call_s": overhead.fixed_s if overhead is not None else None,
         "parallel_call_s": overhead.parallel_fixed_s if overhead is not None else None,
@@ -467,7 +473,7 @@ def _validation_fields(
     estimate: Estimate,
     validations: Mapping[tuple[str, str], Validation],
     overhead: CallOverhead,
-    threads: int | None = None,
+    parallel_executor: ParallelExecutor | None = None,
 ) -> dict[str, object]:
     """A model's end-to-end measurements against the estimates the user gets: ``measured_s`` and ``ratio``
     (``sequential_s / measured_s``) for the sequential executor, ``measured_parallel_s``,
@@ -496,7 +502,7 @@ def _validation_fields(
         fields["critical_path_ratio"] = _ratio(estimate.critical_path_s, parallel["measured_s"])
         fields["paired_critical_path_ratio"] = parallel["ratio"]
         if estimate.parallel_s is not None:
-            paired = validations[(plan.path, "parallel")].summarize(plan, overhead, threads, "parallel_s")
+            paired = validations[(plan.path, "parallel")].summarize(plan, overhead, parallel_executor, "parallel_s")
             fields["parallel_ratio"] = _ratio(estimate.parallel_s, parallel["measured_s"])
             fields["paired_parallel_ratio"] = paired["ratio"]
     return fields

@@ -276,7 +276,20 @@ def executor_line(executor: Mapping[str, Any] | None) -> str | None:
             f" {found['concurrent_below']}), so Parallel is Sequential at the parallel executor's call cost"
             f" ({format_seconds(executor['parallel_call_s'])} instead of {format_seconds(executor['call_s'])})"
         )
-    return f"Parallel: {how}; Critical path: {executor['critical_path']}"
+    return f"Parallel: {how}{_pool_clause(executor)}; Critical path: {executor['critical_path']}"
+
+
+def _pool_clause(executor: Mapping[str, Any]) -> str:
+    """How the Parallel column counts the bricks whose layers use the intra-op thread pool, and why."""
+    layer_s = executor.get("pool_layer_s")
+    pool = executor["detection"].get("pool")
+    if layer_s is None or not pool:
+        return ""
+    return (
+        f", bricks whose layers take {format_seconds(layer_s)} or more each (onnxruntime splits their work"
+        f" over its intra-op thread pool) at {executor['pool_factor']:.2f}x their time, as the parallel"
+        f" executor ran such layers here ({pool['graph']}: the mean of parallel over sequential time)"
+    )
 
 
 def _guessed(model: Mapping[str, object]) -> str:

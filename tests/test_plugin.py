@@ -16,7 +16,7 @@ from pytest_dlbricks import engine
 from pytest_dlbricks.budget import LOOSEST
 from pytest_dlbricks.engine import DLBricksRun
 from pytest_dlbricks.noise import margin_of_error
-from pytest_dlbricks.probes import ExecutorDetection
+from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown
 from pytest_dlbricks.settings import Settings
 
 run = run_dlbricks
@@ -785,6 +785,8 @@ def detected(concurrent: bool) -> ExecutorDetection:
         ratio=0.52 if concurrent else 1.05,
         rounds=7,
         graph="2 independent chains of 6 MatMuls 128x128 float32",
+        # Every layer uses the intra-op pool, and takes three times as long under the parallel executor.
+        pool=PoolSlowdown(3.0, 0.0, [(1e-3, 3e-3)], 3, "a chain of 18 MatMuls"),
     )
 
 
@@ -800,19 +802,25 @@ def test_the_parallel_estimate_follows_what_the_parallel_executor_was_found_to_d
     report = json.loads((pytester.path / "r.json").read_text())
     (model,) = report["models"]
     executor, call = report["executor"], report["summary"]["call_overhead_s"]
-    assert executor["detection"] == {**detected(concurrent).as_json()}
+    assert executor["detection"] == json.loads(json.dumps(detected(concurrent).as_json()))
     assert executor["parallel_call_s"] == call["parallel_fixed_s"] and executor["call_s"] == call["fixed_s"]
     if concurrent:
         assert executor["model"] == "list schedule" and executor["threads"] == 2
         # Two threads run the diamond's branches at once; the schedule waits for the longer one.
         assert model["parallel_s"] - call["parallel_fixed_s"] == pytest.approx(
-            model["critical_path_s"] - call["fixed_s"]
+            3.0 * (model["critical_path_s"] - call["fixed_s"])
         )
         result.stdout.fnmatch_lines(["Parallel: *ran independent nodes at once here*list schedule*2 threads*"])
     else:
         assert executor["model"] == "one node at a time" and executor["threads"] == 1
-        assert model["parallel_s"] == pytest.approx(model["sequential_s"] - call["fixed_s"] + call["parallel_fixed_s"])
+        assert model["parallel_s"] == pytest.approx(
+            3.0 * (model["sequential_s"] - call["fixed_s"]) + call["parallel_fixed_s"]
+        )
         result.stdout.fnmatch_lines(["Parallel: *ran one node at a time here (*ratio 1.05*)*call cost*"])
+    assert (executor["pool_factor"], executor["pool_layer_s"]) == (3.0, 0.0)
+    result.stdout.fnmatch_lines(
+        ["Parallel: *bricks whose layers take 0.0 us or more each*at 3.00x their time*MatMuls*"]
+    )
     result.stdout.fnmatch_lines(["*Critical path: the lower bound for an executor with unlimited parallelism"])
 
 
