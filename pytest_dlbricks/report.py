@@ -539,9 +539,17 @@ def _accuracy(
         "parallel_paired": accuracy(_ratios(validated, "paired_parallel_ratio")),
         # Typical relative spread (interquartile range) of a model's per-round ratios: the machine's noise.
         "noise": statistics.median(spreads) if spreads else None,
+        # The same, of the parallel executor's rounds alone: where its threads compete with the intra-op
+        # pool, the time it takes varies far more than the machine's noise.
+        "parallel_noise": statistics.median(parallel) if (parallel := _spreads(details, "parallel")) else None,
         # The paper's measure of the time saved: end-to-end latencies over distinct brick latencies.
         "speedup": sum(measured) / sum(distinct) if distinct and measured else None,
     }
+
+
+def _spreads(details: Sequence[Mapping[str, Mapping[str, float | None]]], executor: str) -> list[float]:
+    """The spreads of the per-round ratios of ``executor``'s validations."""
+    return [s for detail in details if executor in detail and (s := detail[executor]["spread"]) is not None]
 
 
 def _ratios(models: Sequence[Mapping[str, object]], key: str) -> list[float]:

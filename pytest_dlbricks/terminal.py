@@ -351,6 +351,9 @@ def _accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str,
     details = []
     if isinstance(noise, float):
         details.append(f"machine noise +-{noise / 2:.1%} (half the interquartile range of per-round ratios)")
+    parallel_noise = accuracy.get("parallel_noise")
+    if isinstance(parallel_noise, float):
+        details.append(f"the parallel executor's rounds +-{parallel_noise / 2:.1%}")
     if isinstance(speedup, float):
         details.append(f"benchmarking speedup {speedup:.1f}x (end-to-end latencies / distinct brick latencies)")
     if isinstance(wall, float):
