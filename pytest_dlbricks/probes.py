@@ -176,6 +176,9 @@ BRANCHES = 2
 CHAIN_LENGTH = 6
 CHAIN_SIZE = 128
 DETECTION_ROUNDS = 7
+#: Bump whenever the detection changes (its graphs, rounds, sessions, what it decides): detections kept
+#: in the brick store by the old way are then made again.
+DETECTION_METHOD = 1
 #: Parallel over sequential time below which the parallel executor runs independent nodes at once.
 #: Two equal chains overlapped take half the time (0.5); one node at a time takes the sequential
 #: time plus the executor's own cost (1 or more). The margin between lies far outside the noise.
@@ -258,6 +261,8 @@ def detect_executor(settings: Settings | None = None, rounds: int = DETECTION_RO
             start = time.perf_counter()
             session.run(None, feeds)
             times[parallel].append(time.perf_counter() - start)
+    # Released before the pool is measured: the parallel session's threads would compete with it.
+    del sessions, session
     ratio = float(np.median([p / s for p, s in zip(times[True], times[False])]))
     concurrent = ratio < CONCURRENT_BELOW
     return ExecutorDetection(
@@ -334,6 +339,12 @@ def _pool_layers(events: list[dict[str, Any]]) -> list[tuple[float, bool]]:
         stats = event.get("args", {}).get("thread_scheduling_stats") or {}
         pooled[name] = pooled.get(name, False) or bool((stats.get("main_thread") or {}).get("block_size"))
     return [(float(np.median(seconds)), pooled[name]) for name, seconds in durations.items()]
+
+
+def detection_conditions() -> dict[str, int]:
+    """What a detection depends on besides the machine and the settings the brick store keys it by:
+    how it is made, and the parallel executor's threads."""
+    return {"method": DETECTION_METHOD, "inter_op_threads": inter_op_threads()}
 
 
 def inter_op_threads() -> int:

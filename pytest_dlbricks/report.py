@@ -248,6 +248,7 @@ def build_report(
     overhead: CallOverhead | None = None,
     executor: ExecutorDetection | None = None,
     executor_error: str | None = None,
+    executor_origin: tuple[str | None, bool] = (None, False),
     validations: Mapping[tuple[str, str], Validation] | None = None,
     wall_time_s: float | None = None,
     partial: bool = False,
@@ -276,7 +277,7 @@ def build_report(
     unsupported = unsupported or {}
     placements = placements or {}
     call = overhead or NO_OVERHEAD
-    executor_entry = executor_fields(executor, executor_error, overhead)
+    executor_entry = executor_fields(executor, executor_error, overhead, *executor_origin)
     parallel = ParallelExecutor.from_report(executor_entry)
     reused = {signature for signature, result in results.items() if result.reused}
     users: dict[str, Counter[str]] = {signature: Counter() for signature in bricks}
@@ -419,10 +420,15 @@ SCHEDULE = "list schedule"
 
 
 def executor_fields(
-    executor: ExecutorDetection | None, error: str | None, overhead: CallOverhead | None
+    executor: ExecutorDetection | None,
+    error: str | None,
+    overhead: CallOverhead | None,
+    measured_at: str | None = None,
+    reused: bool = False,
 ) -> dict[str, Any] | None:
     """Which model of onnxruntime's parallel executor the parallel estimates used, and why: what was
-    detected, with its figures, and the call costs composed with."""
+    detected, when, whether in this run or in an earlier one (``reused`` from the brick store), with
+    its figures, and the call costs composed with."""
     if executor is None:
         return None if error is None else {"model": None, "error": error}
     pool = executor.pool
@@ -434,6 +440,8 @@ def executor_fields(
         "pool_factor": pool.factor if pool is not None else 1.0,
         "pool_layer_s": pool.layer_s if pool is not None else None,
         "detection": executor.as_json(),
+        "measured_at": measured_at,
+        "reused": reused,
         "call_s": overhead.fixed_s if overhead is not None else None,
         "parallel_call_s": overhead.parallel_fixed_s if overhead is not None else None,
         "critical_path": "the lower bound for an executor with unlimited parallelism",

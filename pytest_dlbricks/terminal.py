@@ -276,7 +276,18 @@ def executor_line(executor: Mapping[str, Any] | None) -> str | None:
             f" {found['concurrent_below']}), so Parallel is Sequential at the parallel executor's call cost"
             f" ({format_seconds(executor['parallel_call_s'])} instead of {format_seconds(executor['call_s'])})"
         )
-    return f"Parallel: {how}{_pool_clause(executor)}; Critical path: {executor['critical_path']}"
+    return f"Parallel{_detected(executor)}: {how}{_pool_clause(executor)}; Critical path: {executor['critical_path']}"
+
+
+def _detected(executor: Mapping[str, Any]) -> str:
+    """When the detection was made: in this run, or in an earlier one whose detection the store kept."""
+    when = executor.get("measured_at")
+    if not isinstance(when, str):
+        return ""
+    if not executor.get("reused"):
+        return ", as detected in this run"
+    moment = when.replace("T", " ")[:16]
+    return f", as detected {moment} UTC and kept in the brick store (--dlbricks-remeasure detects it again)"
 
 
 def _pool_clause(executor: Mapping[str, Any]) -> str:

@@ -109,8 +109,9 @@ def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
             "  --dlbricks-max-age=AGE",
             "*Measure again stored brick times older than AGE, such as*",
             "*12h, 30d or none. Ini: dlbricks_max_age. Default: 30d.",
-            "  --dlbricks-remeasure  Time every brick even if the store has it, and save the",
-            "*new times. Default: off.",
+            "  --dlbricks-remeasure  Time every brick and detect the parallel executor even",
+            "*if the store has them, and save the new figures.",
+            "*Default: off.",
             "  --dlbricks-compare=[[]NUM|PATH[]]",
             "*Compare per-model estimates with a run saved by*",
             "*--benchmark-save or --benchmark-autosave: its number,*",
@@ -813,16 +814,20 @@ def test_the_parallel_estimate_follows_what_the_parallel_executor_was_found_to_d
         assert model["parallel_s"] - call["parallel_fixed_s"] == pytest.approx(
             3.0 * (model["critical_path_s"] - call["fixed_s"])
         )
-        result.stdout.fnmatch_lines(["Parallel: *ran independent nodes at once here*list schedule*2 threads*"])
+        result.stdout.fnmatch_lines(
+            ["Parallel, as detected in this run: *ran independent nodes at once here*list schedule*2 threads*"]
+        )
     else:
         assert executor["model"] == "one node at a time" and executor["threads"] == 1
         assert model["parallel_s"] == pytest.approx(
             3.0 * (model["sequential_s"] - call["fixed_s"]) + call["parallel_fixed_s"]
         )
-        result.stdout.fnmatch_lines(["Parallel: *ran one node at a time here (*ratio 1.05*)*call cost*"])
+        result.stdout.fnmatch_lines(
+            ["Parallel, as detected in this run: *one node at a time here (*ratio 1.05*)*call cost*"]
+        )
     assert (executor["pool_factor"], executor["pool_layer_s"]) == (3.0, 0.0)
     result.stdout.fnmatch_lines(
-        ["Parallel: *bricks whose layers take 0.0 us or more each*at 3.00x their time*MatMuls*"]
+        ["Parallel*: *bricks whose layers take 0.0 us or more each*at 3.00x their time*MatMuls*"]
     )
     result.stdout.fnmatch_lines(["*Critical path: the lower bound for an executor with unlimited parallelism"])
 
