@@ -35,6 +35,7 @@ from .identity import differences
 from .machines import store_report
 from .maps import MapError, check_results, compose_from_maps, read_json, read_maps
 from .merging import IncompatibleReports, merge_reports
+from .recomposition import damaged_executor
 from .settings import DEFAULT_STORE, STATISTICS, parse_choice, parse_percentage
 from .store import BrickStore, write_text
 from .terminal import render_table
@@ -213,7 +214,9 @@ def _merge(arguments: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         reports.append((str(path), report))
     merged = merge_reports(reports)
     shards = [r["settings"].get("shard") for _, r in reports if r["settings"].get("shard")]
-    warnings = []
+    warnings = [f"{name}: its executor entry is damaged and was left out" for name, r in reports if damaged_executor(r)]
+    if "executor" not in merged and any(damaged_executor(r) for _, r in reports):
+        warnings.append("no report says what the parallel executor does: the models have no parallel estimate")
     expected = int(shards[0].split("/")[1]) if shards else 0
     if len(shards) < expected:
         missing = f"{len(shards)} of {plural(expected, 'shard')} given"

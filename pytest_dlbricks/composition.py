@@ -4,6 +4,8 @@
 * Parallel: what onnxruntime's parallel executor does here, as detected at run time (see
   :func:`.probes.detect_executor`): with one node at a time, the sum again, at the parallel
   executor's call cost; with nodes run at once, a list schedule of the brick graph on its threads.
+  Either way, bricks whose layers split their work over the intra-op thread pool count at the
+  slowdown the parallel executor was measured to cause such layers.
 * Critical path: the heaviest path through the brick graph, the lower bound for an executor with
   unlimited parallelism.
 """
@@ -11,8 +13,10 @@
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import networkx as nx
 
@@ -39,6 +43,41 @@ class Estimate:
         return self.measured_bricks == self.total_bricks
 
 
+@dataclass(frozen=True)
+class ParallelExecutor:
+    """What composition needs of onnxruntime's parallel executor, as detected in the run."""
+
+    #: Nodes it runs at once (1: one at a time).
+    threads: int
+    #: How much slower it runs the layers that split their work over the intra-op thread pool.
+    pool_factor: float = 1.0
+    #: Seconds from which a layer splits its work over the pool; None: no layer does.
+    pool_layer_s: float | None = None
+
+    @classmethod
+    def from_report(cls, executor: object) -> ParallelExecutor | None:
+        """The executor a report's ``executor`` entry describes; None when it has none, or a damaged one."""
+        if not isinstance(executor, Mapping):
+            return None
+        threads, factor, layer_s = (
+            executor.get("threads"),
+            executor.get("pool_factor", 1.0),
+            executor.get("pool_layer_s"),
+        )
+        if not (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1):
+            return None
+        if not (is_number(factor) and factor > 0) or not (layer_s is None or (is_number(layer_s) and layer_s >= 0)):
+            return None
+        return cls(threads, float(factor), None if layer_s is None else float(layer_s))
+
+    def brick_s(self, seconds: float, layers: int) -> float:
+        """A brick's time under this executor, from its time under the sequential one: its layers
+        use the pool when they take, on average, at least :attr:`pool_layer_s`."""
+        if self.pool_layer_s is not None and seconds >= self.pool_layer_s * max(layers, 1):
+            return seconds * self.pool_factor
+        return seconds
+
+
 #: What composition needs of one window of a model: brick signature, number of inputs and of outputs;
 #: None for a window that has no time (a layer that cannot be built, a brick the provider cannot run).
 BrickCall = tuple[str, int, int] | None
@@ -48,16 +87,17 @@ def compose(
     plan: ModelPlan,
     times: Mapping[str, float],
     overhead: CallOverhead = NO_OVERHEAD,
-    parallel_threads: int | None = None,
+    parallel: ParallelExecutor | None = None,
 ) -> Estimate:
     """Estimate ``plan``'s latency from ``times`` (seconds by brick signature).
 
     The cost of a brick's timed call (``overhead``) is taken off every brick's time, and the cost of
     one call is counted once for the model, with the model's own inputs and outputs. A brick never
-    counts for less than nothing. ``parallel_threads`` is how many nodes the parallel executor runs
-    at once here (1: one at a time; None: unknown, no parallel estimate).
+    counts for less than nothing. ``parallel`` is what the parallel executor does here (None:
+    unknown, no parallel estimate).
     """
-    return compose_calls(brick_calls(plan), plan.graph, plan.io, times, overhead, parallel_threads)
+    layers = {brick.signature: len(brick.ops) for brick in plan.bricks if isinstance(brick, BrickSpec)}
+    return compose_calls(brick_calls(plan), plan.graph, plan.io, times, overhead, parallel, layers)
 
 
 def brick_calls(plan: ModelPlan) -> list[BrickCall]:
@@ -76,23 +116,34 @@ def compose_calls(
     io: tuple[int, int],
     times: Mapping[str, float],
     overhead: CallOverhead = NO_OVERHEAD,
-    parallel_threads: int | None = None,
+    parallel: ParallelExecutor | None = None,
+    layers: Mapping[str, int] | None = None,
 ) -> Estimate:
-    """:func:`compose` from plain data: the windows, the brick graph between them and the model's io counts."""
+    """:func:`compose` from plain data: the windows, the brick graph between them and the model's io
+    counts, and the number of layers of each brick by signature (one where unknown)."""
     work: list[float] = []
+    signatures: list[str] = []
     for call in calls:
         seconds = times.get(call[0]) if call is not None else None
         if call is None or seconds is None:
             continue
         work.append(max(seconds - overhead.of_brick(call[1], call[2]), 0.0))
+        signatures.append(call[0])
     if len(work) < len(calls):
         return Estimate(None, None, len(work), len(calls))
     model_call = overhead.of(*io)
     parallel_s = None
-    if parallel_threads is not None and overhead.parallel_fixed_s is not None:
-        span = sum(work) if parallel_threads == 1 else list_schedule(graph, work, parallel_threads)
+    if parallel is not None and overhead.parallel_fixed_s is not None:
+        layers = layers or {}
+        slowed = [parallel.brick_s(seconds, layers.get(signature, 1)) for seconds, signature in zip(work, signatures)]
+        span = sum(slowed) if parallel.threads == 1 else list_schedule(graph, slowed, parallel.threads)
         parallel_s = span + overhead.of(*io, parallel=True)
     return Estimate(sum(work) + model_call, _longest_path(graph, work) + model_call, len(work), len(calls), parallel_s)
+
+
+def is_number(value: object) -> TypeGuard[float]:
+    """A finite number read from JSON (a bool is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def list_schedule(graph: nx.DiGraph, brick_times: Sequence[float], threads: int) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,11 @@ class DLBricksRun:
         #: or why it could not be.
         self.executor: ExecutorDetection | None = None
         self.executor_error: str | None = None
+        #: When the detection was made (ISO 8601, UTC), and whether it was taken from the brick store.
+        self.executor_measured_at: str | None = None
+        self.executor_reused = False
+        #: A detection made in an earlier run, kept in the brick store, to use instead of detecting again.
+        self.stored_executor: tuple[ExecutorDetection, str] | None = None
         self.started = time.perf_counter()
         #: FLOPs and bytes of each distinct brick's layers, by signature.
         self.work: dict[str, BrickWork] = {}
@@ -297,13 +303,20 @@ class DLBricksRun:
             )
 
     def detect_executor(self) -> None:
-        """Detect once what the parallel executor does with independent nodes, and measure its call cost
-        where the call cost in use (one stored by an older run) lacks it: the parallel estimates need both.
-        Made only where some brick has a time, so that a run with nothing to compose pays nothing."""
-        if self.executor is not None or self.executor_error is not None:
+        """Detect once what the parallel executor does with independent nodes and costs the layers that use
+        the intra-op pool, and measure its call cost where the call cost in use (one stored by an older
+        run) lacks it: the parallel estimates need both. Made only where some brick has a time, so that a
+        run with nothing to compose pays nothing; a run of an exported suite too, for the estimates that
+        ``compose`` makes from its report. A detection kept in the store (:attr:`stored_executor`) is used
+        instead of detecting again."""
+        if self.executor_error is not None:
             return
         try:
-            self.executor = detect_executor(self.settings)
+            if self.executor is None and self.stored_executor is not None:
+                (self.executor, self.executor_measured_at), self.executor_reused = self.stored_executor, True
+            elif self.executor is None:
+                self.executor = detect_executor(self.settings)
+                self.executor_measured_at = datetime.now(UTC).isoformat(timespec="seconds")
             if self.overhead is not None:
                 self.measure_overhead(parallel=True)
         except Exception as error:  # onnxruntime's exception types are not part of its API
@@ -371,7 +384,9 @@ class DLBricksRun:
         models' load times: one session per model, as much as benchmarking the model whole costs to start."""
         if self.report is not None:
             return self.report
-        if measure and self.plans and self.results:
+        # The machine's peak first: the parallel executor's threads, once tried, spin on for a while.
+        measured = self._measure_run(load_times) if measure else RunMeasurements(machine=describe_machine())
+        if measure and self.results:
             self.detect_executor()
         self.composed = build_report(
             self.settings,
@@ -382,11 +397,12 @@ class DLBricksRun:
             overhead=self.overhead,
             executor=self.executor,
             executor_error=self.executor_error,
+            executor_origin=(self.executor_measured_at, self.executor_reused),
             validations=self.validations,
             wall_time_s=time.perf_counter() - self.started,
             partial=partial,
             work=self.work,
-            measured=self._measure_run(load_times) if measure else RunMeasurements(machine=describe_machine()),
+            measured=measured,
             unsupported=self.unsupported,
             placements=self.placements,
             store_damage=self.store_damage,

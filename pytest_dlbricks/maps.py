@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .cutting import ModelPlan
-from .recomposition import Report, overhead_of, recomposed_report, static_fields
+from .recomposition import Report, damaged_executor, executor_of, overhead_of, recomposed_report, static_fields
 from .store import write_json
 
 MAP_SUFFIX = ".map.json"
@@ -128,6 +128,7 @@ def compose_from_maps(
         entries=entries,
         records=records,
         overhead=overhead_of(results["summary"]),
+        executor=executor_of(results),
         extra={
             "machine": results.get("machine"),
             "conditions": results.get("conditions"),
@@ -144,6 +145,8 @@ def compose_from_maps(
                 f"the bricks were timed with {name} {settings.get(name)!r}, but the maps were made with"
                 f" {', '.join(repr(value) for value in sorted(exported, key=str))}"
             )
+    if damaged_executor(results):
+        warnings.append("the results' executor entry is damaged: the models have no parallel estimate")
     if report["bricks"] and report["summary"]["measured_bricks"] == 0:
         warnings.append("the results hold a time for none of the maps' bricks: are they from this suite?")
     return report, warnings

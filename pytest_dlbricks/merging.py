@@ -4,8 +4,10 @@ Reports merge only when their times are comparable: the same report version, the
 (shard aside, onnxruntime's version included) and the same kind of machine (processor, number of
 cores, operating system). A brick measured by two reports, or a model cut differently in two, is refused too:
 shards split work, they do not repeat it. The merged call cost, taken off every brick, is the median
-of the reports' own measurements, and every model is composed again from all the bricks' times.
-The merged run measured under high noise when any of its reports did.
+of the reports' own measurements, and every model is composed again from all the bricks' times,
+for the parallel executor as the first report that detected it found it (the reports come from
+comparable machines with the same settings). The merged run measured under high noise when any of
+its reports did.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .overhead import CallOverhead
-from .recomposition import Report, overhead_of, recomposed_report, static_fields
+from .recomposition import Report, executor_of, overhead_of, recomposed_report, static_fields
 from .report import REPORT_VERSION
 
 #: Settings that may differ between reports that merge.
@@ -44,6 +46,7 @@ def merge_reports(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> Report:
         entries=entries,
         records=records,
         overhead=_median_overhead(overheads),
+        executor=next((entry for _, report in reports if (entry := executor_of(report)) is not None), None),
         extra={
             "machine": next((report["machine"] for _, report in reports if report.get("machine")), None),
             "conditions": next((report["conditions"] for _, report in reports if report.get("conditions")), None),

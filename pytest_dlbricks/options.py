@@ -257,7 +257,7 @@ _OPTIONS = (
     _Option(
         "--dlbricks-remeasure",
         "",
-        "Time every brick even if the store has it, and save the new times.",
+        "Time every brick and detect the parallel executor even if the store has them, and save the new figures.",
         "off",
         switch=True,
     ),

@@ -13,12 +13,14 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import platform
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -26,7 +28,7 @@ from onnx import helper, numpy_helper
 
 from .errors import describe_error
 from .graph import MIN_IR_VERSION
-from .runtime import create_session
+from .runtime import create_session, profile
 from .settings import Settings
 
 #: Side of the square GEMM: large enough to reach the peak, small enough to run in milliseconds.
@@ -174,10 +176,51 @@ BRANCHES = 2
 CHAIN_LENGTH = 6
 CHAIN_SIZE = 128
 DETECTION_ROUNDS = 7
+#: Bump whenever the detection changes (its graphs, rounds, sessions, what it decides): detections kept
+#: in the brick store by the old way are then made again.
+DETECTION_METHOD = 1
 #: Parallel over sequential time below which the parallel executor runs independent nodes at once.
 #: Two equal chains overlapped take half the time (0.5); one node at a time takes the sequential
 #: time plus the executor's own cost (1 or more). The margin between lies far outside the noise.
 CONCURRENT_BELOW = 0.8
+#: The chain the parallel executor's cost for layers using the intra-op pool is timed on: MatMuls of
+#: MIXED_ROWS rows whose widths cycle through MIXED_WIDTHS, layers of tens to hundreds of
+#: microseconds, as in a model. Its time under the parallel executor takes one of a few values that
+#: stay with the session (a layer's share of work may wait for the scheduler's next time slice, or
+#: not), so the chain is timed in MIXED_SESSIONS fresh pairs of sessions and their ratios averaged.
+MIXED_ROWS = 128
+MIXED_WIDTHS = (64, 256, 128, 512, 192, 384)
+MIXED_CYCLES = 3
+MIXED_SESSIONS = 12
+#: Timed runs of each executor in each pair of sessions (the state that matters stays with the session).
+MIXED_ROUNDS = 3
+#: The sizes of the square MatMuls whose profile says from which time on a layer uses the pool: from
+#: layers onnxruntime runs on one thread to layers it splits over its intra-op thread pool.
+LADDER_SIZES = (16, 32, 64, 128, 256, 512)
+
+
+@dataclass(frozen=True)
+class PoolSlowdown:
+    """How much slower the layers that split their work over onnxruntime's intra-op thread pool run
+    under the parallel executor than under the sequential one, measured in the run.
+
+    Under the parallel executor a run goes through its inter-op threads, which compete with the
+    intra-op pool for the cores: where the pool has more than one thread, a layer that splits its
+    work waits for its share to be scheduled (on 2 cores with onnxruntime's defaults, such layers
+    take two to five times as long); layers that run on one thread are not slowed. Which layers
+    split their work, onnxruntime decides from their size: its profile says from which time on.
+    """
+
+    #: The mean, over fresh pairs of sessions, of the chain's time under the parallel executor over
+    #: its time under the sequential one.
+    factor: float
+    #: Sequential seconds of the smallest layer that split its work over the pool (all larger ones did
+    #: too); None when none did (one intra-op thread, or a profile that does not say).
+    layer_s: float | None
+    #: Each pair's median seconds under the sequential and the parallel executor.
+    sessions: list[tuple[float, float]]
+    rounds: int
+    graph: str
 
 
 @dataclass(frozen=True)
@@ -196,6 +239,8 @@ class ExecutorDetection:
     ratio: float
     rounds: int
     graph: str
+    #: Its cost for the layers that use the intra-op thread pool (None: not measured).
+    pool: PoolSlowdown | None = None
 
     def as_json(self) -> dict[str, object]:
         return {**dataclasses.asdict(self), "concurrent_below": CONCURRENT_BELOW}
@@ -203,7 +248,8 @@ class ExecutorDetection:
 
 def detect_executor(settings: Settings | None = None, rounds: int = DETECTION_ROUNDS) -> ExecutorDetection:
     """Whether the installed onnxruntime and the run's providers run independent nodes at once under
-    the parallel executor, with the run's thread settings: the executor a user of these settings gets."""
+    the parallel executor, with the run's thread settings, and what it costs the layers that use the
+    intra-op thread pool: the executor a user of these settings gets."""
     model = _branchy_model(BRANCHES, CHAIN_LENGTH, CHAIN_SIZE)
     feeds = {"x": np.full((CHAIN_SIZE, CHAIN_SIZE), 1.0, np.float32)}
     sessions = {parallel: create_session(model, settings, parallel=parallel) for parallel in (False, True)}
@@ -215,6 +261,8 @@ def detect_executor(settings: Settings | None = None, rounds: int = DETECTION_RO
             start = time.perf_counter()
             session.run(None, feeds)
             times[parallel].append(time.perf_counter() - start)
+    # Released before the pool is measured: the parallel session's threads would compete with it.
+    del sessions, session
     ratio = float(np.median([p / s for p, s in zip(times[True], times[False])]))
     concurrent = ratio < CONCURRENT_BELOW
     return ExecutorDetection(
@@ -225,7 +273,78 @@ def detect_executor(settings: Settings | None = None, rounds: int = DETECTION_RO
         ratio=ratio,
         rounds=rounds,
         graph=f"{BRANCHES} independent chains of {CHAIN_LENGTH} MatMuls {CHAIN_SIZE}x{CHAIN_SIZE} float32",
+        pool=measure_pool_slowdown(settings),
     )
+
+
+def measure_pool_slowdown(settings: Settings | None = None, sessions: int = MIXED_SESSIONS) -> PoolSlowdown:
+    """The parallel executor's cost for layers that split their work over the intra-op pool (see
+    :class:`PoolSlowdown`), with the run's settings."""
+    widths = (*MIXED_WIDTHS * MIXED_CYCLES, MIXED_WIDTHS[0])
+    chain = _matmul_chain(MIXED_ROWS, widths)
+    feeds = {"x": np.full((MIXED_ROWS, widths[0]), 1.0, np.float32)}
+    pairs = [_time_executors(chain, feeds, settings, MIXED_ROUNDS) for _ in range(sessions)]
+    return PoolSlowdown(
+        factor=float(np.mean([parallel / sequential for sequential, parallel in pairs])),
+        layer_s=_smallest_pool_layer(settings or Settings(granularity=1)),
+        sessions=pairs,
+        rounds=MIXED_ROUNDS,
+        graph=f"a chain of {len(widths) - 1} MatMuls of {MIXED_ROWS} rows float32, widths"
+        f" {', '.join(map(str, MIXED_WIDTHS))} in turn, in {sessions} pairs of sessions",
+    )
+
+
+def _smallest_pool_layer(settings: Settings, runs: int = MIXED_ROUNDS) -> float | None:
+    """Sequential seconds of the smallest square MatMul of :data:`LADDER_SIZES` that split its work over
+    the intra-op pool, all larger ones too, from onnxruntime's profile; None when the largest did not."""
+    smallest = None
+    for size in reversed(LADDER_SIZES):
+        feeds = {"x": np.full((size, size), 1.0, np.float32)}
+        layers = _pool_layers(profile(_matmul_chain(size, (size, size, size)), settings, feeds, runs=runs))
+        if not layers or not all(pooled for _, pooled in layers):
+            break
+        smallest = float(np.median([seconds for seconds, _ in layers]))
+    return smallest
+
+
+def _time_executors(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], settings: Settings | None, rounds: int
+) -> tuple[float, float]:
+    """Median seconds of a run of ``model`` in a new session of the sequential executor, then of the
+    parallel one: one after the other, never interleaved, for the parallel executor's threads keep
+    spinning for a while after its runs, and slow the sequential runs that follow them."""
+    medians = []
+    for parallel in (False, True):
+        session = create_session(model, settings, parallel=parallel)
+        session.run(None, feeds)  # first-run allocations and thread start
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            session.run(None, feeds)
+            times.append(time.perf_counter() - start)
+        medians.append(float(np.median(times)))
+    return medians[0], medians[1]
+
+
+def _pool_layers(events: list[dict[str, Any]]) -> list[tuple[float, bool]]:
+    """Each layer's median seconds and whether it split its work over the intra-op thread pool, from
+    onnxruntime's profile (a layer's thread scheduling says how it divided its work, if it did)."""
+    durations: dict[str, list[float]] = {}
+    pooled: dict[str, bool] = {}
+    for event in events:
+        if event.get("cat") != "Node" or not str(event.get("name", "")).endswith("_kernel_time"):
+            continue
+        name = event["name"]
+        durations.setdefault(name, []).append(event["dur"] * 1e-6)
+        stats = event.get("args", {}).get("thread_scheduling_stats") or {}
+        pooled[name] = pooled.get(name, False) or bool((stats.get("main_thread") or {}).get("block_size"))
+    return [(float(np.median(seconds)), pooled[name]) for name, seconds in durations.items()]
+
+
+def detection_conditions() -> dict[str, int]:
+    """What a detection depends on besides the machine and the settings the brick store keys it by:
+    how it is made, and the parallel executor's threads."""
+    return {"method": DETECTION_METHOD, "inter_op_threads": inter_op_threads()}
 
 
 def inter_op_threads() -> int:
@@ -248,6 +367,27 @@ def _branchy_model(branches: int, length: int, size: int) -> onnx.ModelProto:
         "branches",
         [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [size, size])],
         [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [size, size]) for name in outputs],
+        initializer=weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], producer_name="pytest-dlbricks")
+    model.ir_version = max(MIN_IR_VERSION, 7)
+    return model
+
+
+def _matmul_chain(rows: int, widths: tuple[int, ...]) -> onnx.ModelProto:
+    """MatMuls of ``rows`` rows, each from one width of ``widths`` to the next."""
+    nodes, weights = [], []
+    previous = "x"
+    for step, (width_in, width_out) in enumerate(itertools.pairwise(widths)):
+        weight, output = f"w{step}", f"y{step}"
+        weights.append(numpy_helper.from_array(np.full((width_in, width_out), 1.0 / width_in, np.float32), weight))
+        nodes.append(helper.make_node("MatMul", [previous, weight], [output]))
+        previous = output
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [rows, widths[0]])],
+        [helper.make_tensor_value_info(previous, onnx.TensorProto.FLOAT, [rows, widths[-1]])],
         initializer=weights,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], producer_name="pytest-dlbricks")

@@ -2,9 +2,10 @@
 
 Every model of a report carries its ``composition``: its windows (brick signature and number of
 inputs and outputs, or null for a layer that cannot be built), the brick graph between them and the
-model's own number of inputs and outputs. That, with brick times and the cost of a call, is all
-composition needs, so a private map (``compose``) and the reports of shards (``merge``) give the
-same estimates as the run that cut the models, through the same arithmetic.
+model's own number of inputs and outputs. That, with brick times, the cost of a call and what the
+parallel executor was detected to do on the machine that timed the bricks (a report's ``executor``
+entry), is all composition needs, so a private map (``compose``) and the reports of shards
+(``merge``) give the same estimates as the run that cut the models, through the same arithmetic.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import Any
 
 import networkx as nx
 
-from .composition import BrickCall, compose_calls
+from .composition import BrickCall, ParallelExecutor, compose_calls, is_number
 from .overhead import CallOverhead
-from .report import REPORT_VERSION, unsupported_windows
+from .report import ONE_AT_A_TIME, REPORT_VERSION, SCHEDULE, unsupported_windows
 
 #: Fields of a model entry that hold whatever the brick times: a recomposition copies them and
 #: computes the estimate again; fields of other kinds (validation, the analysis of a run's times)
@@ -57,19 +58,53 @@ def static_fields(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def recompose_entry(
-    entry: Mapping[str, Any], times: Mapping[str, float], overhead: CallOverhead, unsupported: Mapping[str, str]
+    entry: Mapping[str, Any],
+    times: Mapping[str, float],
+    overhead: CallOverhead,
+    unsupported: Mapping[str, str],
+    parallel: ParallelExecutor | None = None,
+    layers: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """A model entry of a report, its estimate composed again from ``times``."""
+    """A model entry of a report, its estimate composed again from ``times`` (the parallel one too
+    when ``parallel`` says what the parallel executor does; ``layers`` by brick signature)."""
     composition = entry["composition"]
-    estimate = compose_calls(calls_of(composition), graph_of(composition), tuple(composition["io"]), times, overhead)  # type: ignore[arg-type]
+    io = tuple(composition["io"])
+    estimate = compose_calls(calls_of(composition), graph_of(composition), io, times, overhead, parallel, layers)  # type: ignore[arg-type]
     return {
         **static_fields(entry),
         "measured_bricks": estimate.measured_bricks,
         "sequential_s": estimate.sequential_s,
         "critical_path_s": estimate.critical_path_s,
+        "parallel_s": estimate.parallel_s,
         "complete": estimate.complete,
         "unsupported": unsupported_windows(composition, unsupported),
     }
+
+
+def executor_of(report: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A report's ``executor`` entry when it says what the parallel executor does, with the figures
+    its reading needs; None when the report has none, or a damaged one (counted as absent)."""
+    entry = report.get("executor")
+    if not isinstance(entry, Mapping) or ParallelExecutor.from_report(entry) is None:
+        return None
+    detection = entry.get("detection")
+    if entry.get("model") not in (SCHEDULE, ONE_AT_A_TIME) or not isinstance(detection, Mapping):
+        return None
+    if not all(is_number(detection.get(key)) for key in ("sequential_s", "parallel_s", "ratio", "concurrent_below")):
+        return None
+    pool = detection.get("pool")
+    if entry.get("pool_layer_s") is not None and not (isinstance(pool, Mapping) and isinstance(pool.get("graph"), str)):
+        return None
+    return dict(entry)
+
+
+def damaged_executor(report: Mapping[str, Any]) -> bool:
+    """Whether a report holds an ``executor`` entry that :func:`executor_of` cannot read (one that says
+    why the executor could not be tried is not damaged)."""
+    entry = report.get("executor")
+    if entry is None or executor_of(report) is not None:
+        return False
+    return not (isinstance(entry, Mapping) and entry.get("model") is None and isinstance(entry.get("error"), str))
 
 
 def brick_times(records: Iterable[Mapping[str, Any]], statistic: str) -> dict[str, float]:
@@ -96,19 +131,24 @@ def recomposed_report(
     entries: Sequence[Mapping[str, Any]],
     records: Mapping[str, Mapping[str, Any]],
     overhead: CallOverhead | None,
+    executor: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> Report:
     """A report in the plugin's format from model entries (with compositions) and brick records.
 
     ``records`` are the ``bricks`` entries of the runs that measured them, by signature; models are
-    composed in ``settings["statistic"]``.
+    composed in ``settings["statistic"]``, and for the parallel executor when ``executor`` (the
+    ``executor`` entry of the run that timed the bricks, as :func:`executor_of` reads it) says what it does.
     """
     statistic = str(settings.get("statistic", "median"))
     times = brick_times(records.values(), statistic)
     unsupported = {signature: str(r["unsupported"]) for signature, r in records.items() if r.get("unsupported")}
+    layers = {signature: len(r["ops"]) for signature, r in records.items() if isinstance(r.get("ops"), list)}
     call = overhead or CallOverhead()
+    parallel = ParallelExecutor.from_report(executor)
     models = [
-        dict(entry) if "error" in entry else recompose_entry(entry, times, call, unsupported) for entry in entries
+        dict(entry) if "error" in entry else recompose_entry(entry, times, call, unsupported, parallel, layers)
+        for entry in entries
     ]
     users: dict[str, Counter[str]] = {}
     for model in models:
@@ -137,7 +177,13 @@ def recomposed_report(
         "accuracy": None,
         "models": models,
         "bricks": bricks,
+        **({"executor": _executor_entry(executor, call)} if parallel is not None and executor is not None else {}),
     }
+
+
+def _executor_entry(executor: Mapping[str, Any], call: CallOverhead) -> dict[str, Any]:
+    """The run's ``executor`` entry, with the call costs the recomposition used."""
+    return {**executor, "call_s": call.fixed_s, "parallel_call_s": call.parallel_fixed_s}
 
 
 def _brick_entry(

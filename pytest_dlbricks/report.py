@@ -26,7 +26,7 @@ from .analysis import (
 from .bricks import BrickSpec
 from .budget import estimate_precision
 from .calibration import CalibrationRecord, fit, model_key, record_of
-from .composition import Estimate, brick_calls, compose
+from .composition import Estimate, ParallelExecutor, brick_calls, compose
 from .cutting import ModelPlan
 from .noise import HIGH_NOISE, margin_of_error, run_noise
 from .overhead import NO_OVERHEAD, CallOverhead
@@ -248,6 +248,7 @@ def build_report(
     overhead: CallOverhead | None = None,
     executor: ExecutorDetection | None = None,
     executor_error: str | None = None,
+    executor_origin: tuple[str | None, bool] = (None, False),
     validations: Mapping[tuple[str, str], Validation] | None = None,
     wall_time_s: float | None = None,
     partial: bool = False,
@@ -276,7 +277,8 @@ def build_report(
     unsupported = unsupported or {}
     placements = placements or {}
     call = overhead or NO_OVERHEAD
-    threads = executor.threads if executor is not None else None
+    executor_entry = executor_fields(executor, executor_error, overhead, *executor_origin)
+    parallel = ParallelExecutor.from_report(executor_entry)
     reused = {signature for signature, result in results.items() if result.reused}
     users: dict[str, Counter[str]] = {signature: Counter() for signature in bricks}
     for plan in plans:
@@ -300,7 +302,7 @@ def build_report(
     ]
     entries: list[ModelEntry] = []
     for plan in plans:
-        estimate = compose(plan, times, call, threads)
+        estimate = compose(plan, times, call, parallel)
         uses = [
             BrickUse(entry.signature, entry.time_s, entry.analysis, entry.models[plan.path])
             for entry in brick_entries
@@ -320,7 +322,7 @@ def build_report(
                 complete=estimate.complete,
                 guessed_dims=dict(plan.guessed_dims),
                 unbuildable_layers=[{"layer": b.layer_index, "op": b.op_type, "cause": b.reason} for b in plan.broken],
-                validation=_validation_fields(plan, estimate, validations, call, threads),
+                validation=_validation_fields(plan, estimate, validations, call, parallel),
                 analysis=model_analysis(plan.path, estimate.sequential_s, estimate.complete, uses, measured),
                 point=plan.point,
                 unsupported=unsupported_windows(composition, unsupported),
@@ -373,7 +375,7 @@ def build_report(
         peak=peak_fields(measured.peak),
         calibration=overall.as_json() if overall is not None else None,
         calibration_records=fresh,
-        executor=executor_fields(executor, executor_error, overhead) if plans else None,
+        executor=executor_entry,
     )
 
 
@@ -418,16 +420,28 @@ SCHEDULE = "list schedule"
 
 
 def executor_fields(
-    executor: ExecutorDetection | None, error: str | None, overhead: CallOverhead | None
+    executor: ExecutorDetection | None,
+    error: str | None,
+    overhead: CallOverhead | None,
+    measured_at: str | None = None,
+    reused: bool = False,
 ) -> dict[str, Any] | None:
     """Which model of onnxruntime's parallel executor the parallel estimates used, and why: what was
-    detected, with its figures, and the call costs composed with."""
+    detected, when, whether in this run or in an earlier one (``reused`` from the brick store), with
+    its figures, and the call costs composed with."""
     if executor is None:
         return None if error is None else {"model": None, "error": error}
+    pool = executor.pool
     return {
         "model": SCHEDULE if executor.concurrent else ONE_AT_A_TIME,
         "threads": executor.threads,
+        # Bricks whose layers take at least pool_layer_s each split their work over the intra-op
+        # pool, and count pool_factor times their time (see probes.PoolSlowdown).
+        "pool_factor": pool.factor if pool is not None else 1.0,
+        "pool_layer_s": pool.layer_s if pool is not None else None,
         "detection": executor.as_json(),
+        "measured_at": measured_at,
+        "reused": reused,
         "call_s": overhead.fixed_s if overhead is not None else None,
         "parallel_call_s": overhead.parallel_fixed_s if overhead is not None else None,
         "critical_path": "the lower bound for an executor with unlimited parallelism",
@@ -467,7 +481,7 @@ def _validation_fields(
     estimate: Estimate,
     validations: Mapping[tuple[str, str], Validation],
     overhead: CallOverhead,
-    threads: int | None = None,
+    parallel_executor: ParallelExecutor | None = None,
 ) -> dict[str, object]:
     """A model's end-to-end measurements against the estimates the user gets: ``measured_s`` and ``ratio``
     (``sequential_s / measured_s``) for the sequential executor, ``measured_parallel_s``,
@@ -496,7 +510,7 @@ def _validation_fields(
         fields["critical_path_ratio"] = _ratio(estimate.critical_path_s, parallel["measured_s"])
         fields["paired_critical_path_ratio"] = parallel["ratio"]
         if estimate.parallel_s is not None:
-            paired = validations[(plan.path, "parallel")].summarize(plan, overhead, threads, "parallel_s")
+            paired = validations[(plan.path, "parallel")].summarize(plan, overhead, parallel_executor, "parallel_s")
             fields["parallel_ratio"] = _ratio(estimate.parallel_s, parallel["measured_s"])
             fields["paired_parallel_ratio"] = paired["ratio"]
     return fields
@@ -533,9 +547,17 @@ def _accuracy(
         "parallel_paired": accuracy(_ratios(validated, "paired_parallel_ratio")),
         # Typical relative spread (interquartile range) of a model's per-round ratios: the machine's noise.
         "noise": statistics.median(spreads) if spreads else None,
+        # The same, of the parallel executor's rounds alone: where its threads compete with the intra-op
+        # pool, the time it takes varies far more than the machine's noise.
+        "parallel_noise": statistics.median(parallel) if (parallel := _spreads(details, "parallel")) else None,
         # The paper's measure of the time saved: end-to-end latencies over distinct brick latencies.
         "speedup": sum(measured) / sum(distinct) if distinct and measured else None,
     }
+
+
+def _spreads(details: Sequence[Mapping[str, Mapping[str, float | None]]], executor: str) -> list[float]:
+    """The spreads of the per-round ratios of ``executor``'s validations."""
+    return [s for detail in details if executor in detail and (s := detail[executor]["spread"]) is not None]
 
 
 def _ratios(models: Sequence[Mapping[str, object]], key: str) -> list[float]:

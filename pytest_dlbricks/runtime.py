@@ -458,13 +458,15 @@ def profile(
     *,
     parallel: bool = False,
     optimized: bool = False,
+    runs: int = 1,
 ) -> list[dict[str, Any]]:
-    """onnxruntime's profile of one run of ``model``: its trace events (each node's kernel, provider,
-    types and time among them); ``optimized`` as for :func:`session_options`."""
+    """onnxruntime's profile of ``runs`` runs of ``model``: their trace events (each node's kernel,
+    provider, types, time and use of the thread pool among them); ``optimized`` as for :func:`session_options`."""
     with tempfile.TemporaryDirectory(prefix="dlbricks-profile-") as folder:
         session = create_session(
             model, settings, parallel=parallel, profile_to=Path(folder) / "run", optimized=optimized
         )
-        session.run(None, feeds)
+        for _ in range(runs):
+            session.run(None, feeds)
         events: list[dict[str, Any]] = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
         return events

@@ -93,7 +93,7 @@ class Settings:
     store: Path | None = None
     #: Stored brick times older than this are measured again; infinity keeps them for ever.
     max_age_s: float = 30 * 86400
-    #: Time every brick even when the store has it.
+    #: Time every brick and detect the parallel executor even when the store has them.
     remeasure: bool = False
     #: Saved run to compare estimates with: "latest", a run number or a file; None compares with nothing.
     compare: str | None = None

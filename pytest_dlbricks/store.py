@@ -7,6 +7,8 @@ a reader, or a run interrupted at any point, never sees half a file::
       <cpu>-<cores>c-ort<version>-t<threads>-<optimization>-<key>/   one folder per machine and settings
         identity.json           {"version", "machine", "timing"}
         overhead.json           {"version", "overhead"}: the inference call's cost composition takes off
+        executor.json           {"version", "conditions", "measured_at", "detection"}: what the parallel
+                                executor does here (see :func:`.probes.detect_executor`)
         calibration/<key>.json  {"version", "path", "key", "granularity", "work_s", "bytes", "call_s", "measured_s"}:
                                 a calibration model as this machine timed it (see :mod:`.calibration`)
         bricks/<signature>.json {"version", "signature", "label", "stats", "provider", "measured_at", "precision"}
@@ -15,8 +17,9 @@ a reader, or a run interrupted at any point, never sees half a file::
 One file per brick makes each result durable the moment it is measured, lets concurrent runs write
 without locks (the last writer of a brick wins, with a whole file), and keeps a lookup to one read.
 The call overhead is measured once per shelf and kept with its brick times, so that a run reusing
-them composes the same estimates as the run that measured them. Model files map each model to its
-bricks, so estimates can be composed for every machine in the store.
+them composes the same estimates as the run that measured them; so is the detection of the parallel
+executor, which takes most of a second, and is made again where the conditions it records differ.
+Model files map each model to its bricks, so estimates can be composed for every machine in the store.
 Records of another version, or that cannot be read or hold what no measurement gives (a value of
 the wrong type, a time that is negative, zero or not finite, a statistic missing), count as absent:
 the brick is measured again. Each shelf counts the records it discarded and repaired, so that the
@@ -45,6 +48,7 @@ from .composition import BrickCall
 from .identity import Identity, digest
 from .noise import margin_of_error
 from .overhead import CallOverhead
+from .probes import ExecutorDetection, PoolSlowdown
 from .settings import STATISTICS
 
 STORE_VERSION = 1
@@ -52,6 +56,7 @@ _BRICKS = "bricks"
 _MODELS = "models"
 _IDENTITY = "identity.json"
 _OVERHEAD = "overhead.json"
+_EXECUTOR = "executor.json"
 _CALIBRATION = "calibration"
 
 
@@ -104,9 +109,7 @@ class StoredBrick:
         measurement cannot have written."""
         if data["version"] != STORE_VERSION:
             raise ValueError(f"store version {data['version']!r}")
-        measured_at = datetime.fromisoformat(data["measured_at"])
-        if measured_at.tzinfo is None:
-            raise ValueError("measured_at has no time zone")
+        measured_at = _moment(data["measured_at"])
         stats = data["stats"]
         if not isinstance(stats, dict) or not all(isinstance(name, str) for name in stats):
             raise TypeError("stats is not a table of statistics")
@@ -179,6 +182,53 @@ class ModelManifest:
         if not is_brick_graph(manifest.graph, len(manifest.windows)):
             raise ValueError("the edges do not join the windows into a graph without cycles")
         return manifest
+
+
+@dataclass(frozen=True)
+class StoredExecutor:
+    """A detection of the parallel executor, when it was made, and under which conditions."""
+
+    detection: ExecutorDetection
+    measured_at: datetime
+    conditions: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STORE_VERSION,
+            "conditions": dict(self.conditions),
+            "measured_at": self.measured_at.isoformat(timespec="seconds"),
+            "detection": dataclasses.asdict(self.detection),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StoredExecutor:
+        """The detection a record holds; ``ValueError`` (or ``KeyError``, ``TypeError``) for anything a
+        detection cannot have written."""
+        if data["version"] != STORE_VERSION:
+            raise ValueError(f"store version {data['version']!r}")
+        found, pool = data["detection"], data["detection"]["pool"]
+        if pool is not None:
+            layer_s = pool["layer_s"]
+            pool = PoolSlowdown(
+                factor=_seconds(pool["factor"], positive=True),
+                layer_s=None if layer_s is None else _seconds(layer_s),
+                sessions=[(_seconds(s, positive=True), _seconds(p, positive=True)) for s, p in pool["sessions"]],
+                rounds=_count(pool["rounds"]),
+                graph=_text(pool["graph"]),
+            )
+        if not isinstance(found["concurrent"], bool) or not isinstance(data["conditions"], dict):
+            raise TypeError("not the fields of a detection")
+        detection = ExecutorDetection(
+            concurrent=found["concurrent"],
+            threads=_count(found["threads"]),
+            sequential_s=_seconds(found["sequential_s"], positive=True),
+            parallel_s=_seconds(found["parallel_s"], positive=True),
+            ratio=_seconds(found["ratio"], positive=True),
+            rounds=_count(found["rounds"]),
+            graph=_text(found["graph"]),
+            pool=pool,
+        )
+        return cls(detection, _moment(data["measured_at"]), data["conditions"])
 
 
 class Shelf:
@@ -276,6 +326,25 @@ class Shelf:
     def put_overhead(self, overhead: CallOverhead) -> None:
         self._identify()
         write_json(self.path / _OVERHEAD, {"version": STORE_VERSION, "overhead": dataclasses.asdict(overhead)})
+
+    def get_executor(self, conditions: Mapping[str, Any]) -> StoredExecutor | None:
+        """The parallel executor's detection made on this shelf's machine and settings under ``conditions``
+        (see :func:`.probes.detection_conditions`); None when there is none, or none usable."""
+        try:
+            data = _read_record(self.path / _EXECUTOR)
+            if data is None:
+                return None
+            stored = StoredExecutor.from_json(data)
+            if stored.conditions != json.loads(json.dumps(dict(conditions))):
+                raise ValueError("detected under other conditions")
+        except (KeyError, TypeError, ValueError, AttributeError):
+            self.discarded["executor detection"] += 1
+            return None
+        return stored
+
+    def put_executor(self, stored: StoredExecutor) -> None:
+        self._identify()
+        write_json(self.path / _EXECUTOR, stored.to_json())
 
     def calibration(self) -> list[CalibrationRecord]:
         """The calibration models measured with this shelf's brick times; a damaged record counts as absent."""
@@ -407,6 +476,21 @@ def _text(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{value!r} is not text")
     return value
+
+
+def _count(value: object) -> int:
+    """A count of runs or threads: a whole number above zero."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{value!r} is not a count")
+    return value
+
+
+def _moment(text: object) -> datetime:
+    """A time a record was measured at, with its time zone."""
+    moment = datetime.fromisoformat(_text(text))
+    if moment.tzinfo is None:
+        raise ValueError("measured_at has no time zone")
+    return moment
 
 
 def _seconds(value: object, *, positive: bool = False) -> float:

@@ -276,7 +276,31 @@ def executor_line(executor: Mapping[str, Any] | None) -> str | None:
             f" {found['concurrent_below']}), so Parallel is Sequential at the parallel executor's call cost"
             f" ({format_seconds(executor['parallel_call_s'])} instead of {format_seconds(executor['call_s'])})"
         )
-    return f"Parallel: {how}; Critical path: {executor['critical_path']}"
+    return f"Parallel{_detected(executor)}: {how}{_pool_clause(executor)}; Critical path: {executor['critical_path']}"
+
+
+def _detected(executor: Mapping[str, Any]) -> str:
+    """When the detection was made: in this run, or in an earlier one whose detection the store kept."""
+    when = executor.get("measured_at")
+    if not isinstance(when, str):
+        return ""
+    if not executor.get("reused"):
+        return ", as detected in this run"
+    moment = when.replace("T", " ")[:16]
+    return f", as detected {moment} UTC and kept in the brick store (--dlbricks-remeasure detects it again)"
+
+
+def _pool_clause(executor: Mapping[str, Any]) -> str:
+    """How the Parallel column counts the bricks whose layers use the intra-op thread pool, and why."""
+    layer_s = executor.get("pool_layer_s")
+    pool = executor["detection"].get("pool")
+    if layer_s is None or not pool:
+        return ""
+    return (
+        f", bricks whose layers take {format_seconds(layer_s)} or more each (onnxruntime splits their work"
+        f" over its intra-op thread pool) at {executor['pool_factor']:.2f}x their time, as the parallel"
+        f" executor ran such layers here ({pool['graph']}: the mean of parallel over sequential time)"
+    )
 
 
 def _guessed(model: Mapping[str, object]) -> str:
@@ -338,6 +362,9 @@ def _accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str,
     details = []
     if isinstance(noise, float):
         details.append(f"machine noise +-{noise / 2:.1%} (half the interquartile range of per-round ratios)")
+    parallel_noise = accuracy.get("parallel_noise")
+    if isinstance(parallel_noise, float):
+        details.append(f"the parallel executor's rounds +-{parallel_noise / 2:.1%}")
     if isinstance(speedup, float):
         details.append(f"benchmarking speedup {speedup:.1f}x (end-to-end latencies / distinct brick latencies)")
     if isinstance(wall, float):

@@ -32,11 +32,12 @@ from .items import signature_of
 from .noise import HIGH_NOISE, margin_of_error
 from .overhead import CallOverhead
 from .plans import PlanCache
+from .probes import detection_conditions
 from .report import BrickResult
 from .retiming import retime
 from .session import DLBricksSession
 from .settings import Settings
-from .store import BrickStore, ModelManifest, Shelf, StoredBrick
+from .store import BrickStore, ModelManifest, Shelf, StoredBrick, StoredExecutor
 from .terminal import table_width
 from .wording import counted, plural
 
@@ -128,6 +129,11 @@ class Tracking:
                 saved = self.shelf.get_overhead()
                 self._saved_overhead = saved
                 self.run.assume_overhead(self._saved_overhead)
+            if not self.settings.remeasure:
+                # The parallel executor's detection takes most of a second: made once per machine and settings.
+                stored = self.shelf.get_executor(self._executor_conditions())
+                if stored is not None:
+                    self.run.stored_executor = stored.detection, stored.measured_at.isoformat(timespec="seconds")
         if self.settings.compare is not None and not self.config.option.collectonly:
             self.baseline = self._load_baseline(benchmarks.storage)
 
@@ -333,12 +339,24 @@ class Tracking:
             return
         try:
             self._save_overhead(shelf)
+            self._save_executor(shelf)
             for plan in self.run.plans:
                 store.save_model(manifest_of(plan, self.settings))
             for record in self.run.composed.calibration_records if self.run.composed is not None else ():
                 shelf.put_calibration(record)
         except OSError as error:
             self.store_error = f"cannot save models in {self._store_name()}: {error.strerror or error}"
+
+    def _save_executor(self, shelf: Shelf) -> None:
+        """Keep the parallel executor's detection this run made, for the next runs to use."""
+        run = self.run
+        if run.executor is not None and not run.executor_reused and run.executor_measured_at is not None:
+            measured_at = datetime.fromisoformat(run.executor_measured_at)
+            shelf.put_executor(StoredExecutor(run.executor, measured_at, self._executor_conditions()))
+
+    def _executor_conditions(self) -> dict[str, Any]:
+        """What a stored detection must have been made under, besides the shelf's machine and settings."""
+        return {"identity": self.identity.key, **detection_conditions()}
 
     def pytest_benchmark_update_json(self, output_json: dict[str, Any]) -> None:
         """Put the ``dlbricks`` block (conditions and report) into every run pytest-benchmark saves."""

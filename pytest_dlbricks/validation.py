@@ -18,7 +18,7 @@ from typing import Protocol
 
 import networkx as nx
 
-from .composition import compose
+from .composition import ParallelExecutor, compose
 from .cutting import ModelPlan
 from .overhead import CallOverhead
 
@@ -92,7 +92,7 @@ class Validation:
         self,
         plan: ModelPlan,
         overhead: CallOverhead,
-        parallel_threads: int | None = None,
+        parallel: ParallelExecutor | None = None,
         estimate_field: str | None = None,
     ) -> dict[str, float | None]:
         """Measured time, estimate and their ratio (medians over rounds), and how much rounds disagree.
@@ -105,7 +105,7 @@ class Validation:
         paired = list(zip(self.brick_rounds[-len(self.model_s) :], self.model_s))
         # Paired rounds time each brick call alone, as the model's: no item loop to take off.
         alone = dataclasses.replace(overhead, timing_s=0.0)
-        estimates = [getattr(compose(plan, times, alone, parallel_threads), estimate_field) for times, _ in paired]
+        estimates = [getattr(compose(plan, times, alone, parallel), estimate_field) for times, _ in paired]
         ratios = [estimate / measured for estimate, (_, measured) in zip(estimates, paired) if estimate is not None]
         return {
             "measured_s": statistics.median(self.model_s),

@@ -3,6 +3,7 @@ loaded and cut, pytest run on models as a user runs it."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import onnx
 import pytest
 
+from pytest_dlbricks import probes
 from pytest_dlbricks.cutting import ModelPlan, plan_model
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.warning_types import DLBricksWarning
@@ -32,6 +34,13 @@ QUICK_TIMING = ("--benchmark-min-rounds=2", "--benchmark-max-time=0.000001")
 SAMPLE_DIMS = ("--dlbricks-dim", "batch=1", "--dlbricks-dim", "seq=16")
 #: Seconds any one test may take: a hung onnxruntime session must not hold CI until its own limit.
 TEST_TIMEOUT = 300
+
+
+@pytest.fixture(autouse=True)
+def one_pair_of_executor_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs measure the parallel executor's cost for layers using the thread pool in one pair of sessions,
+    not a dozen: a second each is too much for a test of anything else (test_probes measures it in full)."""
+    monkeypatch.setattr(probes, "measure_pool_slowdown", functools.partial(probes.measure_pool_slowdown, sessions=1))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

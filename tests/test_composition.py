@@ -11,7 +11,7 @@ import tiny_models
 
 from conftest import plan_of
 from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.composition import Estimate, compose, critical_path, list_schedule
+from pytest_dlbricks.composition import Estimate, ParallelExecutor, compose, critical_path, list_schedule
 from pytest_dlbricks.cutting import BrokenBrick, ModelPlan
 from pytest_dlbricks.overhead import CallOverhead
 
@@ -107,13 +107,13 @@ def test_the_parallel_executors_call_cost_enters_only_the_parallel_estimate(tmp_
     diamond = plan_of(tiny_models.diamond(tmp_path), 1)
     times = times_by_op(diamond, {"Relu": 3.0, "Sigmoid": 3.0, "Tanh": 3.0, "Neg": 3.0, "Add": 3.0})
     measured = CallOverhead(fixed_s=1.0, parallel_fixed_s=10.0)
-    estimate = compose(diamond, times, measured, parallel_threads=1)
+    estimate = compose(diamond, times, measured, ParallelExecutor(1))
     assert estimate.sequential_s == pytest.approx(5 * 2.0 + 1.0)
     assert estimate.critical_path_s == pytest.approx(4 * 2.0 + 1.0)
     assert estimate.parallel_s == pytest.approx(5 * 2.0 + 10.0), "one node at a time: the sum, at its call cost"
     chain = plan_of(tiny_models.chain(tmp_path), 2)
     (signature,) = chain.signatures
-    branchless = compose(chain, {signature: 5.0}, measured, parallel_threads=2)
+    branchless = compose(chain, {signature: 5.0}, measured, ParallelExecutor(2))
     assert branchless.critical_path_s == pytest.approx(branchless.sequential_s), "no branches: nothing overlaps"
     assert branchless.sequential_s is not None
     assert branchless.parallel_s == pytest.approx(branchless.sequential_s - 1.0 + 10.0)
@@ -123,7 +123,8 @@ def test_a_parallel_executor_running_nodes_at_once_gets_a_schedule_on_its_thread
     diamond = plan_of(tiny_models.diamond(tmp_path), 1)
     # Relu, then Sigmoid beside Tanh -> Neg, then Add.
     times = times_by_op(diamond, {"Relu": 1.0, "Sigmoid": 4.0, "Tanh": 2.0, "Neg": 3.0, "Add": 0.5})
-    estimates = {threads: compose(diamond, times, CallOverhead(parallel_fixed_s=0.0), threads) for threads in (1, 2, 8)}
+    call = CallOverhead(parallel_fixed_s=0.0)
+    estimates = {threads: compose(diamond, times, call, ParallelExecutor(threads)) for threads in (1, 2, 8)}
     assert estimates[1].parallel_s == pytest.approx(10.5)
     assert estimates[2].parallel_s == pytest.approx(1.0 + 5.0 + 0.5), "the branches overlap on two threads"
     assert estimates[8].parallel_s == pytest.approx(estimates[8].critical_path_s), "more threads than branches"
@@ -133,7 +134,57 @@ def test_there_is_no_parallel_estimate_without_the_executors_behaviour_and_call_
     diamond = plan_of(tiny_models.diamond(tmp_path), 1)
     times = times_by_op(diamond, {"Relu": 1.0, "Sigmoid": 1.0, "Tanh": 1.0, "Neg": 1.0, "Add": 1.0})
     assert compose(diamond, times, CallOverhead(parallel_fixed_s=1.0)).parallel_s is None
-    assert compose(diamond, times, CallOverhead(), parallel_threads=1).parallel_s is None
+    assert compose(diamond, times, CallOverhead(), ParallelExecutor(1)).parallel_s is None
+
+
+def test_bricks_whose_layers_use_the_thread_pool_count_at_the_parallel_executors_slowdown(tmp_path: Path) -> None:
+    """A brick's layers use the pool when they take, on average, at least the measured layer time."""
+    chain = plan_of(tiny_models.chain(tmp_path), 2)
+    (signature,) = chain.signatures
+    assert [len(brick.ops) for brick in chain.bricks if isinstance(brick, BrickSpec)] == [2, 2, 2]
+    call = CallOverhead(fixed_s=1.0, parallel_fixed_s=2.0)
+    estimates = {
+        layer_s: compose(chain, {signature: 7.0}, call, ParallelExecutor(1, pool_factor=3.0, pool_layer_s=layer_s))
+        for layer_s in (None, 3.0, 3.5)
+    }
+    # Three bricks of two layers, each brick 7 s timed, 6 s of work once its call is taken off.
+    assert estimates[None].parallel_s == pytest.approx(3 * 6.0 + 2.0), "no layer uses the pool"
+    assert estimates[3.0].parallel_s == pytest.approx(3 * 3.0 * 6.0 + 2.0), "layers of 3 s each use it"
+    assert estimates[3.5].parallel_s == pytest.approx(3 * 6.0 + 2.0), "layers under 3.5 s each do not"
+    assert {e.sequential_s for e in estimates.values()} == {3 * 6.0 + 1.0}, "the sequential estimate is left alone"
+
+
+def test_a_scheduled_parallel_executor_schedules_the_slowed_bricks(tmp_path: Path) -> None:
+    diamond = plan_of(tiny_models.diamond(tmp_path), 1)
+    times = times_by_op(diamond, {"Relu": 1.0, "Sigmoid": 4.0, "Tanh": 2.0, "Neg": 3.0, "Add": 0.5})
+    executor = ParallelExecutor(2, pool_factor=2.0, pool_layer_s=2.0)
+    estimate = compose(diamond, times, CallOverhead(parallel_fixed_s=0.0), executor)
+    assert estimate.parallel_s == pytest.approx(1.0 + max(8.0, 4.0 + 6.0) + 0.5)
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ({"threads": 2, "pool_factor": 1.5, "pool_layer_s": 1e-5}, ParallelExecutor(2, 1.5, 1e-5)),
+        ({"threads": 1, "pool_factor": 2, "pool_layer_s": None}, ParallelExecutor(1, 2.0, None)),
+        ({"threads": 1}, ParallelExecutor(1)),  # reports written before the pool's slowdown was measured
+        (None, None),
+        ([1], None),
+        ({"model": None, "error": "no parallel executor"}, None),
+        ({"threads": 0}, None),
+        ({"threads": True}, None),
+        ({"threads": 1.5}, None),
+        ({"threads": 1, "pool_factor": "2"}, None),
+        ({"threads": 1, "pool_factor": -1.0}, None),
+        ({"threads": 1, "pool_factor": float("nan")}, None),
+        ({"threads": 1, "pool_layer_s": -1.0}, None),
+        ({"threads": 1, "pool_layer_s": [1]}, None),
+    ],
+)
+def test_a_reports_executor_entry_is_read_back_and_a_damaged_one_counts_as_absent(
+    entry: object, expected: ParallelExecutor | None
+) -> None:
+    assert ParallelExecutor.from_report(entry) == expected
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 64])

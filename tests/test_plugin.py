@@ -16,7 +16,7 @@ from pytest_dlbricks import engine, probes
 from pytest_dlbricks.budget import LOOSEST
 from pytest_dlbricks.engine import DLBricksRun
 from pytest_dlbricks.noise import margin_of_error
-from pytest_dlbricks.probes import ExecutorDetection
+from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown
 from pytest_dlbricks.settings import Settings
 
 run = run_dlbricks
@@ -109,8 +109,9 @@ def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
             "  --dlbricks-max-age=AGE",
             "*Measure again stored brick times older than AGE, such as*",
             "*12h, 30d or none. Ini: dlbricks_max_age. Default: 30d.",
-            "  --dlbricks-remeasure  Time every brick even if the store has it, and save the",
-            "*new times. Default: off.",
+            "  --dlbricks-remeasure  Time every brick and detect the parallel executor even",
+            "*if the store has them, and save the new figures.",
+            "*Default: off.",
             "  --dlbricks-compare=[[]NUM|PATH[]]",
             "*Compare per-model estimates with a run saved by*",
             "*--benchmark-save or --benchmark-autosave: its number,*",
@@ -475,9 +476,12 @@ def test_validation_times_models_end_to_end_and_reports_accuracy(
             "  in paired rounds (*): *% (geometric mean ratio *, */2 models within +-10%)",
             "accuracy of critical paths against the parallel executor (*): *% (*, */1 model within +-10%)",
             "  in paired rounds (*",
-            "machine noise +-*; benchmarking speedup *x (end-to-end latencies / distinct brick latencies); wall time *",
+            "machine noise +-*; the parallel executor's rounds +-*; benchmarking speedup *x (end-to-end*; wall time *",
         ]
     )
+    # Only tiny_inception is timed under the parallel executor: its rounds' spread is the parallel noise.
+    inception = next(m for m in report["models"] if m["path"].endswith("tiny_inception.onnx"))
+    assert report["accuracy"]["parallel_noise"] == inception["validation"]["parallel"]["spread"]
     rows = [line.split() for line in result.stdout.lines if line.startswith("models/") and "  yes  " in line]
     assert len(rows) == 2
     for row in rows:
@@ -816,6 +820,8 @@ def detected(concurrent: bool) -> ExecutorDetection:
         ratio=0.52 if concurrent else 1.05,
         rounds=7,
         graph="2 independent chains of 6 MatMuls 128x128 float32",
+        # Every layer uses the intra-op pool, and takes three times as long under the parallel executor.
+        pool=PoolSlowdown(3.0, 0.0, [(1e-3, 3e-3)], 3, "a chain of 18 MatMuls"),
     )
 
 
@@ -831,19 +837,29 @@ def test_the_parallel_estimate_follows_what_the_parallel_executor_was_found_to_d
     report = json.loads((pytester.path / "r.json").read_text())
     (model,) = report["models"]
     executor, call = report["executor"], report["summary"]["call_overhead_s"]
-    assert executor["detection"] == {**detected(concurrent).as_json()}
+    assert executor["detection"] == json.loads(json.dumps(detected(concurrent).as_json()))
     assert executor["parallel_call_s"] == call["parallel_fixed_s"] and executor["call_s"] == call["fixed_s"]
     if concurrent:
         assert executor["model"] == "list schedule" and executor["threads"] == 2
         # Two threads run the diamond's branches at once; the schedule waits for the longer one.
         assert model["parallel_s"] - call["parallel_fixed_s"] == pytest.approx(
-            model["critical_path_s"] - call["fixed_s"]
+            3.0 * (model["critical_path_s"] - call["fixed_s"])
         )
-        result.stdout.fnmatch_lines(["Parallel: *ran independent nodes at once here*list schedule*2 threads*"])
+        result.stdout.fnmatch_lines(
+            ["Parallel, as detected in this run: *ran independent nodes at once here*list schedule*2 threads*"]
+        )
     else:
         assert executor["model"] == "one node at a time" and executor["threads"] == 1
-        assert model["parallel_s"] == pytest.approx(model["sequential_s"] - call["fixed_s"] + call["parallel_fixed_s"])
-        result.stdout.fnmatch_lines(["Parallel: *ran one node at a time here (*ratio 1.05*)*call cost*"])
+        assert model["parallel_s"] == pytest.approx(
+            3.0 * (model["sequential_s"] - call["fixed_s"]) + call["parallel_fixed_s"]
+        )
+        result.stdout.fnmatch_lines(
+            ["Parallel, as detected in this run: *one node at a time here (*ratio 1.05*)*call cost*"]
+        )
+    assert (executor["pool_factor"], executor["pool_layer_s"]) == (3.0, 0.0)
+    result.stdout.fnmatch_lines(
+        ["Parallel*: *bricks whose layers take 0.0 us or more each*at 3.00x their time*MatMuls*"]
+    )
     result.stdout.fnmatch_lines(["*Critical path: the lower bound for an executor with unlimited parallelism"])
 
 

@@ -5,14 +5,20 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
+import onnx
+import pytest
 import tiny_models
 
+from pytest_dlbricks import probes
 from pytest_dlbricks.probes import (
     CONCURRENT_BELOW,
+    LADDER_SIZES,
     MIN_RUNS,
     describe_machine,
     detect_executor,
     measure_peak,
+    measure_pool_slowdown,
     measure_run,
     time_session_creation,
 )
@@ -68,3 +74,62 @@ def test_the_parallel_executor_is_tried_on_a_branchy_graph_and_decided_from_its_
     assert found.threads >= 1 and (found.concurrent or found.threads == 1)
     assert "MatMul" in found.graph
     assert found.as_json()["concurrent_below"] == CONCURRENT_BELOW
+
+
+def test_the_parallel_executors_cost_for_layers_using_the_pool_is_measured_in_fresh_sessions() -> None:
+    """How much slower such layers run depends on the machine and the scheduler: only the figures'
+    consistency is fixed."""
+    start = time.perf_counter()
+    found = measure_pool_slowdown(ONE_THREAD, sessions=2)
+    assert time.perf_counter() - start < 5.0
+    assert len(found.sessions) == 2 and all(s > 0 and p > 0 for s, p in found.sessions)
+    assert found.factor == pytest.approx(np.mean([p / s for s, p in found.sessions]))
+    assert found.layer_s is None or 0 < found.layer_s < 1.0
+    assert "MatMul" in found.graph and "2 pairs of sessions" in found.graph
+    detected = detect_executor(ONE_THREAD, rounds=3).as_json()
+    assert set(detected["pool"]) == {"factor", "layer_s", "sessions", "rounds", "graph"}  # type: ignore[arg-type]
+
+
+def kernel_event(name: str, seconds: float, blocks: list[int] | None) -> dict[str, object]:
+    """A node's kernel in onnxruntime's profile; ``blocks``: how the node divided its work (None: no stats)."""
+    stats = None if blocks is None else {"main_thread": {"block_size": blocks}, "sub_threads": {}}
+    return {
+        "cat": "Node",
+        "name": f"{name}_kernel_time",
+        "dur": seconds * 1e6,
+        "args": {"thread_scheduling_stats": stats},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pooled", "expected"),
+    [
+        ({128, 256, 512}, 128e-6),
+        (set(LADDER_SIZES) - {32}, 64e-6),  # a smaller size that divided its work does not count
+        (set(), None),
+    ],
+)
+def test_layers_use_the_pool_from_the_smallest_size_whose_profile_says_so_with_all_larger_ones(
+    monkeypatch: pytest.MonkeyPatch, pooled: set[int], expected: float | None
+) -> None:
+    """Each layer of a square MatMul of size n takes n us here; the sizes in ``pooled`` divide their work."""
+
+    def profile(model: onnx.ModelProto, settings: Settings, feeds: dict[str, np.ndarray], runs: int) -> list[object]:
+        size = feeds["x"].shape[0]
+        blocks = [1, 1] if size in pooled else []
+        return [kernel_event(f"n{layer}", size * 1e-6, blocks) for _ in range(runs) for layer in (0, 1)]
+
+    monkeypatch.setattr(probes, "profile", profile)
+    assert LADDER_SIZES == (16, 32, 64, 128, 256, 512)
+    assert probes._smallest_pool_layer(ONE_THREAD) == (None if expected is None else pytest.approx(expected))
+
+
+def test_a_layer_uses_the_pool_when_its_thread_scheduling_shows_a_division_of_work() -> None:
+    events = [
+        kernel_event("a", 3e-6, []),
+        kernel_event("a", 5e-6, []),
+        kernel_event("b", 7e-6, [4, 4]),
+        kernel_event("c", 2e-6, None),
+        {"cat": "Session", "name": "model_run", "dur": 100},
+    ]
+    assert probes._pool_layers(events) == [(4e-6, False), (7e-6, True), (2e-6, False)]

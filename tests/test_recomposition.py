@@ -25,13 +25,24 @@ from pytest_dlbricks.maps import (
 )
 from pytest_dlbricks.merging import IncompatibleReports, merge_reports
 from pytest_dlbricks.overhead import CallOverhead
-from pytest_dlbricks.probes import describe_machine
+from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown, describe_machine
 from pytest_dlbricks.report import BrickResult, build_report, plan_composition
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.sharding import assign, brick_cost, parse_shard
 
 OVERHEAD = CallOverhead(fixed_s=2e-6, per_input_s=5e-7, per_output_s=2.5e-7, parallel_fixed_s=9e-6)
-ESTIMATES = ("path", "measured_bricks", "sequential_s", "critical_path_s", "complete")
+ESTIMATES = ("path", "measured_bricks", "sequential_s", "critical_path_s", "parallel_s", "complete")
+#: One node at a time; bricks of 30 us or more of work use the pool and take 2.5 times as long.
+EXECUTOR = ExecutorDetection(
+    concurrent=False,
+    threads=1,
+    sequential_s=4e-3,
+    parallel_s=4.1e-3,
+    ratio=1.02,
+    rounds=7,
+    graph="2 independent chains of 6 MatMuls 128x128 float32",
+    pool=PoolSlowdown(2.5, 3e-5, [(1e-3, 2.5e-3)], 3, "a chain of MatMuls"),
+)
 
 
 def plans_of(directory: Path) -> list[ModelPlan]:
@@ -55,12 +66,16 @@ def results_for(bricks: dict[str, BrickSpec], keep: set[str] | None = None) -> d
 
 
 def report_of(
-    plans: list[ModelPlan], results: dict[str, BrickResult], settings: Settings | None = None
+    plans: list[ModelPlan],
+    results: dict[str, BrickResult],
+    settings: Settings | None = None,
+    executor: ExecutorDetection | None = EXECUTOR,
 ) -> dict[str, Any]:
     """A run's report, as the session writes it (JSON round trip included)."""
     settings = settings or Settings(granularity=1, cut="original")
+    bricks = distinct_bricks(plans)
     report = build_report(
-        settings, plans, [], distinct_bricks(plans), results, overhead=OVERHEAD, wall_time_s=1.0
+        settings, plans, [], bricks, results, overhead=OVERHEAD, executor=executor, wall_time_s=1.0
     ).as_json()
     report["machine"] = describe_machine()  # as a run that timed bricks records it
     return json.loads(json.dumps(report))  # type: ignore[no-any-return]
@@ -109,6 +124,59 @@ def test_composing_from_maps_equals_the_run_that_made_them(plans: list[ModelPlan
     assert composed["models"][0]["sequential_s"] is not None
     assert composed["summary"]["distinct_bricks"] == report["summary"]["distinct_bricks"]
     assert [b["models"] for b in composed["bricks"]] == [b["models"] for b in report["bricks"]]
+
+
+def test_compose_and_merge_give_the_parallel_estimates_of_the_run_that_timed_the_bricks(
+    plans: list[ModelPlan], tmp_path: Path
+) -> None:
+    report = report_of(plans, results_for(distinct_bricks(plans)))
+    parallel = [model["parallel_s"] for model in report["models"]]
+    sequential = [model["sequential_s"] for model in report["models"]]
+    # Some bricks take 30 us or more and count 2.5 times: Parallel is more than Sequential at its call cost.
+    assert parallel[1] > sequential[1] - OVERHEAD.fixed_s + OVERHEAD.parallel_fixed_s  # type: ignore[operator]
+    write_maps(tmp_path, report, plans)
+    composed, warnings = compose_from_maps(read_maps([tmp_path]), report)
+    merged = merge_reports(shard_reports(plans, 2))
+    for recomposed in (composed, merged):
+        assert [model["parallel_s"] for model in recomposed["models"]] == parallel
+        assert recomposed["executor"] == report["executor"]
+    assert warnings == []
+
+
+def test_a_suite_run_without_the_executors_behaviour_gives_no_parallel_estimate(
+    plans: list[ModelPlan], tmp_path: Path
+) -> None:
+    report = report_of(plans, results_for(distinct_bricks(plans)), executor=None)
+    assert "executor" not in report
+    write_maps(tmp_path, report, plans)
+    composed, warnings = compose_from_maps(read_maps([tmp_path]), report)
+    assert warnings == [] and "executor" not in composed
+    assert [model["parallel_s"] for model in composed["models"]] == [None, None, None]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda entry: "not an entry",
+        lambda entry: {**entry, "threads": "two"},
+        lambda entry: {**entry, "pool_factor": None},
+        lambda entry: {**entry, "detection": None},
+        lambda entry: {**entry, "detection": {**entry["detection"], "ratio": "1.02"}},
+        lambda entry: {**entry, "detection": {**entry["detection"], "pool": None}},
+        lambda entry: {**entry, "model": "every node at once"},
+    ],
+)
+def test_a_damaged_executor_entry_counts_as_absent_and_is_reported(
+    plans: list[ModelPlan], tmp_path: Path, damage: Any
+) -> None:
+    report = report_of(plans, results_for(distinct_bricks(plans)))
+    report["executor"] = damage(report["executor"])
+    write_maps(tmp_path, report, plans)
+    composed, warnings = compose_from_maps(read_maps([tmp_path]), report)
+    assert "executor" not in composed
+    assert [model["parallel_s"] for model in composed["models"]] == [None, None, None]
+    assert [model["sequential_s"] for model in composed["models"]] == [m["sequential_s"] for m in report["models"]]
+    assert warnings == ["the results' executor entry is damaged: the models have no parallel estimate"]
 
 
 def test_a_map_holds_no_times(plans: list[ModelPlan], tmp_path: Path) -> None:

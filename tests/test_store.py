@@ -14,7 +14,16 @@ import pytest
 
 from pytest_dlbricks.identity import Identity
 from pytest_dlbricks.overhead import CallOverhead
-from pytest_dlbricks.store import STORE_VERSION, BrickStore, ModelManifest, StoredBrick, times_of, write_json
+from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown
+from pytest_dlbricks.store import (
+    STORE_VERSION,
+    BrickStore,
+    ModelManifest,
+    StoredBrick,
+    StoredExecutor,
+    times_of,
+    write_json,
+)
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 IDENTITY = Identity(
@@ -229,6 +238,25 @@ def test_the_call_overhead_is_kept_with_its_brick_times(tmp_path: Path) -> None:
     assert [found.path for found in BrickStore(tmp_path).shelves()] == [shelf.path]
     (shelf.path / "overhead.json").write_text('{"version": 1, "overhead": {"fixed": 1}}')
     assert shelf.get_overhead() is None
+
+
+def test_the_executor_detection_is_kept_under_the_conditions_it_was_made_in(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    conditions = {"method": 1, "inter_op_threads": 4}
+    assert shelf.get_executor(conditions) is None
+    pool = PoolSlowdown(2.5, 0.0, [(1e-3, 2.5e-3)], 3, "a chain of MatMuls")
+    detection = ExecutorDetection(False, 1, 3e-4, 3.1e-4, 1.03, 7, "2 chains", pool)
+    stored = StoredExecutor(detection, NOW, conditions)
+    shelf.put_executor(stored)
+    assert shelf.get_executor(conditions) == stored
+    assert shelf.get_executor({**conditions, "method": 2}) is None, "made another way: made again"
+    record = json.loads((shelf.path / "executor.json").read_text())
+    record["detection"]["pool"]["sessions"] = [[1e-3, -1.0]]
+    (shelf.path / "executor.json").write_text(json.dumps(record))
+    assert shelf.get_executor(conditions) is None
+    assert shelf.discarded == {"executor detection": 2}
+    shelf.put_executor(replace(stored, detection=replace(detection, pool=None)))
+    assert shelf.get_executor(conditions) == replace(stored, detection=replace(detection, pool=None))
 
 
 def test_times_of_picks_one_statistic() -> None:

@@ -1,7 +1,7 @@
 """A damaged brick store is never a crash and never changes results silently.
 
 The fuzzer fills a store with one run, damages every file of it (brick times, call overhead,
-identity, cut plans, models), each with one of the mutations (every mutation is used in every case,
+executor detection, identity, cut plans, models), each with one of the mutations (every mutation is used in every case,
 dealt out in a seeded order), runs again and checks that the run completes, that every model gets a
 finite estimate, that the report's summary counts what was discarded or repaired, and that the run
 after it finds the store whole again. ``DLBRICKS_STORE_FUZZ_CASES=50 pytest tests/test_store_damage.py``
@@ -110,7 +110,7 @@ def store_files(store: Path) -> list[Path]:
     """Every record of the store, of every kind."""
     files = sorted(path for path in store.rglob("*.json") if not path.name.startswith("."))
     kinds = {path.parent.name if path.parent.name in ("bricks", "plans", "models") else path.name for path in files}
-    assert kinds == {"bricks", "plans", "models", "identity.json", "overhead.json"}, kinds
+    assert kinds == {"bricks", "plans", "models", "identity.json", "overhead.json", "executor.json"}, kinds
     return files
 
 
@@ -177,6 +177,34 @@ def test_a_string_in_the_call_overhead_is_discarded_and_measured_again(pytester:
     assert summary["reused_bricks"] == summary["distinct_bricks"]
     assert summary["call_overhead_s"]["fixed_s"] > 0
     assert BrickStore(filled).shelves()[0].get_overhead() is not None
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda record: record["detection"].update(ratio="slow"),
+        lambda record: record["conditions"].update(method=record["conditions"]["method"] - 1),
+    ],
+    ids=["damaged", "made another way"],
+)
+def test_an_unusable_executor_detection_is_reported_and_made_again(
+    pytester: pytest.Pytester, filled: Path, damage: Callable[[dict[str, Any]], None]
+) -> None:
+    (stored,) = filled.glob("*/executor.json")
+    record = json.loads(stored.read_text())
+    damage(record)
+    stored.write_text(json.dumps(record))
+    result = run(pytester, *STORE)
+    assert result.ret == pytest.ExitCode.OK
+    report = strict_json(pytester.path / "r.json")
+    assert report["summary"]["store_damage"] == {"discarded": {"executor detection": 1}, "repaired": {}}
+    assert report["executor"]["reused"] is False and report["summary"]["reused_bricks"] > 0
+    result.stdout.fnmatch_lines(
+        ["Parallel, as detected in this run: *", "dlbricks: store store: *(1 executor detection)*"]
+    )
+    assert json.loads(stored.read_text())["measured_at"] == report["executor"]["measured_at"], "kept again"
+    run(pytester, *STORE)
+    assert strict_json(pytester.path / "r.json")["executor"]["reused"] is True
 
 
 def test_a_brick_time_without_the_statistic_in_use_is_measured_again(pytester: pytest.Pytester, filled: Path) -> None:

@@ -17,7 +17,7 @@ import tiny_models
 from conftest import SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cli import main
-from pytest_dlbricks.composition import compose
+from pytest_dlbricks.composition import ParallelExecutor, compose
 from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.recomposition import overhead_of
@@ -257,14 +257,19 @@ def test_an_exported_suite_runs_anywhere_and_composes_back(pytester: pytest.Pyte
 
     composed, _ = compose_into(pytester.path, maps, "vendor.json")
     assert all(model["complete"] for model in composed["models"])
+    # The suite's run detected the parallel executor on its machine: the estimates are for it.
+    assert composed["executor"]["detection"] == vendor_report["executor"]["detection"]
+    executor = ParallelExecutor.from_report(vendor_report["executor"])
+    assert executor is not None
     # ... equal to composing the models directly with the suite's times.
     times = {b["signature"]: b["time_s"] for b in vendor_report["bricks"]}
     overhead = overhead_of(vendor_report["summary"])
     for model in composed["models"]:
         path = pytester.path / "private" / Path(model["path"]).name
         plan = plan_model(load_model(path, {"batch": 1, "seq": 16}), 3, model["path"])
-        estimate = compose(plan, times, overhead)
+        estimate = compose(plan, times, overhead, executor)
         assert (estimate.sequential_s, estimate.critical_path_s) == (model["sequential_s"], model["critical_path_s"])
+        assert estimate.parallel_s is not None and estimate.parallel_s == model["parallel_s"]
 
 
 def test_a_changed_suite_fails_where_it_changed(pytester: pytest.Pytester, models: list[Path]) -> None:
@@ -332,12 +337,25 @@ def test_three_shards_merge_into_the_single_run_composition(pytester: pytest.Pyt
     times = {b["signature"]: b["time_s"] for b in merged["bricks"]}
     overhead = overhead_of(merged["summary"])
     settings = Settings(granularity=2, dims={"batch": 1, "seq": 16})
+    # The parallel executor as the first shard detected it, at the merged call costs.
+    first = read(pytester.path / "s1.json")["executor"]
+    assert merged["executor"]["detection"] == first["detection"]
+    assert merged["executor"]["parallel_call_s"] == overhead.parallel_fixed_s
+    executor = ParallelExecutor.from_report(first)
     for model in merged["models"]:
         path = pytester.path / model["path"]
         plan = plan_model(load_model(path, settings.dims, settings), 2, model["path"])
         assert {b.signature for b in plan.bricks if isinstance(b, BrickSpec)} <= set(times)
-        estimate = compose(plan, times, overhead)
+        estimate = compose(plan, times, overhead, executor)
         assert (estimate.sequential_s, estimate.critical_path_s) == (model["sequential_s"], model["critical_path_s"])
+        assert estimate.parallel_s is not None and estimate.parallel_s == model["parallel_s"]
+
+    # A damaged executor entry counts as absent: the next report's is taken, and the user is told.
+    damaged = read(pytester.path / "s1.json")
+    damaged["executor"] = {"threads": "one"}
+    (pytester.path / "s1.json").write_text(json.dumps(damaged))
+    status, _, err = cli("merge", *(str(pytester.path / f"s{k}.json") for k in (1, 2, 3)))
+    assert status == 0 and "s1.json: its executor entry is damaged and was left out" in err
 
     status, _, err = cli("merge", str(pytester.path / "s1.json"), str(pytester.path / "s1.json"))
     assert status == 1 and "are both shard 1/3; give each shard once" in err

@@ -12,6 +12,7 @@ import pytest
 import tiny_models
 
 from conftest import QUICK_TIMING, SAMPLE_DIMS, SAMPLE_MODELS, run_dlbricks
+from pytest_dlbricks import engine
 from pytest_dlbricks.cli import main
 from pytest_dlbricks.comparing import INCONCLUSIVE_EXIT
 from pytest_dlbricks.noise import margin_of_error
@@ -148,6 +149,47 @@ def test_a_validation_run_does_not_change_later_estimates(pytester: pytest.Pytes
     assert estimates() == before and call_costs() == costs
     sequential, critical = before["models/chain.onnx"]
     assert critical == sequential, "a model without branches has no shorter path"
+
+
+def test_the_parallel_executor_is_detected_once_per_machine_and_settings(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The detection takes most of a second: kept in the store, made again on --dlbricks-remeasure, and at
+    every run without a store."""
+    detections = []
+    detect = engine.detect_executor
+
+    def counted(settings: Any) -> Any:
+        detections.append(settings)
+        return detect(settings)
+
+    monkeypatch.setattr(engine, "detect_executor", counted)
+    models = pytester.path / "models"
+    models.mkdir()
+    tiny_models.diamond(models)
+    args = ("--dlbricks-granularity=1", "--dlbricks-json=r.json", "models")
+
+    def executor() -> dict[str, Any]:
+        return dict(read(pytester.path / "r.json")["executor"])
+
+    run(pytester, *args).stdout.fnmatch_lines(["Parallel, as detected in this run: onnxruntime's *"])
+    first = executor()
+    assert len(detections) == 1 and first["reused"] is False
+    (record,) = (pytester.path / STORE).glob("*/executor.json")
+    assert read(record)["measured_at"] == first["measured_at"]
+    run(pytester, *args).stdout.fnmatch_lines(
+        ["Parallel, as detected ????-??-?? ??:?? UTC and kept in the brick store (--dlbricks-remeasure detects it*"]
+    )
+    again = executor()
+    assert len(detections) == 1 and again["reused"] is True
+    assert (again["measured_at"], again["detection"]) == (first["measured_at"], first["detection"])
+    run(pytester, "--dlbricks-remeasure", *args)
+    assert len(detections) == 2 and executor()["reused"] is False
+    assert read(record)["detection"]["ratio"] == executor()["detection"]["ratio"], "kept anew"
+    for _ in range(2):
+        run(pytester, "--dlbricks-store=none", *args)
+        assert executor()["reused"] is False
+    assert len(detections) == 4
 
 
 def test_collecting_only_leaves_no_model_in_the_stores_report(

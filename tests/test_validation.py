@@ -10,6 +10,7 @@ import tiny_models
 
 from conftest import plan_of
 from pytest_dlbricks import validation
+from pytest_dlbricks.composition import ParallelExecutor
 from pytest_dlbricks.overhead import NO_OVERHEAD, CallOverhead
 from pytest_dlbricks.validation import (
     MAX_ROUNDS,
@@ -97,7 +98,7 @@ def test_the_parallel_estimate_is_paired_too(tmp_path: Path) -> None:
     times = {signature: 1.0 for signature in plan.signatures}
     validation = Validation("parallel", [6.0], [times])
     overhead = CallOverhead(parallel_fixed_s=1.0)
-    assert validation.summarize(plan, overhead, 1, "parallel_s")["estimate_s"] == pytest.approx(6.0)
+    assert validation.summarize(plan, overhead, ParallelExecutor(1), "parallel_s")["estimate_s"] == pytest.approx(6.0)
     assert validation.summarize(plan, overhead, None, "parallel_s")["estimate_s"] is None
 
 
