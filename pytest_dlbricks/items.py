@@ -7,6 +7,7 @@ fails alone, with a message that names it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -41,6 +42,13 @@ KEPT_STATS = (
 )
 #: Confidence level of ``--dlbricks-precision``'s margin of error.
 PRECISION_CONFIDENCE = 0.95
+#: Seconds a brick's timed rounds span at the least (within pytest-benchmark's ``max_time``). A call of a
+#: few microseconds runs for milliseconds at a time some microseconds slower or faster than usual (the
+#: machine's state of the moment): rounds that stop after a millisecond can catch one such stretch whole,
+#: and its median with it. Spread over more stretches, the median is the brick's usual time.
+MIN_SPAN_S = 0.02
+#: Warm calls timed before the rounds; the fastest gives the brick's time (see :func:`_budget_rounds`).
+PROBE_CALLS = 3
 
 
 def brick_mark(run: DLBricksRun, config: pytest.Config) -> pytest.MarkDecorator:
@@ -86,7 +94,7 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
             clock.untimed(runner.rewrite_inputs)
             runner()
 
-        _budget_precision(request.node, run, signature, call)
+        _budget_rounds(request.node, run, signature, call)
         # Requested only now, so that a brick that cannot run leaves pytest-benchmark no unused fixture to warn of.
         benchmark = request.getfixturevalue("benchmark")
         benchmark.extra_info.update(
@@ -104,22 +112,32 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
     return test_brick
 
 
-def _budget_precision(item: pytest.Item, run: DLBricksRun, signature: str, call: Callable[[], None]) -> None:
-    """Loosen the precision the brick is timed to by its part in the models' estimates (see :mod:`.budget`).
+def _budget_rounds(item: pytest.Item, run: DLBricksRun, signature: str, call: Callable[[], None]) -> None:
+    """Set the rounds the brick is timed for: at least :data:`MIN_SPAN_S` of them (or pytest-benchmark's
+    ``max_time``, if shorter), to the precision its part in the models' estimates asks (see :mod:`.budget`).
 
-    The brick's time comes from one call, timed as the rounds will be: it follows the check, which
-    pays the first call's allocations, so it is the brick's warm time, or more (a stricter margin).
-    Left alone when the run times every brick to a precision of pytest-benchmark's own, or none.
+    The brick's time is the fastest of :data:`PROBE_CALLS` calls, timed as the rounds will be: they
+    follow the check, which pays the first call's allocations, so it is the brick's warm time. The
+    precision is left alone when the run times every brick to a precision of pytest-benchmark's own,
+    or none.
     """
     marker = item.get_closest_marker("benchmark")
-    target = marker.kwargs.get("precision") if marker is not None else None
-    if marker is None or target is None:
-        return
-    start = run.clock()
-    call()
-    seconds = run.clock() - start
-    precision = run.brick_precision(signature, seconds, float(target))
-    item.add_marker(pytest.mark.benchmark(**{**marker.kwargs, "precision": precision}), append=False)
+    options = dict(marker.kwargs) if marker is not None else {}
+    seconds = float("inf")
+    for _ in range(PROBE_CALLS):
+        start = run.clock()
+        call()
+        seconds = min(seconds, run.clock() - start)
+    config = item.config
+    span = min(MIN_SPAN_S, float(options.get("max_time", config.getoption("benchmark_max_time"))))
+    min_rounds = int(options.get("min_rounds", config.getoption("benchmark_min_rounds")))
+    if seconds > 0 and span / seconds > min_rounds:
+        options["min_rounds"] = math.ceil(span / seconds)
+    target = options.get("precision")
+    if target is not None:
+        options["precision"] = run.brick_precision(signature, seconds, float(target))
+    if options:
+        item.add_marker(pytest.mark.benchmark(**options), append=False)
 
 
 def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., None]:

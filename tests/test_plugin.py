@@ -12,7 +12,7 @@ import pytest
 import tiny_models
 
 from conftest import SAMPLE_MODELS, light_models, run_dlbricks
-from pytest_dlbricks import engine, probes
+from pytest_dlbricks import engine, items, probes
 from pytest_dlbricks.budget import LOOSEST
 from pytest_dlbricks.engine import DLBricksRun
 from pytest_dlbricks.noise import margin_of_error
@@ -529,6 +529,28 @@ def test_bricks_are_timed_to_the_requested_precision(pytester: pytest.Pytester, 
     assert all(0.05 <= o["precision"] <= LOOSEST for o in brick_options("--dlbricks-precision=5%"))
     assert {o["precision"] for o in brick_options("--dlbricks-precision=off")} == {None}
     assert {o["precision"] for o in brick_options("--benchmark-precision=0.1")} == {0.1}, "the user's own wins"
+
+
+def test_microsecond_bricks_are_timed_over_a_span(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    def bricks(max_time: float) -> list[dict]:
+        run(
+            pytester,
+            "--dlbricks-granularity=1",
+            "--dlbricks-store=none",
+            "--dlbricks-precision=25%",
+            "--benchmark-json=b.json",
+            "models/mlp.onnx",
+            timing=(f"--benchmark-max-time={max_time}",),
+        )
+        saved = json.loads((pytester.path / "b.json").read_text())["benchmarks"]
+        return [b for b in saved if not b["fullname"].startswith("dlbricks::")]
+
+    for brick in bricks(1.0):
+        # A 25% margin alone is reached after a few rounds of these microsecond layers.
+        assert brick["stats"]["rounds"] >= brick["options"]["min_rounds"] > 100
+        assert brick["stats"]["total"] >= items.MIN_SPAN_S / 2, "rounds spread over the span"
+    for brick in bricks(0.004):
+        assert brick["options"]["min_rounds"] * brick["stats"]["min"] <= 0.004 + 0.001, "the user's max time bounds it"
 
 
 # -- analysis: FLOPs, peak, load times, HTML -----------------------------------------------------
