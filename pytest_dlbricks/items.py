@@ -42,11 +42,15 @@ KEPT_STATS = (
 )
 #: Confidence level of ``--dlbricks-precision``'s margin of error.
 PRECISION_CONFIDENCE = 0.95
-#: Seconds a brick's timed rounds span at the least (within pytest-benchmark's ``max_time``). A call of a
-#: few microseconds runs for milliseconds at a time some microseconds slower or faster than usual (the
-#: machine's state of the moment): rounds that stop after a millisecond can catch one such stretch whole,
-#: and its median with it. Spread over more stretches, the median is the brick's usual time.
+#: Seconds the timed rounds of a brick faster than :data:`SHORT_CALL_S` span at the least (within
+#: pytest-benchmark's ``max_time``). Calls run for milliseconds at a time 1-2.5 us slower than usual (the
+#: machine's state of the moment): a microsecond brick whose rounds stop after a millisecond can catch
+#: one such stretch whole, and its median with it (the sample mlp read 1.0x to 1.9x its measured time).
+#: Spread over more stretches, the median is the brick's usual time.
 MIN_SPAN_S = 0.02
+#: Calls at least this long are left to their budget: a stretch moves them by a few percent at most,
+#: and spanning every brick would double the time a first run spends timing.
+SHORT_CALL_S = 20e-6
 #: Warm calls timed before the rounds; the fastest gives the brick's time (see :func:`_budget_rounds`).
 PROBE_CALLS = 3
 
@@ -113,8 +117,9 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
 
 
 def _budget_rounds(item: pytest.Item, run: DLBricksRun, signature: str, call: Callable[[], None]) -> None:
-    """Set the rounds the brick is timed for: at least :data:`MIN_SPAN_S` of them (or pytest-benchmark's
-    ``max_time``, if shorter), to the precision its part in the models' estimates asks (see :mod:`.budget`).
+    """Set the rounds the brick is timed for: to the precision its part in the models' estimates asks (see
+    :mod:`.budget`), over at least :data:`MIN_SPAN_S` (or pytest-benchmark's ``max_time``, if shorter) for
+    a brick of microseconds.
 
     The brick's time is the fastest of :data:`PROBE_CALLS` calls, timed as the rounds will be: they
     follow the check, which pays the first call's allocations, so it is the brick's warm time. The
@@ -131,7 +136,7 @@ def _budget_rounds(item: pytest.Item, run: DLBricksRun, signature: str, call: Ca
     config = item.config
     span = min(MIN_SPAN_S, float(options.get("max_time", config.getoption("benchmark_max_time"))))
     min_rounds = int(options.get("min_rounds", config.getoption("benchmark_min_rounds")))
-    if seconds > 0 and span / seconds > min_rounds:
+    if 0 < seconds < SHORT_CALL_S and span / seconds > min_rounds:
         options["min_rounds"] = math.ceil(span / seconds)
     target = options.get("precision")
     if target is not None:
