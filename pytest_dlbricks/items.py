@@ -49,7 +49,7 @@ PRECISION_CONFIDENCE = 0.95
 #: Spread over more stretches, the median is the brick's usual time.
 MIN_SPAN_S = 0.02
 #: Calls at least this long are left to their budget: a stretch moves them by a few percent at most,
-#: and spanning every brick would double the time a first run spends timing.
+#: and spanning every brick made the timed rounds of the onnx wheel's CNNs seven times longer.
 SHORT_CALL_S = 20e-6
 #: Warm calls timed before the rounds; the fastest gives the brick's time (see :func:`_budget_rounds`).
 PROBE_CALLS = 3

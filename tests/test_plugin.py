@@ -532,24 +532,29 @@ def test_bricks_are_timed_to_the_requested_precision(pytester: pytest.Pytester, 
 
 
 def test_microsecond_bricks_are_timed_over_a_span(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
-    def bricks(max_time: float) -> list[dict]:
+    def bricks(max_time: float, *models: str) -> list[dict]:
         run(
             pytester,
             "--dlbricks-granularity=1",
             "--dlbricks-store=none",
             "--dlbricks-precision=25%",
             "--benchmark-json=b.json",
-            "models/mlp.onnx",
+            *models,
             timing=(f"--benchmark-max-time={max_time}",),
         )
         saved = json.loads((pytester.path / "b.json").read_text())["benchmarks"]
         return [b for b in saved if not b["fullname"].startswith("dlbricks::")]
 
-    for brick in bricks(1.0):
+    timed = bricks(1.0, "models/mlp.onnx", "models/tiny_resnet.onnx")
+    short = [b for b in timed if b["stats"]["median"] < items.SHORT_CALL_S / 2]
+    long = [b for b in timed if b["stats"]["min"] > items.SHORT_CALL_S * 2]
+    assert len(short) >= 6 and long, "mlp's layers and the resnet's small ones; the resnet's convolutions"
+    for brick in short:
         # A 25% margin alone is reached after a few rounds of these microsecond layers.
         assert brick["stats"]["rounds"] >= brick["options"]["min_rounds"] > 100
         assert brick["stats"]["total"] >= items.MIN_SPAN_S / 2, "rounds spread over the span"
-    for brick in bricks(0.004):
+    assert all(b["options"]["min_rounds"] < 100 for b in long), "longer calls are left to their budget"
+    for brick in bricks(0.004, "models/mlp.onnx"):
         assert brick["options"]["min_rounds"] * brick["stats"]["min"] <= 0.004 + 0.001, "the user's max time bounds it"
 
 
