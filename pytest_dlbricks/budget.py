@@ -52,6 +52,15 @@ def brick_precision(target: float, seconds: float, net_seconds: float, uses: Ite
     return min(max(target, min(margins)), LOOSEST) if margins else target
 
 
+def largest_share(seconds: float, uses: Iterable[Use]) -> float:
+    """The largest part of a model's time, as known so far, that a brick of ``seconds`` makes (0 for a
+    brick no model uses)."""
+    if seconds <= 0:
+        return 0.0
+    shares = (use.count * seconds / (use.others_raw_s + use.count * seconds) for use in uses if use.count)
+    return max(shares, default=0.0)
+
+
 def estimate_precision(terms: Iterable[tuple[int, float, float | None]], estimate_s: float | None) -> float | None:
     """The margin of error of a sequential estimate, relative, from its bricks' (count, mean time,
     relative margin) in quadrature; None when a brick's margin is unknown or there is no estimate."""
