@@ -344,13 +344,17 @@ class DLBricksRun:
             count = plan.signatures.get(signature, 0)
             if not count:
                 continue
-            others, raw = (self.overhead or NO_OVERHEAD).of(*plan.io), 0.0
+            others, raw, floor = (self.overhead or NO_OVERHEAD).of(*plan.io), 0.0, 0.0
             for other, calls in plan.signatures.items():
-                time_s = self._known_time(other) if other != signature else None
-                if time_s is not None:
+                if other == signature:
+                    continue
+                time_s = self._known_time(other)
+                if time_s is None:
+                    floor += calls * self._call_cost(other)
+                else:
                     others += calls * max(time_s - self._call_cost(other), 0.0)
                     raw += calls * time_s
-            uses.append(Use(count, others, raw))
+            uses.append(Use(count, others, raw, floor))
         return uses
 
     def _known_time(self, signature: str) -> float | None:

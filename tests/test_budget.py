@@ -36,6 +36,7 @@ def test_a_brick_s_share_is_its_largest_part_of_a_model_known_so_far() -> None:
     assert largest_share(1e-6, [Use(3, 0.0, 7e-6), Use(1, 0.0, 99e-6)]) == pytest.approx(0.3)
     assert largest_share(1e-6, [Use(1, 0.0, 0.0)]) == 1.0, "all that is known of its model"
     assert largest_share(1e-6, []) == 0.0
+    assert largest_share(1e-6, [Use(1, 0.0, 0.0, 9e-6)]) == pytest.approx(0.1), "the rest costs its calls at least"
 
 
 @pytest.mark.parametrize("seed", range(20))
