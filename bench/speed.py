@@ -157,7 +157,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_dlbricks import engine, items, running, store
     except ImportError:
         return
-    _probe.wrap(items, "_budget_precision", "budget")
+    _probe.wrap(items, "_budget_rounds", "budget")
     _probe.wrap(store.Shelf, "put", "store")
     _probe.wrap(running.BrickRunner, "__init__", "session")
     _probe.wrap(running.BrickRunner, "check", "check")

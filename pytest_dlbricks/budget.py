@@ -29,11 +29,13 @@ LOOSEST = 0.25
 class Use:
     """A brick's place in one model: how many times the model calls it, and what the model's other
     bricks are known to add, each as often as it is called: their times as composed (call overhead
-    off, plus the call the model pays once) and as measured."""
+    off, plus the call the model pays once) and as measured; and the least the bricks not timed yet
+    will add (their calls' cost)."""
 
     count: int
     others_s: float
     others_raw_s: float
+    untimed_floor_s: float = 0.0
 
 
 def brick_precision(target: float, seconds: float, net_seconds: float, uses: Iterable[Use]) -> float:
@@ -50,6 +52,19 @@ def brick_precision(target: float, seconds: float, net_seconds: float, uses: Ite
         if use.count > 0
     ]
     return min(max(target, min(margins)), LOOSEST) if margins else target
+
+
+def largest_share(seconds: float, uses: Iterable[Use]) -> float:
+    """The largest part of a model's time that a brick of ``seconds`` may make, its other bricks counted
+    at their times known so far and the rest at least at their calls' cost (0 for a brick no model uses)."""
+    if seconds <= 0:
+        return 0.0
+    shares = (
+        use.count * seconds / (use.others_raw_s + use.untimed_floor_s + use.count * seconds)
+        for use in uses
+        if use.count
+    )
+    return max(shares, default=0.0)
 
 
 def estimate_precision(terms: Iterable[tuple[int, float, float | None]], estimate_s: float | None) -> float | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .analysis import BrickWork, plan_work
 from .bricks import BrickSpec
-from .budget import Use, brick_precision
+from .budget import Use, brick_precision, largest_share
 from .calibration import CalibrationRecord
 from .clock import PausableClock
 from .cutting import ModelPlan, plan_model
@@ -325,25 +325,37 @@ class DLBricksRun:
     def brick_precision(self, signature: str, seconds: float, target: float) -> float:
         """The margin of error a brick taking ``seconds`` must reach for the estimate of every model using it
         to reach ``target``, the models' other bricks counted at the times known so far (see :mod:`.budget`)."""
-        call = self.overhead or NO_OVERHEAD
+        net_seconds = max(seconds - self._call_cost(signature), 0.0)
+        return brick_precision(target, seconds, net_seconds, self._uses(signature))
 
-        def call_cost(other: str) -> float:
-            brick = self.bricks[other]
-            return call.of_brick(len(brick.inputs), brick.output_count)
+    def brick_share(self, signature: str, seconds: float) -> float:
+        """The largest part a brick taking ``seconds`` makes of the time of a model using it, the models'
+        other bricks counted at the times known so far."""
+        return largest_share(seconds, self._uses(signature))
 
+    def _call_cost(self, signature: str) -> float:
+        brick = self.bricks[signature]
+        return (self.overhead or NO_OVERHEAD).of_brick(len(brick.inputs), brick.output_count)
+
+    def _uses(self, signature: str) -> list[Use]:
+        """The brick's place in each model using it (see :class:`.budget.Use`)."""
         uses = []
         for plan in self.plans:
             count = plan.signatures.get(signature, 0)
             if not count:
                 continue
-            others, raw = call.of(*plan.io), 0.0
+            others, raw, floor = (self.overhead or NO_OVERHEAD).of(*plan.io), 0.0, 0.0
             for other, calls in plan.signatures.items():
-                time_s = self._known_time(other) if other != signature else None
-                if time_s is not None:
-                    others += calls * max(time_s - call_cost(other), 0.0)
+                if other == signature:
+                    continue
+                time_s = self._known_time(other)
+                if time_s is None:
+                    floor += calls * self._call_cost(other)
+                else:
+                    others += calls * max(time_s - self._call_cost(other), 0.0)
                     raw += calls * time_s
-            uses.append(Use(count, others, raw))
-        return brick_precision(target, seconds, max(seconds - call_cost(signature), 0.0), uses)
+            uses.append(Use(count, others, raw, floor))
+        return uses
 
     def _known_time(self, signature: str) -> float | None:
         result = self.results.get(signature)

@@ -7,6 +7,7 @@ fails alone, with a message that names it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -41,6 +42,21 @@ KEPT_STATS = (
 )
 #: Confidence level of ``--dlbricks-precision``'s margin of error.
 PRECISION_CONFIDENCE = 0.95
+#: Seconds the timed rounds of a brick faster than :data:`SHORT_CALL_S` span at the least (within
+#: pytest-benchmark's ``max_time``). Calls run for milliseconds at a time 1-2.5 us slower than usual (the
+#: machine's state of the moment): a microsecond brick whose rounds stop after a millisecond can catch
+#: one such stretch whole, and its median with it (the sample mlp read 1.0x to 1.9x its measured time).
+#: Spread over more stretches, the median is the brick's usual time.
+MIN_SPAN_S = 0.02
+#: Calls at least this long are left to their budget: a stretch moves them by a few percent at most,
+#: and spanning every brick made the timed rounds of the onnx wheel's CNNs seven times longer.
+SHORT_CALL_S = 20e-6
+#: ... and so are bricks that make less than this part of every model using them (by the times known so
+#: far): a stretch moves such a model by a few percent at most, and spanning every microsecond brick of
+#: four transformer and scikit-learn models (108 bricks) took their first run from 2.9 s to 6.8 s.
+SPAN_SHARE = 0.05
+#: Warm calls timed before the rounds; the fastest gives the brick's time (see :func:`_budget_rounds`).
+PROBE_CALLS = 3
 
 
 def brick_mark(run: DLBricksRun, config: pytest.Config) -> pytest.MarkDecorator:
@@ -86,7 +102,7 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
             clock.untimed(runner.rewrite_inputs)
             runner()
 
-        _budget_precision(request.node, run, signature, call)
+        _budget_rounds(request.node, run, signature, call)
         # Requested only now, so that a brick that cannot run leaves pytest-benchmark no unused fixture to warn of.
         benchmark = request.getfixturevalue("benchmark")
         benchmark.extra_info.update(
@@ -104,22 +120,34 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
     return test_brick
 
 
-def _budget_precision(item: pytest.Item, run: DLBricksRun, signature: str, call: Callable[[], None]) -> None:
-    """Loosen the precision the brick is timed to by its part in the models' estimates (see :mod:`.budget`).
+def _budget_rounds(item: pytest.Item, run: DLBricksRun, signature: str, call: Callable[[], None]) -> None:
+    """Set the rounds the brick is timed for: to the precision its part in the models' estimates asks (see
+    :mod:`.budget`), over at least :data:`MIN_SPAN_S` (or pytest-benchmark's ``max_time``, if shorter) for
+    a brick of microseconds that makes a sizeable part of a model.
 
-    The brick's time comes from one call, timed as the rounds will be: it follows the check, which
-    pays the first call's allocations, so it is the brick's warm time, or more (a stricter margin).
-    Left alone when the run times every brick to a precision of pytest-benchmark's own, or none.
+    The brick's time is the fastest of :data:`PROBE_CALLS` calls, timed as the rounds will be: they
+    follow the check, which pays the first call's allocations, so it is the brick's warm time. The
+    precision is left alone when the run times every brick to a precision of pytest-benchmark's own,
+    or none.
     """
     marker = item.get_closest_marker("benchmark")
-    target = marker.kwargs.get("precision") if marker is not None else None
-    if marker is None or target is None:
-        return
-    start = run.clock()
-    call()
-    seconds = run.clock() - start
-    precision = run.brick_precision(signature, seconds, float(target))
-    item.add_marker(pytest.mark.benchmark(**{**marker.kwargs, "precision": precision}), append=False)
+    options = dict(marker.kwargs) if marker is not None else {}
+    seconds = float("inf")
+    for _ in range(PROBE_CALLS):
+        start = run.clock()
+        call()
+        seconds = min(seconds, run.clock() - start)
+    config = item.config
+    span = min(MIN_SPAN_S, float(options.get("max_time", config.getoption("benchmark_max_time"))))
+    min_rounds = int(options.get("min_rounds", config.getoption("benchmark_min_rounds")))
+    short = 0 < seconds < SHORT_CALL_S and span / seconds > min_rounds
+    if short and run.brick_share(signature, seconds) >= SPAN_SHARE:
+        options["min_rounds"] = math.ceil(span / seconds)
+    target = options.get("precision")
+    if target is not None:
+        options["precision"] = run.brick_precision(signature, seconds, float(target))
+    if options:
+        item.add_marker(pytest.mark.benchmark(**options), append=False)
 
 
 def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., None]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLE_MODELS
-from pytest_dlbricks.budget import LOOSEST, Use, brick_precision, estimate_precision
+from pytest_dlbricks.budget import LOOSEST, Use, brick_precision, estimate_precision, largest_share
 from pytest_dlbricks.engine import DLBricksRun
 from pytest_dlbricks.settings import Settings
 
@@ -30,6 +30,13 @@ def test_the_strictest_model_decides_and_no_brick_goes_past_the_loosest_margin()
     assert brick_precision(0.02, 1e-6, 1e-6, [among]) == LOOSEST
     assert brick_precision(0.5, 1e-6, 1e-6, [among]) == 0.5, "a run asking for less than the loosest gets it"
     assert brick_precision(0.02, 1e-6, 1e-6, []) == 0.02
+
+
+def test_a_brick_s_share_is_its_largest_part_of_a_model_known_so_far() -> None:
+    assert largest_share(1e-6, [Use(3, 0.0, 7e-6), Use(1, 0.0, 99e-6)]) == pytest.approx(0.3)
+    assert largest_share(1e-6, [Use(1, 0.0, 0.0)]) == 1.0, "all that is known of its model"
+    assert largest_share(1e-6, []) == 0.0
+    assert largest_share(1e-6, [Use(1, 0.0, 0.0, 9e-6)]) == pytest.approx(0.1), "the rest costs its calls at least"
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -12,7 +12,7 @@ import pytest
 import tiny_models
 
 from conftest import SAMPLE_MODELS, light_models, run_dlbricks
-from pytest_dlbricks import engine, probes
+from pytest_dlbricks import engine, items, probes
 from pytest_dlbricks.budget import LOOSEST
 from pytest_dlbricks.engine import DLBricksRun
 from pytest_dlbricks.noise import margin_of_error
@@ -529,6 +529,42 @@ def test_bricks_are_timed_to_the_requested_precision(pytester: pytest.Pytester, 
     assert all(0.05 <= o["precision"] <= LOOSEST for o in brick_options("--dlbricks-precision=5%"))
     assert {o["precision"] for o in brick_options("--dlbricks-precision=off")} == {None}
     assert {o["precision"] for o in brick_options("--benchmark-precision=0.1")} == {0.1}, "the user's own wins"
+
+
+def test_microsecond_bricks_are_timed_over_a_span(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    def bricks(max_time: float, *models: str) -> list[dict]:
+        run(
+            pytester,
+            "--dlbricks-granularity=2",
+            "--dlbricks-store=none",
+            "--dlbricks-precision=25%",
+            "--benchmark-json=b.json",
+            *models,
+            timing=(f"--benchmark-max-time={max_time}",),
+        )
+        saved = json.loads((pytester.path / "b.json").read_text())["benchmarks"]
+        return [b for b in saved if not b["fullname"].startswith("dlbricks::")]
+
+    tiny_models.growing_concats(pytester.path / "models", layers=120)
+    timed = bricks(1.0, "models/mlp.onnx", "models/tiny_resnet.onnx", "models/growing_concats.onnx")
+    short = [b for b in timed if b["stats"]["median"] < items.SHORT_CALL_S / 2]
+    long = [b for b in timed if b["stats"]["min"] > items.SHORT_CALL_S * 1.5]
+
+    def of(model: str, bricks: list[dict]) -> list[dict]:
+        return [b for b in bricks if [Path(path).name for path in b["extra_info"]["models"]] == [model]]
+
+    of_mlp, of_concats = of("mlp.onnx", short), of("growing_concats.onnx", timed)
+    assert len(of_mlp) >= 2 and long, "mlp's bricks; the resnet's pairs of convolutions"
+    assert len(of_concats) == 60 and all(b in short for b in of_concats)
+    spanned_concats = [b for b in of_concats if b["options"].get("min_rounds", 0) > 100]
+    assert not spanned_concats, "a small part of its model is left to its budget, also before the rest is timed"
+    for brick in of_mlp:
+        # A 25% margin alone is reached after a few rounds of these microsecond layers.
+        assert brick["stats"]["rounds"] >= brick["options"]["min_rounds"] > 100
+        assert brick["stats"]["total"] >= items.MIN_SPAN_S / 2, "rounds spread over the span"
+    assert all(b["options"]["min_rounds"] < 100 for b in long), "longer calls are left to their budget"
+    for brick in bricks(0.004, "models/mlp.onnx"):
+        assert brick["options"]["min_rounds"] * brick["stats"]["min"] <= 0.004 + 0.001, "the user's max time bounds it"
 
 
 # -- analysis: FLOPs, peak, load times, HTML -----------------------------------------------------

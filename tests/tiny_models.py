@@ -538,3 +538,20 @@ def constant_scales(directory: Path, *, then: str = "Concat") -> Path:
         weights.append(array("W", np.full((8, 8, 3, 3), 0.01, np.float32)))
         outputs = [tensor("y", [1, 8, 32, 32])]
     return save(finish(nodes, inputs, outputs, weights, opset=13), directory, f"resize_{then.lower()}.onnx")
+
+
+def growing_concats(directory: Path, *, layers: int = 60) -> Path:
+    """A row of ``layers`` Concats, each adding one column of a constant: every layer has its own shapes,
+    so every layer is a brick of its own, of a few microseconds, each a small part of the model."""
+    nodes, initializers = [], []
+    current = "x"
+    for layer in range(layers):
+        column, output = f"c{layer}", f"y{layer}"
+        initializers.append(array(column, np.full((1, 1), float(layer), np.float32)))
+        nodes.append(helper.make_node("Concat", [current, column], [output], name=f"Concat{layer}", axis=1))
+        current = output
+    return save(
+        finish(nodes, [tensor("x", [1, 4])], [tensor(current, [1, 4 + layers])], initializers),
+        directory,
+        "growing_concats.onnx",
+    )
