@@ -75,6 +75,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--granularity", metavar="G", type=int, default=2, help="Layers per brick. Default: %(default)r"
     )
+    parser.add_argument(
+        "--threads",
+        metavar="N",
+        type=int,
+        default=0,
+        help="--dlbricks-threads, also for timing the variant (0: onnxruntime's default). Default: %(default)r",
+    )
     parser.add_argument("--no-load", action="store_true", help="Leave out the process keeping one core busy.")
     return parser.parse_args()
 
@@ -96,10 +103,16 @@ def widened(model: onnx.ModelProto, conv_name: str, kernel: int) -> onnx.ModelPr
     return copy
 
 
-def slowdown(original: onnx.ModelProto, changed: onnx.ModelProto, rounds: int = 15, calls: int = 40) -> float:
-    """How much slower ``changed`` runs than ``original``, timed whole, interleaved round by round."""
+def slowdown(
+    original: onnx.ModelProto, changed: onnx.ModelProto, threads: int, rounds: int = 15, calls: int = 40
+) -> float:
+    """How much slower ``changed`` runs than ``original`` on ``threads`` intra-op threads, timed whole,
+    interleaved round by round."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
     sessions = [
-        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (original, changed)
+        ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        for m in (original, changed)
     ]
     feed = {"image": np.random.default_rng(0).random((1, 3, 32, 32), dtype=np.float32)}
 
@@ -116,7 +129,7 @@ def slowdown(original: onnx.ModelProto, changed: onnx.ModelProto, rounds: int = 
     return statistics.median(median_call(sessions[1]) / median_call(sessions[0]) for _ in range(rounds)) - 1
 
 
-def regressed_model(path: Path, target: float) -> tuple[onnx.ModelProto, str, float]:
+def regressed_model(path: Path, target: float, threads: int) -> tuple[onnx.ModelProto, str, float]:
     """The widening of one 3x3 Conv of the model at ``path``, or of two, that slows it closest to ``target``
     (one alone may not come close: tiny_resnet's give about +4%, +10%, +13%, +21% and +26% or more), and
     its slowdown timed again, apart from the choice."""
@@ -127,18 +140,18 @@ def regressed_model(path: Path, target: float) -> tuple[onnx.ModelProto, str, fl
         if node.op_type == "Conv" and next(a.ints for a in node.attribute if a.name == "kernel_shape") == [3, 3]
     ]
     measured: dict[tuple[tuple[str, int], ...], float] = {
-        ((name, kernel),): slowdown(model, widened(model, name, kernel)) for name in convs for kernel in (5, 7)
+        ((name, kernel),): slowdown(model, widened(model, name, kernel), threads) for name in convs for kernel in (5, 7)
     }
     pairs = [
         first + second
         for first, second in itertools.combinations(list(measured), 2)
         if first[0][0] != second[0][0] and abs(measured[first] + measured[second] - target) < PAIR_MARGIN
     ]
-    measured.update({pair: slowdown(model, widened_all(model, pair)) for pair in pairs})
+    measured.update({pair: slowdown(model, widened_all(model, pair), threads) for pair in pairs})
     best = min(measured, key=lambda choice: abs(measured[choice] - target))
     variant = widened_all(model, best)
     described = " and ".join(f"{name} widened 3x3 -> {kernel}x{kernel}" for name, kernel in best)
-    return variant, described, slowdown(model, variant, rounds=31)
+    return variant, described, slowdown(model, variant, threads, rounds=31)
 
 
 def widened_all(model: onnx.ModelProto, widenings: tuple[tuple[str, int], ...]) -> onnx.ModelProto:
@@ -170,9 +183,10 @@ def main() -> None:
         "--dlbricks-compare",
         f"--dlbricks-compare-fail={args.threshold}",
         "--dlbricks-json=report.json",
+        *([f"--dlbricks-threads={args.threads}"] if args.threads else []),
     ]
     # The variant's true slowdown is a property of the code: measured on the quiet machine, before the load.
-    model, conv, true_slowdown = regressed_model(SAMPLE_MODELS / CHANGED_MODEL, args.slowdown / 100)
+    model, conv, true_slowdown = regressed_model(SAMPLE_MODELS / CHANGED_MODEL, args.slowdown / 100, args.threads)
     print(f"variant: {conv}, whole model {true_slowdown:+.1%} (timed interleaved, no load)", file=sys.stderr)
     load = None if args.no_load else subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
     try:
@@ -197,9 +211,10 @@ def report(
     args: argparse.Namespace, baseline: Run, unchanged: list[Run], regressed: Run, conv: str, true: float
 ) -> None:
     load = "no other load" if args.no_load else "a second process keeping one core busy"
+    threads = f", {args.threads} intra-op thread(s)" if args.threads else ""
     print(
         f"pytest-dlbricks gate: {len(list(SAMPLE_MODELS.glob('*.onnx')))} sample models, granularity"
-        f" {args.granularity}, fresh timings (--dlbricks-store=none), gate {args.threshold}, {load}\n"
+        f" {args.granularity}{threads}, fresh timings (--dlbricks-store=none), gate {args.threshold}, {load}\n"
     )
     print(f"baseline run: exit {baseline.exit_code} (records the baseline)")
     print(f"\n{'run':<14} {'exit':>4} {'noise':>6} {'largest measured change':>34} {'verdicts':>10}")

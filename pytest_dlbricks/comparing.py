@@ -25,15 +25,16 @@ when its second thread loses its core). The bricks' moves, shown in the messages
 
 The change gets a 95% interval. From the reports' statistics (the first look, and all that
 ``compose`` and ``merge`` have): each brick median's standard error, how far single bricks drift
-apart from the common drift (the scatter of the reference bricks' ratios, or
-:data:`DEFAULT_DRIFT_SPREAD` when fewer than three show it) and the drift's own error. The gate
-trusts no statistics of bricks timed minutes apart: every changed model is a suspect, whose changed
-bricks the session times again, interleaved round by round with its reference bricks
-(:mod:`.retiming`). Each round then gives a change with that round's own drift, and the interval is a
-bootstrap interval of their median, widened by the baseline's sampling error and by the bricks'
-scatter; the new bricks' moves are those of the median round. The verdict is *REGRESSION* when the
-interval lies above the threshold, *INCONCLUSIVE* when it straddles it (the noise is too high for the
-threshold asked), else *slower*, *faster* or *within noise* as it lies above, below or around zero.
+apart from the common drift (the scatter of the ratios of the reference bricks close in time to the
+changed ones, else of all, or :data:`DEFAULT_DRIFT_SPREAD` when fewer than three show it) and the
+drift's own error. The gate trusts no statistics of bricks timed minutes apart: every changed model
+is a suspect, whose changed bricks the session times again, interleaved round by round with its
+reference bricks (:mod:`.retiming`). Each round then gives a change with that round's own drift, and
+the interval is a bootstrap interval of their median, widened by the baseline's sampling error and
+by the bricks' scatter; the new bricks' moves are those of the median round. The verdict is
+*REGRESSION* when the interval lies above the threshold, *INCONCLUSIVE* when it straddles it (the
+noise is too high for the threshold asked), else *slower*, *faster* or *within noise* as it lies
+above, below or around zero.
 
 asv compares two commits' samples (Mann-Whitney U, then a factor threshold) and pytest-benchmark a
 statistic's percentage; neither can tell a slower machine from slower code, which is what the
@@ -61,6 +62,8 @@ MAX_REFERENCES = 6
 #: How far (standard deviation of the log ratio) single bricks are taken to drift apart from the common
 #: drift when fewer than three reference bricks show it.
 DEFAULT_DRIFT_SPREAD = 0.05
+#: Reference bricks within this factor of the changed bricks' typical time show how far those drift apart.
+ALIKE_FACTOR = 4.0
 
 UNCHANGED = "unchanged"
 WITHIN_NOISE = "within noise"
@@ -343,13 +346,35 @@ class _Model:
         pool = own or [(s, new, old, 1.0) for s, (new, old) in self.run_references.items()]
         return [ref for ref in pool if not measured_apart or ref[1].stats != ref[2].stats]
 
+    def _changed_shares(self) -> list[_Share]:
+        return [self.now.get(s) or self.before[s] for s in self.changed]
+
+    def _typical_changed_s(self) -> float:
+        """The changed bricks' mean time."""
+        changed = self._changed_shares()
+        return sum(share.time_s or 0.0 for share in changed) / max(len(changed), 1)
+
+    def _drift_spread(self, ratios: Sequence[tuple[_Share, float]]) -> float:
+        """How far single bricks drift apart from the common drift, from reference bricks' (baseline share,
+        ratio of their times): those within :data:`ALIKE_FACTOR` of the changed bricks' time when three or
+        more are, since bricks of microseconds scatter far more than the convolutions beside them (timer
+        and call costs weigh on them) and would widen a convolution's interval with noise it does not have."""
+        typical = self._typical_changed_s()
+        alike = [
+            ratio
+            for share, ratio in ratios
+            if typical > 0 and share.time_s and 1 / ALIKE_FACTOR <= share.time_s / typical <= ALIKE_FACTOR
+        ]
+        spread = log_spread(alike) if len(alike) >= 3 else log_spread([ratio for _, ratio in ratios])
+        return DEFAULT_DRIFT_SPREAD if spread is None else spread
+
     def retime_references(self) -> tuple[str, ...]:
         """The reference bricks to re-time beside the changed ones: those most like them first (sharing their
         operators, then closest in time), since a busy machine slows a multi-threaded convolution more than a
         small elementwise brick."""
-        changed = [self.now.get(s) or self.before[s] for s in self.changed]
+        changed = self._changed_shares()
         ops = {op for share in changed for op in share.label.split("-")[0].split("+")}
-        typical = sum(share.time_s or 0.0 for share in changed) / max(len(changed), 1)
+        typical = self._typical_changed_s()
 
         def likeness(ref: tuple[str, _Share, _Share, float]) -> tuple[int, float]:
             shared = len(ops.intersection(ref[2].label.split("-")[0].split("+")))
@@ -400,9 +425,8 @@ class _Model:
         weight_now = sum(w * (new.time_s or 0.0) for _, new, _, w in references)
         weight_before = sum(w * (old.time_s or 0.0) for _, _, old, w in references)
         drift = weight_now / weight_before if weight_now > 0 and weight_before > 0 else 1.0
-        ratios = [(new.time_s or 0.0) / old.time_s for _, new, old, _ in references if old.time_s and new.time_s]
-        spread = log_spread(ratios)
-        spread = DEFAULT_DRIFT_SPREAD if spread is None else spread
+        ratios = [(old, (new.time_s or 0.0) / old.time_s) for _, new, old, _ in references if old.time_s and new.time_s]
+        spread = self._drift_spread(ratios)
         new = [
             BrickMove(share.label, 0, share.count, 0.0, share.count * (share.time_s or 0.0) / drift)
             for _, share in self._new()
@@ -450,9 +474,8 @@ class _Model:
         ]
         # What the rounds cannot show: the baseline's own sampling error, and how far the changed bricks
         # may drift apart from the reference bricks (their scatter in the rounds).
-        ratios = [_median(rounds[s][:count]) / (ref.time_s or 1.0) for s, _, ref, _ in references]
-        spread = log_spread(ratios)
-        spread = DEFAULT_DRIFT_SPREAD if spread is None else spread
+        ratios = [(ref, _median(rounds[s][:count]) / (ref.time_s or 1.0)) for s, _, ref, _ in references]
+        spread = self._drift_spread(ratios)
         widen = Z * math.sqrt(self._settled_error() + _scatter(moves, spread)) / self.before_s
         judged = self._judgement(moves, 0.0, float(drifts[middle].mean()), len(references), "re-timed", count)
         return dataclasses.replace(

@@ -161,6 +161,30 @@ def test_re_timed_rounds_cancel_a_machine_whose_speed_swings_from_round_to_round
     assert unchanged_cost.verdict == WITHIN_NOISE
 
 
+def test_microsecond_references_scattering_far_do_not_widen_a_convolutions_interval() -> None:
+    """Four microsecond references re-time at 0.7x to 1.4x their baseline times (timer and call costs weigh
+    on them); the four references close in time to the changed brick agree, and they alone say how far it
+    may drift apart."""
+    tiny = {"v": 5.0, "w": 3.5, "x": 4.0, "y": 6.0}
+    before = block(
+        {"m.onnx": {**BEFORE_MODEL["m.onnx"], **dict.fromkeys(tiny, 1)}},
+        {**{k: stats(v) for k, v in {**REFERENCES, **tiny}.items()}, "a": stats(100)},
+    )
+    now = block(
+        {"m.onnx": {**NOW_MODEL["m.onnx"], **dict.fromkeys(tiny, 1)}},
+        {**{k: stats(v, 150.0) for k, v in {**REFERENCES, **tiny}.items()}, "c": stats(172, 150.0)},
+    )
+    scatter = {"v": 0.7, "w": 1.4, "x": 0.75, "y": 1.35}
+    retimed = {**rounds(np.ones(15), 172, noise=0.01), **{k: [tiny[k] * f * US] * 15 for k, f in scatter.items()}}
+    delta = one(now, before, retimed={"m.onnx": retimed})
+    assert delta.judged.method == "re-timed"
+    assert delta.judged.change == pytest.approx(72 / 498, rel=0.05)
+    assert delta.verdict == REGRESSION
+    drifting = {"r": 0.75, "s": 1.0, "t": 1.25, "u": 1.45}
+    scattered = {**retimed, **{k: [REFERENCES[k] * f * US] * 15 for k, f in drifting.items()}}
+    assert one(now, before, retimed={"m.onnx": scattered}).verdict == INCONCLUSIVE, "alike bricks drift apart"
+
+
 def test_re_timed_rounds_too_noisy_for_the_threshold_are_inconclusive() -> None:
     speeds = np.ones(15)
     delta = one(now_block(1.0, 172), BEFORE, retimed={"m.onnx": rounds(speeds, 172, noise=0.3)})
