@@ -187,6 +187,13 @@ class Comparison:
     statistic: str
     threshold: float | None
     models: tuple[ModelDelta, ...]
+    #: The larger of the two runs' noise (their bricks' median relative spread), when both report it.
+    noise: float | None = None
+
+    @property
+    def too_noisy(self) -> bool:
+        """Whether the runs' bricks scatter more than the change the gate looks for (see :func:`_verdict`)."""
+        return self.threshold is not None and self.noise is not None and self.noise > self.threshold
 
     @property
     def regressions(self) -> list[ModelDelta]:
@@ -201,6 +208,7 @@ class Comparison:
             "baseline": self.baseline,
             "statistic": self.statistic,
             "threshold": self.threshold,
+            "noise": self.noise,
             "failed": bool(self.regressions),
             "inconclusive": bool(self.inconclusive) and not self.regressions,
             "models": [
@@ -266,6 +274,7 @@ def compare(
     now_shares = _shares(now["report"], statistic)
     before_shares = _shares(before["report"], statistic)
     run_references = _run_references(now["report"], before["report"], statistic)
+    noise = _runs_noise(now["report"], before["report"])
     deltas = []
     for path in [*now_models, *(p for p in before_models if p not in now_models)]:
         now_s = _estimate(now_models[path], now_shares.get(path, {})) if path in now_models else None
@@ -285,13 +294,19 @@ def compare(
                     path,
                     before_s,
                     now_s,
-                    _verdict(judged, threshold),
+                    _verdict(judged, threshold, noise),
                     judged,
                     changed=tuple(sig for sig in model.changed if model.now.get(sig)),
                     references=model.retime_references(),
                 )
             )
-    return Comparison(baseline, statistic, threshold, tuple(deltas))
+    return Comparison(baseline, statistic, threshold, tuple(deltas), noise)
+
+
+def _runs_noise(*reports: Mapping[str, Any]) -> float | None:
+    """The larger of the reports' noise figures; None when one does not give it."""
+    figures = [(report.get("summary") or {}).get("noise") for report in reports]
+    return max(figures) if all(isinstance(figure, (int, float)) for figure in figures) else None
 
 
 def suspects(comparison: Comparison) -> list[ModelDelta]:
@@ -304,12 +319,17 @@ def suspects(comparison: Comparison) -> list[ModelDelta]:
     return [model for model in comparison.models if model.judged is not None and model.judged.rounds == 0]
 
 
-def _verdict(judged: Judgement | None, threshold: float | None) -> str:
+def _verdict(judged: Judgement | None, threshold: float | None, noise: float | None = None) -> str:
+    """A changed model's verdict from its judged interval. When the runs' noise exceeds the threshold, an
+    interval that does not lie above it is inconclusive wherever it lies: bricks that scatter so are
+    not timed as the model runs them (beside a busy core, a second intra-op thread that loses its core
+    slows a brick more than the model), so their change may be off by more than its interval says: a
+    +14% regression read +6.4% [+4.7%, +8.3%] at 12.8% noise."""
     if judged is None:
         return UNCHANGED
     if threshold is not None and judged.low > threshold:
         return REGRESSION
-    if threshold is not None and judged.high > threshold:
+    if threshold is not None and (judged.high > threshold or (noise is not None and noise > threshold)):
         return INCONCLUSIVE
     if judged.low > 0:
         return SLOWER
@@ -582,10 +602,17 @@ def render_regressions(comparison: Comparison) -> str:
 
 
 def render_inconclusive(comparison: Comparison) -> str:
-    """Why the gate cannot decide: each model whose interval straddles the threshold."""
+    """Why the gate cannot decide: each model whose interval straddles the threshold, or every changed model
+    of runs whose noise exceeds it."""
+    threshold = f"{comparison.threshold or 0.0:.0%}"
+    why = (
+        f"the runs' noise ({comparison.noise or 0.0:.1%}, their bricks' median spread) is above {threshold}:"
+        f" bricks timed so cannot tell whether it exceeds {threshold}"
+        if comparison.too_noisy
+        else f"the noise is too high to tell whether that exceeds {threshold}"
+    )
     return "\n".join(
-        f"{model.path}: its changed bricks make it {_judged(model, comparison.baseline)}: the noise is too high to"
-        f" tell whether that exceeds {comparison.threshold or 0.0:.0%}; {_bricks(model)}"
+        f"{model.path}: its changed bricks make it {_judged(model, comparison.baseline)}: {why}; {_bricks(model)}"
         for model in comparison.inconclusive
     )
 

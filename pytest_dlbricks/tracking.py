@@ -414,6 +414,12 @@ class Tracking:
             )
             for line in render_inconclusive(self.comparison).splitlines():
                 write(f"  {line}", yellow=True)
+            if self.comparison.too_noisy and self.settings.intra_op_threads != 1:
+                write(
+                    "dlbricks: on a machine shared with other work, --dlbricks-threads=1 keeps a busy core out of"
+                    " the bricks' timing: onnxruntime then never waits for a second core that the other work holds",
+                    yellow=True,
+                )
         elif self.comparison.threshold is not None:
             write(f"dlbricks: gate passed: no model's changed bricks make it {self.comparison.threshold:.0%} slower")
 

@@ -45,8 +45,14 @@ def stats(median_us: float, iqr_us: float = 2.0, rounds: int = 100) -> dict[str,
     }
 
 
-def block(models: Mapping[str, Mapping[str, int]], bricks: Mapping[str, Any], incomplete: tuple[str, ...] = ()) -> Any:
-    """A dlbricks block: models as {path: {signature: count}}, bricks as {signature: stats or None}."""
+def block(
+    models: Mapping[str, Mapping[str, int]],
+    bricks: Mapping[str, Any],
+    incomplete: tuple[str, ...] = (),
+    noise: float | None = None,
+) -> Any:
+    """A dlbricks block: models as {path: {signature: count}}, bricks as {signature: stats or None}; ``noise``
+    the run's noise figure."""
 
     def estimate(uses: Mapping[str, int]) -> float | None:
         if any(bricks[signature] is None for signature in uses):
@@ -54,7 +60,7 @@ def block(models: Mapping[str, Mapping[str, int]], bricks: Mapping[str, Any], in
         return sum(count * bricks[signature]["median"] for signature, count in uses.items())
 
     report = {
-        "summary": {},
+        "summary": {} if noise is None else {"noise": noise},
         "models": [
             {"path": path, "complete": path not in incomplete, "sequential_s": estimate(uses)}
             for path, uses in models.items()
@@ -190,6 +196,44 @@ def test_re_timed_rounds_too_noisy_for_the_threshold_are_inconclusive() -> None:
     delta = one(now_block(1.0, 172), BEFORE, retimed={"m.onnx": rounds(speeds, 172, noise=0.3)})
     assert delta.judged.low < 0.1 < delta.judged.high
     assert delta.verdict == INCONCLUSIVE
+
+
+def test_runs_noisier_than_the_threshold_cannot_clear_a_changed_model() -> None:
+    """At 12% noise a 10% gate cannot trust bricks to move as the model does: a changed model that is not
+    clearly a regression is inconclusive, saying why; unchanged models and clear regressions are judged."""
+    before = block(
+        {**BEFORE_MODEL, "same.onnx": {"r": 1}},
+        {**{k: stats(v) for k, v in REFERENCES.items()}, "a": stats(100)},
+        noise=0.04,
+    )
+    speeds = np.ones(15)
+
+    def compared(c_us: float, noise: float) -> Any:
+        now = block(
+            {**NOW_MODEL, "same.onnx": {"r": 1}},
+            {**{k: stats(v) for k, v in REFERENCES.items()}, "c": stats(c_us)},
+            noise=noise,
+        )
+        return compare(
+            now, before, baseline="b", statistic="median", threshold=0.1, retimed={"m.onnx": rounds(speeds, c_us)}
+        )
+
+    quiet, noisy = compared(130, noise=0.04), compared(130, noise=0.12)
+    assert [m.verdict for m in quiet.models] == [SLOWER, UNCHANGED]
+    assert [m.verdict for m in noisy.models] == [INCONCLUSIVE, UNCHANGED]
+    assert noisy.too_noisy and not quiet.too_noisy and noisy.as_dict()["noise"] == 0.12
+    assert "noise (12.0%, their bricks' median spread) is above 10%" in render_inconclusive(noisy)
+    assert compared(200, noise=0.12).models[0].verdict == REGRESSION
+    assert (
+        compare(
+            block(NOW_MODEL, {**{k: stats(v) for k, v in REFERENCES.items()}, "c": stats(130)}),
+            before,
+            baseline="b",
+            statistic="median",
+            threshold=0.1,
+        ).noise
+        is None
+    ), "a run without its noise"
 
 
 def test_a_count_change_is_a_changed_brick() -> None:
