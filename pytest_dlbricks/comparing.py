@@ -306,7 +306,8 @@ def compare(
 def _runs_noise(*reports: Mapping[str, Any]) -> float | None:
     """The larger of the reports' noise figures; None when one does not give it."""
     figures = [(report.get("summary") or {}).get("noise") for report in reports]
-    return max(figures) if all(isinstance(figure, (int, float)) for figure in figures) else None
+    numbers = [float(figure) for figure in figures if isinstance(figure, (int, float))]
+    return max(numbers) if numbers and len(numbers) == len(figures) else None
 
 
 def suspects(comparison: Comparison) -> list[ModelDelta]:
