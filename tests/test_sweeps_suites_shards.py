@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -324,7 +325,7 @@ def test_three_shards_merge_into_the_single_run_composition(pytester: pytest.Pyt
         ran.append(brick_items(result))
     distinct = read(pytester.path / "s1.json")["summary"]["distinct_bricks"]
     assert sum(map(len, ran)) == len(set.union(*ran)) == distinct, "every brick on exactly one shard"
-    assert max(map(len, ran)) - min(map(len, ran)) <= 1
+    assert max(map(len, ran)) <= math.ceil(distinct / 3), "no shard gets more than its equal share, rounded up"
 
     status, out, err = cli(
         "merge", *(str(pytester.path / f"s{k}.json") for k in (1, 2, 3)), "--json", str(pytester.path / "merged.json")

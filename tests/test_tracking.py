@@ -281,13 +281,15 @@ def test_the_store_keeps_the_precision_reached_not_the_one_asked(
 
 
 def test_a_changed_model_times_only_its_new_bricks(pytester: pytest.Pytester) -> None:
+    # Cut as written: which layout changes onnxruntime adds around a convolution depends on the CPU's vector width.
+    args = ("--dlbricks-granularity=1", "--dlbricks-cut=original", "models")
     models = pytester.path / "models"
     models.mkdir()
     tiny_models.chain(models, "a.onnx", blocks=2)
     tiny_models.chain(models, "b.onnx", blocks=2, channels=4)
-    run(pytester, "--dlbricks-granularity=1", "models").assert_outcomes(passed=4)
+    run(pytester, *args).assert_outcomes(passed=4)
     tiny_models.chain(models, "b.onnx", blocks=2, channels=4, kernel=5)
-    result = run(pytester, "--dlbricks-granularity=1", "models")
+    result = run(pytester, *args)
     result.assert_outcomes(passed=1, skipped=3)  # b's Conv changed; its Relu and a's bricks did not
     result.stdout.fnmatch_lines(
         [

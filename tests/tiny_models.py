@@ -111,6 +111,13 @@ def diamond(directory: Path) -> Path:
     return save(finish(nodes, [tensor("x", [1, 64])], [tensor("y", [1, 64])]), directory, "diamond.onnx")
 
 
+def elementwise_row(directory: Path, *, ops: Sequence[str] = ("Relu", "Sigmoid", "Tanh", "Neg", "Abs", "Exp")) -> Path:
+    """``ops`` one after the other on 64 floats: layers of a few microseconds on any machine, each its own brick."""
+    names = ["x", *(f"v{index}" for index in range(len(ops)))]
+    nodes = [helper.make_node(op, [names[i]], [names[i + 1]], name=f"{op}{i}") for i, op in enumerate(ops)]
+    return save(finish(nodes, [tensor("x", [1, 64])], [tensor(names[-1], [1, 64])]), directory, "elementwise_row.onnx")
+
+
 def symbolic_batch(directory: Path) -> Path:
     """MatMul by a ``[4, 32]`` weight, then Relu, on an input ``[batch, 4]`` whose ``batch`` is symbolic."""
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
