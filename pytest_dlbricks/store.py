@@ -6,7 +6,7 @@ a reader, or a run interrupted at any point, never sees half a file::
     <store>/
       <cpu>-<cores>c-ort<version>-t<threads>-<optimization>-<key>/   one folder per machine and settings
         identity.json           {"version", "machine", "timing"}
-        overhead.json           {"version", "overhead"}: the inference call's cost composition takes off
+        overhead.json           {"version", "method", "overhead"}: the inference call's cost composition takes off
         executor.json           {"version", "conditions", "measured_at", "detection"}: what the parallel
                                 executor does here (see :func:`.probes.detect_executor`)
         calibration/<key>.json  {"version", "path", "key", "granularity", "work_s", "bytes", "call_s", "measured_s"}:
@@ -47,7 +47,7 @@ from .calibration import CalibrationRecord
 from .composition import BrickCall
 from .identity import Identity, digest
 from .noise import margin_of_error
-from .overhead import CallOverhead
+from .overhead import MEASUREMENT_METHOD, CallOverhead
 from .probes import ExecutorDetection, PoolSlowdown
 from .settings import STATISTICS
 
@@ -306,6 +306,11 @@ class Shelf:
                 return None
             if data["version"] != STORE_VERSION:
                 raise ValueError(f"store version {data['version']!r}")
+            method = data.get("method", 1)  # records of method 1 did not say so
+            if type(method) is not int or not 1 <= method <= MEASUREMENT_METHOD:
+                raise ValueError(f"measurement method {method!r}")
+            if method < MEASUREMENT_METHOD:
+                return None  # measured an older way: not damaged, measured again
             recorded = data["overhead"]
             names = [field.name for field in dataclasses.fields(CallOverhead)]
             # Records written before the timing cost was measured lack it, and compose as they did.
@@ -325,7 +330,8 @@ class Shelf:
 
     def put_overhead(self, overhead: CallOverhead) -> None:
         self._identify()
-        write_json(self.path / _OVERHEAD, {"version": STORE_VERSION, "overhead": dataclasses.asdict(overhead)})
+        record = {"version": STORE_VERSION, "method": MEASUREMENT_METHOD, "overhead": dataclasses.asdict(overhead)}
+        write_json(self.path / _OVERHEAD, record)
 
     def get_executor(self, conditions: Mapping[str, Any]) -> StoredExecutor | None:
         """The parallel executor's detection made on this shelf's machine and settings under ``conditions``

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_dlbricks.identity import Identity
-from pytest_dlbricks.overhead import CallOverhead
+from pytest_dlbricks.overhead import MEASUREMENT_METHOD, CallOverhead
 from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown
 from pytest_dlbricks.store import (
     STORE_VERSION,
@@ -165,9 +165,31 @@ RECORDED_OVERHEAD = {"fixed_s": 2e-6, "per_input_s": 0.0, "per_output_s": 0.0, "
 def test_an_unusable_call_overhead_is_discarded_and_counted(tmp_path: Path, overhead: object) -> None:
     shelf = BrickStore(tmp_path).shelf(IDENTITY)
     shelf.put_overhead(CallOverhead(fixed_s=2e-6))
-    (shelf.path / "overhead.json").write_text(json.dumps({"version": STORE_VERSION, "overhead": overhead}))
+    record = {"version": STORE_VERSION, "method": MEASUREMENT_METHOD, "overhead": overhead}
+    (shelf.path / "overhead.json").write_text(json.dumps(record))
     assert shelf.get_overhead() is None
     assert shelf.discarded == {"call overhead": 1}
+
+
+@pytest.mark.parametrize("method", [-1, 0, MEASUREMENT_METHOD + 1, "2", True, None])
+def test_a_call_overhead_of_an_unknown_method_is_discarded_and_counted(tmp_path: Path, method: object) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put_overhead(CallOverhead(fixed_s=2e-6))
+    record = {"version": STORE_VERSION, "method": method, "overhead": RECORDED_OVERHEAD}
+    (shelf.path / "overhead.json").write_text(json.dumps(record))
+    assert shelf.get_overhead() is None
+    assert shelf.discarded == {"call overhead": 1}
+
+
+def test_a_call_overhead_measured_an_older_way_is_measured_again_without_a_word(tmp_path: Path) -> None:
+    """Method 1 counted the cost of a Sum ahead of its chains in the fixed cost; its records did not say so."""
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put_overhead(CallOverhead(fixed_s=2e-6))
+    assert shelf.get_overhead() == CallOverhead(fixed_s=2e-6)
+    for old in ({"version": STORE_VERSION}, {"version": STORE_VERSION, "method": 1}):
+        (shelf.path / "overhead.json").write_text(json.dumps({**old, "overhead": RECORDED_OVERHEAD}))
+        assert shelf.get_overhead() is None
+    assert not shelf.discarded, "not damaged: outdated"
 
 
 def test_a_damaged_identity_is_repaired_and_counted(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -116,7 +117,7 @@ def test_shared_weights_are_read_only_views_of_one_buffer_whatever_the_order() -
 def test_bricks_with_shared_weights_run_as_with_their_own(tmp_path: Path, settings: Settings) -> None:
     shared = SharedWeights()
     bricks = [brick for brick in bricks_of(tiny_models.chain(tmp_path), 1) if brick.weights]
-    handed = []
+    handed: list[np.ndarray] = []
     for brick in bricks:
         model, weights = brick_model_and_weights(brick, shared)
         handed.extend(weights.values())
@@ -421,6 +422,30 @@ def test_what_timing_a_brick_adds_is_the_difference_of_the_chains_intercepts(
     assert overhead.parallel_fixed_s == 3e-6
     monkeypatch.setattr(call_overhead, "_interleaved_medians", medians(-0.5e-6))
     assert measure_call_overhead(settings, rounds=1, calls=1).timing_s == 0.0
+
+
+def test_the_fixed_cost_is_read_from_chains_of_nothing_but_their_layers(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The intercept of chains of n layers is a call of no layer only if a chain holds nothing else: a Sum
+    ahead of them counted its own cost in the fixed cost taken off every brick (1.2 to 1.9 us here)."""
+    seen: dict[str, list[list[str]]] = {}
+
+    def medians(families: dict[str, list[Any]], rounds: int, calls: int) -> dict[str, list[float]]:
+        for name, calls_of in families.items():
+            seen[name] = [[node.op_type for node in call.model.graph.node] for call in calls_of]
+        return {name: [1e-6 * (n + 1) for n in range(len(group))] for name, group in families.items()}
+
+    def keep_the_model(call: Any, model: onnx.ModelProto, settings: Settings, parallel: bool = False) -> None:
+        call.model = model
+
+    monkeypatch.setattr(call_overhead._Call, "__init__", keep_the_model)
+    monkeypatch.setattr(call_overhead, "measure_parallel_fixed_cost", lambda settings: 3e-6)
+    monkeypatch.setattr(call_overhead, "_interleaved_medians", medians)
+    measure_call_overhead(settings, rounds=1, calls=1)
+    assert seen["chain"] == [["Add"] * n for n in call_overhead._SIZES]
+    assert seen["outputs"] == [["Add"] * n for n in call_overhead._SIZES[:4]]
+    assert seen["inputs"] == [["Sum", "Add"]] * 4, "every count of inputs summed by one node, so the slope is per input"
 
 
 def test_the_parallel_fixed_cost_is_the_intercept_of_chains_of_growing_length(
