@@ -189,6 +189,29 @@ def scalar_range(directory: Path) -> Path:
     return save(model, directory, "range.onnx")
 
 
+def symbolic_positions(directory: Path) -> Path:
+    """``x[n]`` (``n`` symbolic) through onnxruntime's Gelu, plus ``Range(0, size of its first axis, 1)``.
+
+    At a concrete ``n`` onnxruntime folds Shape, Gather, Range and Cast into a constant; as the file
+    declares ``x``, it runs them. onnx's shape inference does not know the com.microsoft Gelu, so the
+    size Gather takes from Shape is learned from the reference run alone.
+    Layers as the file runs them: Gelu, Shape, Gather, Range, Cast, Add.
+    """
+    initializers = [array("index", np.array(0, dtype=np.int64)), array("start", np.array(0, dtype=np.int64))]
+    initializers.append(array("step", np.array(1, dtype=np.int64)))
+    nodes = [
+        helper.make_node("Gelu", ["x"], ["g"], domain="com.microsoft"),
+        helper.make_node("Shape", ["g"], ["shape"]),
+        helper.make_node("Gather", ["shape", "index"], ["n"], axis=0),
+        helper.make_node("Range", ["start", "n", "step"], ["positions"]),
+        helper.make_node("Cast", ["positions"], ["positions_f"], to=FLOAT),
+        helper.make_node("Add", ["g", "positions_f"], ["y"]),
+    ]
+    model = finish(nodes, [tensor("x", ["n"])], [tensor("y", ["n"])], initializers)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return save(model, directory, "positions.onnx")
+
+
 def loop_outer_scope(directory: Path, *, trips: int = 3, inner: str = "acc", body_seed: int | None = None) -> Path:
     """Relu, then a Loop of ``trips`` iterations whose body adds the outer-scope Relu output ``r``.
 
