@@ -118,9 +118,6 @@ def _load(path: Path, loader: _ModelLoader, optimize: Settings | None, reach: in
             written.append(folder)
             return optimized
 
-        # onnxruntime optimizes the file as it declares its inputs, never knowing the sizes of one run:
-        # at those sizes it would fold away the computations on sizes that the file runs (t5 1.23x, gpt2 1.19x).
-        loader.unsized = bool(loader.declared_inputs)
         optimized = loader.on_runtime(optimized_in_scratch)
         runtime_loader = loader.derived(optimized, written[-1], runtime_graph=True)
         return runtime_loader.load(reach)

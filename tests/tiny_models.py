@@ -192,10 +192,8 @@ def scalar_range(directory: Path) -> Path:
 def symbolic_positions(directory: Path) -> Path:
     """``x[n]`` (``n`` symbolic) through onnxruntime's Gelu, plus ``Range(0, size of its first axis, 1)``.
 
-    At a concrete ``n`` onnxruntime folds Shape, Gather, Range and Cast into a constant; as the file
-    declares ``x``, it runs them. onnx's shape inference does not know the com.microsoft Gelu, so the
-    size Gather takes from Shape is learned from the reference run alone.
-    Layers as the file runs them: Gelu, Shape, Gather, Range, Cast, Add.
+    onnx's shape inference does not know the com.microsoft Gelu, so the size Gather takes from Shape is
+    learned from the reference run alone. Layers: Gelu, Shape, Gather, Range, Cast, Add.
     """
     initializers = [array("index", np.array(0, dtype=np.int64)), array("start", np.array(0, dtype=np.int64))]
     initializers.append(array("step", np.array(1, dtype=np.int64)))
