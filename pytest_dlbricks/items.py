@@ -57,6 +57,9 @@ SHORT_CALL_S = 20e-6
 SPAN_SHARE = 0.05
 #: Warm calls timed before the rounds; the fastest gives the brick's time (see :func:`_budget_rounds`).
 PROBE_CALLS = 3
+#: ... unless one call takes this long: its time is then known well enough for the budget, and two more
+#: calls of every brick of a millisecond or more cost the onnx wheel's CNNs a second of a 28 s first run.
+PROBE_ENOUGH_S = 1e-3
 
 
 def brick_mark(run: DLBricksRun, config: pytest.Config) -> pytest.MarkDecorator:
@@ -125,8 +128,9 @@ def _budget_rounds(item: pytest.Item, run: DLBricksRun, signature: str, call: Ca
     :mod:`.budget`), over at least :data:`MIN_SPAN_S` (or pytest-benchmark's ``max_time``, if shorter) for
     a brick of microseconds that makes a sizeable part of a model.
 
-    The brick's time is the fastest of :data:`PROBE_CALLS` calls, timed as the rounds will be: they
-    follow the check, which pays the first call's allocations, so it is the brick's warm time. The
+    The brick's time is the fastest of :data:`PROBE_CALLS` calls (one, for a brick of
+    :data:`PROBE_ENOUGH_S` or more), timed as the rounds will be: they follow the check, which pays the
+    first call's allocations, so it is the brick's warm time. The
     precision is left alone when the run times every brick to a precision of pytest-benchmark's own,
     or none.
     """
@@ -137,6 +141,8 @@ def _budget_rounds(item: pytest.Item, run: DLBricksRun, signature: str, call: Ca
         start = run.clock()
         call()
         seconds = min(seconds, run.clock() - start)
+        if seconds >= PROBE_ENOUGH_S:
+            break
     config = item.config
     span = min(MIN_SPAN_S, float(options.get("max_time", config.getoption("benchmark_max_time"))))
     min_rounds = int(options.get("min_rounds", config.getoption("benchmark_min_rounds")))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLE_MODELS
+from pytest_dlbricks import items
 from pytest_dlbricks.budget import LOOSEST, Use, brick_precision, estimate_precision, largest_share
 from pytest_dlbricks.engine import DLBricksRun
 from pytest_dlbricks.settings import Settings
@@ -71,3 +72,45 @@ def test_times_the_store_knows_count_in_a_model_s_known_part(tmp_path: Path) -> 
     run.known_times.update(dict.fromkeys(others, 1e-4))
     assert run.brick_precision(first, 1e-6, 0.02) == LOOSEST
     assert run.brick_precision(first, 1e-4, 0.02) == pytest.approx(0.02 * math.sqrt(3), rel=0.05)
+
+
+class _Item:
+    """What :func:`items._budget_rounds` reads of a brick item: its benchmark mark and pytest's options."""
+
+    def __init__(self, pytester: pytest.Pytester) -> None:
+        self.config = pytester.parseconfig()
+        self.marks: list[pytest.Mark] = [pytest.mark.benchmark(precision=0.02).mark]
+
+    def get_closest_marker(self, name: str) -> pytest.Mark | None:
+        return self.marks[-1] if name == "benchmark" else None
+
+    def add_marker(self, marker: pytest.MarkDecorator, append: bool = True) -> None:
+        self.marks.append(marker.mark)
+
+
+class _Run:
+    """A run whose clock moves only when a brick is called, by the brick's time."""
+
+    def __init__(self, seconds: float) -> None:
+        self.now, self.seconds, self.calls = 0.0, seconds, 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def call(self) -> None:
+        self.calls += 1
+        self.now += self.seconds
+
+    def brick_share(self, signature: str, seconds: float) -> float:
+        return 0.0
+
+    def brick_precision(self, signature: str, seconds: float, target: float) -> float:
+        return target
+
+
+@pytest.mark.parametrize(("seconds", "calls"), [(10e-6, items.PROBE_CALLS), (items.PROBE_ENOUGH_S, 1), (0.05, 1)])
+def test_a_brick_of_a_millisecond_or_more_is_probed_once(pytester: pytest.Pytester, seconds: float, calls: int) -> None:
+    """Its one call's time is good enough for the budget; two more calls of every such brick cost a second."""
+    run = _Run(seconds)
+    items._budget_rounds(_Item(pytester), run, "brick", run.call)  # type: ignore[arg-type]
+    assert run.calls == calls
