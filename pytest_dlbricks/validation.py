@@ -26,7 +26,7 @@ from .overhead import CallOverhead
 ESTIMATE_OF_EXECUTOR = {"sequential": "sequential_s", "parallel": "critical_path_s"}
 #: A model is "within" the target when its estimate is within this fraction of the measurement.
 WITHIN = 0.10
-#: Timed calls of each brick per round, after :data:`WARM_CALLS` untimed ones.
+#: Timed calls of each brick per round, after the untimed ones of :func:`warm`.
 CALLS_PER_ROUND = 3
 #: Untimed calls of each brick, and of the model, before their timed calls in a round. Called once after
 #: other sessions ran, a model of a millisecond takes far longer than called again and again, as users
@@ -34,6 +34,9 @@ CALLS_PER_ROUND = 3
 #: gpt2 1.28x and 1.05x, BERT 1.17x and 1.00x; models of 10 ms and more within 3% after one): timed after
 #: one, such a model read slow against its bricks, which are timed again and again too.
 WARM_CALLS = 5
+#: ... or fewer, once they have taken this long: a model of 10 ms is warm after one call, and five calls of
+#: a large model's every brick and of the model made validating the onnx wheel's CNNs 1.6x longer.
+WARM_SECONDS = 0.01
 #: Time a validation aims to spend on one model, within the bounds on rounds below.
 VALIDATION_SECONDS = 2.0
 MIN_ROUNDS = 7
@@ -52,8 +55,8 @@ class TimedBrick(Protocol):
 class BrickRounds:
     """Times each distinct brick of a model once per round; used as pytest-benchmark's round setup.
 
-    Each call is timed as brick items are, its inputs written again just before, after
-    :data:`WARM_CALLS` untimed calls. Each round ends with as many untimed calls of the whole ``model``
+    Each call is timed as brick items are, its inputs written again just before, after the untimed
+    calls of :func:`warm`. Each round ends with as many untimed calls of the whole ``model``
     and the writing of its inputs, so that the model's timed call, which follows, finds things as each
     brick's did: caches filled, threads awake, inputs just written, the model called again and again.
     """
@@ -66,8 +69,7 @@ class BrickRounds:
     def __call__(self) -> None:
         times: dict[str, float] = {}
         for signature, run in self.runners.items():
-            for _ in range(WARM_CALLS):
-                run()
+            warm(run)
             calls = []
             for _ in range(CALLS_PER_ROUND):
                 run.rewrite_inputs()
@@ -76,9 +78,17 @@ class BrickRounds:
                 calls.append(time.perf_counter() - start)
             times[signature] = statistics.median(calls)
         self.rounds.append(times)
-        for _ in range(WARM_CALLS):
-            self.model()
+        warm(self.model)
         self.model.rewrite_inputs()
+
+
+def warm(run: TimedBrick) -> None:
+    """Call ``run`` untimed :data:`WARM_CALLS` times, or fewer once the calls took :data:`WARM_SECONDS`."""
+    start = time.perf_counter()
+    for _ in range(WARM_CALLS):
+        run()
+        if time.perf_counter() - start >= WARM_SECONDS:
+            return
 
 
 def rounds_for(round_seconds: float) -> int:
