@@ -151,31 +151,27 @@ RECORDED_OVERHEAD = {"fixed_s": 2e-6, "per_input_s": 0.0, "per_output_s": 0.0, "
 
 
 @pytest.mark.parametrize(
-    "overhead",
+    ("method", "overhead"),
     [
-        {**RECORDED_OVERHEAD, "fixed_s": "fast"},
-        {**RECORDED_OVERHEAD, "fixed_s": -1.0},
-        {**RECORDED_OVERHEAD, "fixed_s": float("nan")},
-        {**RECORDED_OVERHEAD, "parallel_fixed_s": float("inf")},
-        {name: value for name, value in RECORDED_OVERHEAD.items() if name != "fixed_s"},
-        {**RECORDED_OVERHEAD, "extra_s": 1.0},
-        [],
+        *(
+            (MEASUREMENT_METHOD, {**RECORDED_OVERHEAD, **change})
+            for change in (
+                {"fixed_s": "fast"},
+                {"fixed_s": -1.0},
+                {"fixed_s": float("nan")},
+                {"parallel_fixed_s": float("inf")},
+                {"extra_s": 1.0},
+            )
+        ),
+        (MEASUREMENT_METHOD, {name: value for name, value in RECORDED_OVERHEAD.items() if name != "fixed_s"}),
+        (MEASUREMENT_METHOD, []),
+        *((method, RECORDED_OVERHEAD) for method in (-1, 0, MEASUREMENT_METHOD + 1, "2", True, None)),
     ],
 )
-def test_an_unusable_call_overhead_is_discarded_and_counted(tmp_path: Path, overhead: object) -> None:
+def test_an_unusable_call_overhead_is_discarded_and_counted(tmp_path: Path, method: object, overhead: object) -> None:
     shelf = BrickStore(tmp_path).shelf(IDENTITY)
     shelf.put_overhead(CallOverhead(fixed_s=2e-6))
-    record = {"version": STORE_VERSION, "method": MEASUREMENT_METHOD, "overhead": overhead}
-    (shelf.path / "overhead.json").write_text(json.dumps(record))
-    assert shelf.get_overhead() is None
-    assert shelf.discarded == {"call overhead": 1}
-
-
-@pytest.mark.parametrize("method", [-1, 0, MEASUREMENT_METHOD + 1, "2", True, None])
-def test_a_call_overhead_of_an_unknown_method_is_discarded_and_counted(tmp_path: Path, method: object) -> None:
-    shelf = BrickStore(tmp_path).shelf(IDENTITY)
-    shelf.put_overhead(CallOverhead(fixed_s=2e-6))
-    record = {"version": STORE_VERSION, "method": method, "overhead": RECORDED_OVERHEAD}
+    record = {"version": STORE_VERSION, "method": method, "overhead": overhead}
     (shelf.path / "overhead.json").write_text(json.dumps(record))
     assert shelf.get_overhead() is None
     assert shelf.discarded == {"call overhead": 1}
