@@ -77,8 +77,8 @@ def test_times_the_store_knows_count_in_a_model_s_known_part(tmp_path: Path) -> 
 class _Item:
     """What :func:`items._budget_rounds` reads of a brick item: its benchmark mark and pytest's options."""
 
-    def __init__(self, pytester: pytest.Pytester) -> None:
-        self.config = pytester.parseconfig()
+    def __init__(self, pytester: pytest.Pytester, *args: str) -> None:
+        self.config = pytester.parseconfig(*args)
         self.marks: list[pytest.Mark] = [pytest.mark.benchmark(precision=0.02).mark]
 
     def get_closest_marker(self, name: str) -> pytest.Mark | None:
@@ -91,8 +91,8 @@ class _Item:
 class _Run:
     """A run whose clock moves only when a brick is called, by the brick's time."""
 
-    def __init__(self, seconds: float) -> None:
-        self.now, self.seconds, self.calls = 0.0, seconds, 0
+    def __init__(self, seconds: float, share: float = 0.0) -> None:
+        self.now, self.seconds, self.share, self.calls = 0.0, seconds, share, 0
 
     def clock(self) -> float:
         return self.now
@@ -102,7 +102,7 @@ class _Run:
         self.now += self.seconds
 
     def brick_share(self, signature: str, seconds: float) -> float:
-        return 0.0
+        return self.share
 
     def brick_precision(self, signature: str, seconds: float, target: float) -> float:
         return target
@@ -114,3 +114,25 @@ def test_a_brick_of_a_millisecond_or_more_is_probed_once(pytester: pytest.Pytest
     run = _Run(seconds)
     items._budget_rounds(_Item(pytester), run, "brick", run.call)  # type: ignore[arg-type]
     assert run.calls == calls
+
+
+@pytest.mark.parametrize(
+    ("seconds", "share", "max_time", "min_rounds"),
+    [
+        (5e-6, items.SPAN_SHARE, 1.0, math.ceil(items.MIN_SPAN_S / 5e-6)),
+        (5e-6, items.SPAN_SHARE, 0.004, math.ceil(0.004 / 5e-6)),
+        (5e-6, items.SPAN_SHARE / 2, 1.0, None),
+        (items.SHORT_CALL_S, 1.0, 1.0, None),
+        (5e-6, 1.0, 5 * 5e-6, None),
+    ],
+    ids=["sizeable-part", "max-time-bounds-it", "small-part", "long-call", "span-no-longer-than-min-rounds"],
+)
+def test_a_microsecond_brick_of_a_sizeable_part_of_a_model_is_timed_over_a_span(
+    pytester: pytest.Pytester, seconds: float, share: float, max_time: float, min_rounds: int | None
+) -> None:
+    """A millisecond-long slow stretch of the machine would move its median; spread over many, it is the usual
+    time. Spanning the small parts too made four models' first run 2.3x longer, and long calls gain nothing."""
+    item, run = _Item(pytester, f"--benchmark-max-time={max_time}"), _Run(seconds, share)
+    items._budget_rounds(item, run, "brick", run.call)  # type: ignore[arg-type]
+    assert item.marks[-1].kwargs.get("min_rounds") == min_rounds
+    assert item.marks[-1].kwargs["precision"] == 0.02, "the precision still asked"

