@@ -375,14 +375,14 @@ def bind(
 ) -> ort.SIOBinding | None:
     """Inputs bound in place and outputs left to onnxruntime's allocator (or written into the arrays
     ``placed`` gives by output name), for calls that copy nothing; None for inputs or outputs onnxruntime
-    cannot bind (strings, sequences, maps), which ``run()`` then takes.
+    cannot bind (see :func:`_bindable`), which ``run()`` then takes, converting every output.
 
     ``run()`` would copy every output into a new numpy array: for a brick, a cost the layers do not
     pay inside the model, where a layer's output stays in onnxruntime's memory for the next layer.
     The inputs are the arrays of ``feeds`` themselves, so rewriting them in place is what runs.
     """
-    if any(array.dtype.kind in "OSU" for array in feeds.values()) or any(
-        not output.type.startswith("tensor(") or output.type == "tensor(string)" for output in session.get_outputs()
+    if any(array.dtype.kind in "OSU" for array in feeds.values()) or not all(
+        _bindable(output.type) for output in session.get_outputs()
     ):
         return None
     placed = placed or {}
@@ -395,6 +395,16 @@ def bind(
         else:
             binding.bind_output(output.name, "cpu")
     return binding
+
+
+def _bindable(output_type: str) -> bool:
+    """Whether onnxruntime can hand an output of this type (``tensor(float)``, ``seq(map(int64,tensor(float)))``)
+    to a binding call after call: tensors of numbers, and ZipMap's sequences of maps of numbers, which it
+    fills anew each call. Not strings (a bound string output crashed the process), nor sequences of tensors
+    (a bound one grew by the call's tensors each call)."""
+    if "string" in output_type:
+        return False
+    return output_type.startswith(("tensor(", "seq(map("))
 
 
 def declared_shapes_hold(session: ort.InferenceSession, results: Sequence[np.ndarray]) -> bool:

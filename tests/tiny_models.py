@@ -19,6 +19,7 @@ OPSET = 17
 IR_VERSION = 8
 FLOAT = TensorProto.FLOAT
 INT64 = TensorProto.INT64
+STRING = TensorProto.STRING
 BOOL = TensorProto.BOOL
 
 
@@ -413,32 +414,43 @@ def if_branch_weight(directory: Path) -> Path:
     return save(model, directory, "if_branch_weight.onnx")
 
 
-def zipmap_classifier(directory: Path) -> Path:
+def zipmap_classifier(directory: Path, *, string_labels: bool = False) -> Path:
     """scikit-learn's usual export: ``ai.onnx.ml`` LinearClassifier, then ZipMap, whose model output is a
-    sequence of maps (no tensor)."""
+    sequence of maps (no tensor); labels 0, 1, 2, or "a", "b", "c" (a string label and string keys)."""
+    labels = {"classlabels_strings": ["a", "b", "c"]} if string_labels else {"classlabels_ints": [0, 1, 2]}
     classifier = helper.make_node(
         "LinearClassifier",
         ["x"],
         ["label", "scores"],
         domain="ai.onnx.ml",
-        classlabels_ints=[0, 1, 2],
         coefficients=[0.1] * 12,
         intercepts=[0.0, 0.0, 0.0],
+        **labels,
     )
-    zipmap = helper.make_node(
-        "ZipMap", ["scores"], ["probabilities"], domain="ai.onnx.ml", classlabels_int64s=[0, 1, 2]
-    )
-    maps = helper.make_sequence_type_proto(helper.make_map_type_proto(INT64, helper.make_tensor_type_proto(FLOAT, [])))
+    keys = {"classlabels_strings": ["a", "b", "c"]} if string_labels else {"classlabels_int64s": [0, 1, 2]}
+    zipmap = helper.make_node("ZipMap", ["scores"], ["probabilities"], domain="ai.onnx.ml", **keys)
+    key_type = STRING if string_labels else INT64
+    probability = helper.make_tensor_type_proto(FLOAT, [])
+    maps = helper.make_sequence_type_proto(helper.make_map_type_proto(key_type, probability))
     graph = helper.make_graph(
         [classifier, zipmap],
         "classifier",
         [tensor("x", [1, 4])],
-        [tensor("label", [1], INT64), helper.make_value_info("probabilities", maps)],
+        [tensor("label", [1], key_type), helper.make_value_info("probabilities", maps)],
     )
     opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("ai.onnx.ml", 1)]
     model = helper.make_model(graph, opset_imports=opsets, producer_name="tests")
     model.ir_version = IR_VERSION
-    return save(model, directory, "zipmap.onnx")
+    return save(model, directory, "zipmap_strings.onnx" if string_labels else "zipmap.onnx")
+
+
+def tensor_sequence(directory: Path) -> Path:
+    """``x`` twice in a sequence of tensors, the model's output."""
+    sequence = helper.make_sequence_type_proto(helper.make_tensor_type_proto(FLOAT, [1, 4]))
+    nodes = [helper.make_node("SequenceConstruct", ["x", "x"], ["pair"])]
+    return save(
+        finish(nodes, [tensor("x", [1, 4])], [helper.make_value_info("pair", sequence)]), directory, "sequence.onnx"
+    )
 
 
 def image_conv(directory: Path) -> Path:
@@ -523,7 +535,7 @@ def word_lookup(directory: Path, *, vocabulary: int = 64, width: int = 128) -> P
         array("table", np.full((vocabulary, width), 0.5, np.float32)),
         array("w", np.full((width, width), 0.01, np.float32)),
     ]
-    model = finish(nodes, [tensor("words", ["n"], TensorProto.STRING)], [tensor("y", ["n", width])], weights)
+    model = finish(nodes, [tensor("words", ["n"], STRING)], [tensor("y", ["n", width])], weights)
     model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 2))
     return save(model, directory, "words.onnx")
 
