@@ -43,6 +43,13 @@ def one_pair_of_executor_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(probes, "measure_pool_slowdown", functools.partial(probes.measure_pool_slowdown, sessions=1))
 
 
+@pytest.fixture(autouse=True)
+def runs_inside_an_xdist_worker_time_their_bricks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``pytest -n``, pytest-benchmark finds PYTEST_XDIST_WORKER in the environment of the runs the tests
+    make in the worker's process, and stops timing there too: those runs are not distributed."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(pytest.mark.timeout(TEST_TIMEOUT))
