@@ -90,7 +90,8 @@ def executor_of(report: Mapping[str, Any]) -> dict[str, Any] | None:
     detection = entry.get("detection")
     if entry.get("model") not in (SCHEDULE, ONE_AT_A_TIME) or not isinstance(detection, Mapping):
         return None
-    if not all(is_number(detection.get(key)) for key in ("sequential_s", "parallel_s", "ratio", "concurrent_below")):
+    figures = ("sequential_s", "parallel_s", "ratio", "rounds", "concurrent_below")
+    if not all(is_number(detection.get(key)) for key in figures):
         return None
     pool = detection.get("pool")
     if entry.get("pool_layer_s") is not None and not (isinstance(pool, Mapping) and isinstance(pool.get("graph"), str)):

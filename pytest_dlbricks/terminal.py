@@ -260,9 +260,11 @@ def executor_line(executor: Mapping[str, Any] | None) -> str | None:
     if executor.get("error"):
         return f"Parallel: not estimated, the parallel executor could not be tried: {executor['error']}"
     found = executor["detection"]
+    # The ratio decides, and is the median of the rounds' ratios: not the ratio of the two medians beside it.
     figures = (
-        f"{found['graph']}: {format_seconds(found['sequential_s'])} sequential,"
-        f" {format_seconds(found['parallel_s'])} parallel, ratio {found['ratio']:.2f}"
+        f"{found['graph']}, {found['rounds']} rounds: medians {format_seconds(found['sequential_s'])} sequential,"
+        f" {format_seconds(found['parallel_s'])} parallel; median of the rounds' parallel / sequential"
+        f" {found['ratio']:.2f}"
     )
     if executor["model"] == "list schedule":
         how = (

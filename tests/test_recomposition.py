@@ -162,6 +162,7 @@ def test_a_suite_run_without_the_executors_behaviour_gives_no_parallel_estimate(
         lambda entry: {**entry, "pool_factor": None},
         lambda entry: {**entry, "detection": None},
         lambda entry: {**entry, "detection": {**entry["detection"], "ratio": "1.02"}},
+        lambda entry: {**entry, "detection": {k: v for k, v in entry["detection"].items() if k != "rounds"}},
         lambda entry: {**entry, "detection": {**entry["detection"], "pool": None}},
         lambda entry: {**entry, "model": "every node at once"},
     ],
