@@ -280,6 +280,26 @@ def test_the_store_keeps_the_precision_reached_not_the_one_asked(
     run(pytester, "--dlbricks-precision=2%", *args).assert_outcomes(passed=1 - reusable, skipped=reusable)
 
 
+def test_a_stored_brick_is_asked_for_the_precision_of_its_fastest_call_as_when_it_was_timed(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its part in the models, which loosens its precision, is sized from its fastest call when it is timed;
+    sized from its mean on reuse, a brick that had just met its precision fell short of it (a Gemm of 13.8 us
+    whose fastest call took 11.1 us), and every re-run of the Quick start timed some bricks again."""
+    args = ("--dlbricks-granularity=2", "--dlbricks-precision=5%", "models/mlp.onnx")
+    run(pytester, *args)
+    fastest = {read(path)["signature"]: read(path)["stats"]["min"] for path in brick_records(pytester)}
+    asked: dict[str, float] = {}
+
+    def any_precision_will_do(self: engine.DLBricksRun, signature: str, seconds: float, target: float) -> float:
+        asked[signature] = seconds
+        return 1.0
+
+    monkeypatch.setattr(engine.DLBricksRun, "brick_precision", any_precision_will_do)
+    run(pytester, *args).assert_outcomes(skipped=len(fastest))
+    assert asked == fastest
+
+
 def test_a_changed_model_times_only_its_new_bricks(pytester: pytest.Pytester) -> None:
     # Cut as written: which layout changes onnxruntime adds around a convolution depends on the CPU's vector width.
     args = ("--dlbricks-granularity=1", "--dlbricks-cut=original", "models")
