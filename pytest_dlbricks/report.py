@@ -545,6 +545,10 @@ def _accuracy(
         # The calibrated estimates (each from the calibration models other than itself), beside the raw ones.
         "calibrated": accuracy(_ratios(validated, "calibrated_ratio")),
         "parallel_paired": accuracy(_ratios(validated, "paired_parallel_ratio")),
+        # The item estimates against the paired rounds' (``estimate_drift``): the same bricks timed minutes
+        # apart, so what differs is the machine's speed, not the method; it tells how much of the gap
+        # between ``sequential`` and ``sequential_paired`` is the machine's.
+        "drift": accuracy(_ratios(validated, "estimate_drift")),
         # Typical relative spread (interquartile range) of a model's per-round ratios: the machine's noise.
         "noise": statistics.median(spreads) if spreads else None,
         # The same, of the parallel executor's rounds alone: where its threads compete with the intra-op

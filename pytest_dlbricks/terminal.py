@@ -329,6 +329,10 @@ _PAIRED = "  in paired rounds (the bricks timed again just before each timed cal
 _ACCURACIES = (
     ("sequential", "accuracy of sequential estimates (Sequential / Measured)"),
     ("sequential_paired", _PAIRED),
+    (
+        "drift",
+        "  item estimates against the paired rounds' (the same bricks timed apart: the machine's speed moved)",
+    ),
     ("calibrated", "accuracy of calibrated estimates (Calibrated / Measured, each from the other calibration models)"),
     ("parallel", "accuracy of parallel estimates against the parallel executor (Parallel / its measured time)"),
     ("parallel_paired", _PAIRED),
