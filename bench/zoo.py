@@ -9,7 +9,8 @@ estimate (``sequential_s``), measured (``measured_s``, with validation), their r
 (its sample inputs, such as the ``test_data_set_0`` the zoo build writes beside a model, or synthetic
 inputs, starred where the model has operators whose work depends on data), and the reason when a model
 gets no estimate; then the accuracy exp(-mean |ln ratio|), the share within 5% and 10%, and the
-plugin's own noise figure.
+plugin's own noise figure; with validation, the same scores of the paired rounds' ratios and of the
+drift between the item and the paired estimates (how far the machine's speed moved in the run).
 
 With validation, it also scores the per-machine calibration (:mod:`pytest_dlbricks.calibration`)
 honestly, raw against calibrated: leave one model out (each model's estimate calibrated on all the
@@ -214,7 +215,7 @@ def _row(found: dict, name: str, data: dict, failures: dict[str, str]) -> dict:
         key: found.get(key)
         for key in (
             *("sequential_s", "measured_s", "ratio", "complete", "guessed_dims", "inputs", "data_dependent_ops"),
-            "calibrated_s",
+            *("calibrated_s", "paired_ratio", "estimate_drift"),
         )
     }
     row["loaded"] = "error" not in found
@@ -254,14 +255,17 @@ def _render(models: list[dict], results: dict[tuple[int, bool], dict[str, dict]]
         lines.append(f"{estimated}/{len(models)} models complete with an estimate")
         real = [name for name, row in rows.items() if row.get("inputs") not in (None, "synthetic")]
         lines.append(f"{len(real)} ran on their sample inputs; * synthetic inputs, but operators that depend on data")
+        noise = f"plugin's noise {_noise(noises.get((granularity, validate)))}"
+        # Accuracy exp(-mean |ln ratio|) of the estimates, then of the paired rounds and of the drift between them.
         if ratios:
-            logs = [abs(math.log(r)) for r in ratios]
-            lines.append(
-                f"accuracy exp(-mean|ln ratio|) {math.exp(-sum(logs) / len(logs)):.3f} over {len(ratios)} models;"
-                f" within 5%: {sum(x <= math.log(1.05) for x in logs)}/{len(ratios)},"
-                f" within 10%: {sum(x <= math.log(1.10) for x in logs)}/{len(ratios)};"
-                f" plugin's noise {_noise(noises.get((granularity, validate)))}"
-            )
+            lines.append(f"{_score(ratios)}; {noise}")
+        for key, what in (
+            ("paired_ratio", "paired rounds (bricks timed again before each timed call of the model)"),
+            ("estimate_drift", "item estimates / paired estimates (the machine's speed moving between them)"),
+        ):
+            values = [row[key] for row in rows.values() if row.get("complete") and row.get(key)]
+            if values:
+                lines.append(f"  {what}: {_score(values)}")
     return "\n".join(lines)
 
 
@@ -338,15 +342,16 @@ def _ratio(ratio: float | None) -> str:
 
 
 def _score(ratios: list[float | None]) -> str:
-    """Accuracy exp(-mean |ln ratio|), and the share within 5% and within 10%."""
+    """Accuracy exp(-mean |ln ratio|), and the share within 5% and within 10% of the measurement (|ratio - 1|,
+    as the plugin and nn-Meter count)."""
     found = [r for r in ratios if r]
     if not found:
         return "no model"
     logs = [abs(math.log(r)) for r in found]
     return (
         f"accuracy {math.exp(-sum(logs) / len(logs)):.3f} over {len(found)} models,"
-        f" within 5%: {sum(x <= math.log(1.05) for x in logs)}/{len(found)},"
-        f" within 10%: {sum(x <= math.log(1.10) for x in logs)}/{len(found)}"
+        f" within 5%: {sum(abs(r - 1) <= 0.05 for r in found)}/{len(found)},"
+        f" within 10%: {sum(abs(r - 1) <= 0.10 for r in found)}/{len(found)}"
     )
 
 
