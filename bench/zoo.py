@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from pathlib import Path
 
 from pytest_dlbricks.calibration import MIN_MODELS, Calibration, CalibrationRecord, fit, record_of
 from pytest_dlbricks.overhead import CallOverhead
+from pytest_dlbricks.validation import accuracy
 
 DEFAULT_CACHE = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
 
@@ -342,16 +342,16 @@ def _ratio(ratio: float | None) -> str:
 
 
 def _score(ratios: list[float | None]) -> str:
-    """Accuracy exp(-mean |ln ratio|), and the share within 5% and within 10% of the measurement (|ratio - 1|,
-    as the plugin and nn-Meter count)."""
+    """Accuracy exp(-mean |ln ratio|), and the share within 5% and within 10% of the measurement, as the plugin
+    scores them (|ratio - 1|, as nn-Meter counts)."""
     found = [r for r in ratios if r]
-    if not found:
+    scored = accuracy(found)
+    if scored is None:
         return "no model"
-    logs = [abs(math.log(r)) for r in found]
     return (
-        f"accuracy {math.exp(-sum(logs) / len(logs)):.3f} over {len(found)} models,"
+        f"accuracy {scored['accuracy']:.3f} over {len(found)} models,"
         f" within 5%: {sum(abs(r - 1) <= 0.05 for r in found)}/{len(found)},"
-        f" within 10%: {sum(abs(r - 1) <= 0.10 for r in found)}/{len(found)}"
+        f" within 10%: {scored['within_10_percent']}/{len(found)}"
     )
 
 

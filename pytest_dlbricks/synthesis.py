@@ -54,9 +54,8 @@ def _weights(brick: BrickSpec) -> dict[str, np.ndarray]:
 
 
 def _shared_weights(brick: BrickSpec, shared: SharedWeights) -> dict[str, np.ndarray]:
-    synthetic = [(name, spec) for name, spec in brick.weights if brick.values.get(name) is None]
-    made = dict(zip([name for name, _ in synthetic], shared.arrays([spec for _, spec in synthetic])))
-    return {name: kept if (kept := brick.values.get(name)) is not None else made[name] for name, _ in brick.weights}
+    made = iter(shared.arrays([spec for name, spec in brick.weights if brick.values.get(name) is None]))
+    return {name: kept if (kept := brick.values.get(name)) is not None else next(made) for name, _ in brick.weights}
 
 
 def _external(name: str, value: np.ndarray) -> onnx.TensorProto:
