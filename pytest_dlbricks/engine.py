@@ -25,7 +25,14 @@ from .html import render_html
 from .loading import load_model, whole_model
 from .maps import write_maps
 from .numerics import convert, float32_work
-from .overhead import NO_OVERHEAD, CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
+from .overhead import (
+    NO_OVERHEAD,
+    REFERENCE,
+    CallOverhead,
+    measure_call_overhead,
+    measure_parallel_fixed_cost,
+    reference_call,
+)
 from .plans import CutModel, PlanCache
 from .probes import ExecutorDetection, RunMeasurements, describe_machine, detect_executor, measure_run
 from .report import BrickResult, FailedModel, RunReport, build_report
@@ -33,6 +40,7 @@ from .running import BrickRunner, ModelRunner
 from .samples import SampleInputs, find_samples, from_hook
 from .settings import Settings
 from .sharding import assign, brick_cost
+from .speed_trace import SpeedTrace
 from .store import write_json, write_text
 from .suite import SuiteError, export_suite, read_manifest
 from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
@@ -74,6 +82,8 @@ class DLBricksRun:
         self.validations: dict[tuple[str, str], Validation] = {}
         #: Cost of one inference call on this machine, measured before the first timing.
         self.overhead: CallOverhead | None = None
+        #: How fast the machine ran through the run, sampled before the items that time (see :mod:`.speed_trace`).
+        self.speed = SpeedTrace(lambda: reference_call(settings), REFERENCE)
         #: What the parallel executor does with independent nodes here, detected once before composing,
         #: or why it could not be.
         self.executor: ExecutorDetection | None = None
@@ -419,6 +429,7 @@ class DLBricksRun:
             placements=self.placements,
             store_damage=self.store_damage,
             calibration=self.calibration,
+            speed=self.speed.summary(),
         )
         self.report = self.composed.as_json()
         return self.report

@@ -99,6 +99,7 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
         if runner.placement is not None:
             run.record_placement(signature, runner.placement.providers)
         run.measure_overhead()
+        run.speed.sample_if_due()
         clock = run.clock
 
         def call() -> None:
@@ -179,6 +180,7 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
         benchmark = request.getfixturevalue("benchmark")
         bricks = BrickRounds(runners, model)
         run.measure_overhead()
+        run.speed.sample_if_due()
         start = time.perf_counter()
         model()
         bricks()

@@ -7,7 +7,7 @@ shards split work, they do not repeat it. The merged call cost, taken off every 
 of the reports' own measurements, and every model is composed again from all the bricks' times,
 for the parallel executor as the first report that detected it found it (the reports come from
 comparable machines with the same settings). The merged run measured under high noise when any of
-its reports did.
+its reports did, and its speed trace is that of the report whose machine's speed moved most.
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ def merge_reports(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> Report:
     noises = [report["summary"].get("noise") for _, report in reports]
     merged["summary"]["noise"] = max((n for n in noises if n is not None), default=None)
     merged["summary"]["high_noise"] = any(report["summary"].get("high_noise") for _, report in reports)
+    traces = [trace for _, report in reports if (trace := report["summary"].get("speed")) and trace.get("spread")]
+    merged["summary"]["speed"] = max(traces, key=lambda trace: trace["spread"], default=None)
     return merged
 
 

@@ -10,6 +10,7 @@ the model.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,6 +105,15 @@ def measure_parallel_fixed_cost(settings: Settings, rounds: int = 5, calls: int 
 
 
 _SIZES = (1, 2, 4, 8, 16)
+#: Layers of the reference call the run's speed trace times (see :mod:`.speed_trace`).
+REFERENCE_LAYERS = 16
+REFERENCE = f"a chain of {REFERENCE_LAYERS} one-element Adds"
+
+
+def reference_call(settings: Settings) -> Callable[[], None]:
+    """The reference call of the run's speed trace: the longest of the chains the call cost is read from,
+    called as bricks are called."""
+    return _Call(_tiny_model(REFERENCE_LAYERS, 1, 1), settings)
 
 
 class _Call:

@@ -30,6 +30,7 @@ from .errors import describe_error
 from .graph import MIN_IR_VERSION
 from .runtime import create_session, profile
 from .settings import Settings
+from .wording import plural
 
 #: Side of the square GEMM: large enough to reach the peak, small enough to run in milliseconds.
 GEMM_SIZE = 512
@@ -290,7 +291,7 @@ def measure_pool_slowdown(settings: Settings | None = None, sessions: int = MIXE
         sessions=pairs,
         rounds=MIXED_ROUNDS,
         graph=f"a chain of {len(widths) - 1} MatMuls of {MIXED_ROWS} rows float32, widths"
-        f" {', '.join(map(str, MIXED_WIDTHS))} in turn, in {sessions} pairs of sessions",
+        f" {', '.join(map(str, MIXED_WIDTHS))} in turn, in {plural(sessions, 'pair')} of sessions",
     )
 
 

@@ -186,6 +186,9 @@ class Summary:
     noise: float | None = None
     #: Whether that noise exceeds :data:`.noise.HIGH_NOISE`: the run is no baseline for comparisons.
     high_noise: bool = False
+    #: How fast the machine ran through the run (see :meth:`.speed_trace.SpeedTrace.summary`); None when
+    #: the run took too few samples.
+    speed: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,7 @@ def build_report(
     placements: Mapping[str, Mapping[str, int]] | None = None,
     store_damage: dict[str, dict[str, int]] | None = None,
     calibration: Sequence[CalibrationRecord] = (),
+    speed: dict[str, Any] | None = None,
 ) -> RunReport:
     """The report of a run.
 
@@ -268,7 +272,8 @@ def build_report(
     (the bricks' layers and the machine's peak and load times) feed the analysis; ``unsupported``
     and ``placements`` say, by brick signature, why a provider cannot run a brick and where its
     nodes ran; ``store_damage`` counts the damaged records of the brick store; ``calibration`` holds
-    the calibration models kept for this machine, to which a run that calibrates adds its validated ones.
+    the calibration models kept for this machine, to which a run that calibrates adds its validated ones;
+    ``speed`` is the run's speed trace (see :mod:`.speed_trace`).
     """
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
     validations = validations or {}
@@ -367,6 +372,7 @@ def build_report(
             store_damage=store_damage,
             noise=noise,
             high_noise=noise is not None and noise > HIGH_NOISE,
+            speed=speed,
         ),
         accuracy=_accuracy(json_models, times, users),
         models=models,

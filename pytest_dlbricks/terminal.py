@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .settings import DEFAULT_DIM
+from .speed_trace import HIGH_PERCENTILE, LOW_PERCENTILE
 from .wording import plural
 
 #: Operator types listed per model at ``-v``; the rest are summed as "other".
@@ -18,6 +19,9 @@ SHOWN_OP_TYPES = 5
 CALL_LABEL = "(call)"
 #: Bricks listed per model at ``-v``.
 SHOWN_BRICKS = 3
+#: How far the machine's speed may move through a run before the table's closing lines say what that
+#: means for the estimates.
+SPEED_MOVED = 0.05
 
 
 def render_analysis(report: Mapping[str, Any], *, verbose: bool) -> str:
@@ -196,6 +200,9 @@ def render_table(report: Mapping[str, object]) -> str:
     lines = format_table(rows, left=left).splitlines()
     summary: Mapping[str, object] = report["summary"]  # type: ignore[assignment]
     lines.append(count_line(summary))
+    speed = speed_line(summary)
+    if speed is not None:
+        lines.append(speed)
     calibration = calibration_line(report.get("calibration"))  # type: ignore[arg-type]
     if calibration is not None:
         lines.append(calibration)
@@ -217,6 +224,28 @@ def count_line(summary: Mapping[str, Any]) -> str:
         + f", {summary['measured_bricks'] - reused} measured"
     )
     return line + (f", {reused} reused from the brick store" if reused else "")
+
+
+def speed_line(summary: Mapping[str, Any]) -> str | None:
+    """How far the machine's speed moved through the run, beside how far the bricks' own rounds spread."""
+    speed = summary.get("speed")
+    if not speed or not isinstance(speed.get("spread"), float):
+        return None
+    spread, noise = speed["spread"], summary.get("noise")
+    line = (
+        f"Machine speed through the run: {speed['reference']} took {format_seconds(speed['fast_s'])} to"
+        f" {format_seconds(speed['slow_s'])} ({LOW_PERCENTILE}th to {HIGH_PERCENTILE}th percentile of"
+        f" {speed['samples']} samples, at least {speed['every_s']:g} s apart): +-{spread:.1%} about its median"
+    )
+    if not isinstance(noise, float):
+        return line
+    line += f"; the bricks' own rounds +-{noise / 2:.1%} (half their typical interquartile range)"
+    if spread > max(noise / 2, SPEED_MOVED):
+        line += (
+            ": each brick is timed within a moment, so estimates of bricks timed at other moments may be off"
+            " by about as much as the speed moved"
+        )
+    return line
 
 
 def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:

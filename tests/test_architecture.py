@@ -28,7 +28,7 @@ STAGES: dict[str, set[str]] = {
     "load": {"screening", "ordering", "samples", "loading"},
     "cut": {"bricks", "cutting", "flops", "numerics"},
     "synthesize": {"synthesis"},
-    "run": {"running", "overhead", "probes", "sharding", "retiming"},
+    "run": {"running", "overhead", "probes", "speed_trace", "sharding", "retiming"},
     "compose": {"composition", "calibration", "analysis", "validation", "store", "plans"},
     "report": {
         *("report", "recomposition", "merging", "maps", "machines", "comparing", "estimates"),

@@ -12,7 +12,7 @@ import pytest
 import tiny_models
 
 from conftest import SAMPLE_MODELS, light_models, run_dlbricks
-from pytest_dlbricks import engine, items, probes
+from pytest_dlbricks import engine, items, probes, speed_trace
 from pytest_dlbricks.budget import LOOSEST
 from pytest_dlbricks.engine import DLBricksRun
 from pytest_dlbricks.noise import margin_of_error
@@ -171,6 +171,31 @@ def test_sample_models_become_brick_benchmarks_and_estimates(
     inception = models["models/tiny_inception.onnx"]
     assert inception["critical_path_s"] < inception["sequential_s"], "parallel branches shorten the critical path"
     assert sum(model["bricks"] for model in models.values()) == report["summary"]["bricks"]
+
+
+def test_the_run_traces_the_machines_speed_between_its_items(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With samples allowed back to back, every item that times takes one, before its timing."""
+    monkeypatch.setattr(speed_trace, "SAMPLE_EVERY_S", 0.0)
+    result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-json=report.json", "models/tiny_inception.onnx")
+    report = read_report(pytester.path / "report.json")
+    speed = report["summary"]["speed"]
+    assert speed["samples"] == report["summary"]["measured_bricks"] == result.parseoutcomes()["passed"]
+    assert (speed["reference"], speed["every_s"]) == ("a chain of 16 one-element Adds", 0.0)
+    assert 0 < speed["fast_s"] <= speed["median_s"] <= speed["slow_s"] < 1e-3
+    assert speed["spread"] == pytest.approx((speed["slow_s"] - speed["fast_s"]) / 2 / speed["median_s"])
+    result.stdout.fnmatch_lines(
+        [
+            "1 model, * measured",
+            f"Machine speed through the run: a chain of 16 one-element Adds took * us to * us (10th to 90th"
+            f" percentile of {speed['samples']} samples, at least 0 s apart): +-*% about its median*",
+        ]
+    )
+    skipped = run(pytester, "--dlbricks-granularity=2", "--dlbricks-json=again.json", "models/tiny_inception.onnx")
+    assert skipped.parseoutcomes()["skipped"] == speed["samples"]
+    again = read_report(pytester.path / "again.json")
+    assert again["summary"]["speed"] is None, "a run that timed nothing has no trace"
 
 
 def test_item_ids_carry_operators_and_short_signature(pytester: pytest.Pytester, sample_models: list[Path]) -> None:

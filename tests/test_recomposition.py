@@ -301,6 +301,14 @@ def test_merged_shards_equal_the_single_run(plans: list[ModelPlan]) -> None:
     assert merged["summary"]["call_overhead_s"] == single["summary"]["call_overhead_s"]
 
 
+def test_the_merged_speed_trace_is_the_shard_whose_machine_moved_most(plans: list[ModelPlan]) -> None:
+    reports = shard_reports(plans, 3)
+    assert merge_reports(reports)["summary"]["speed"] is None, "no shard took enough samples"
+    for (_, report), spread in zip(reports, (0.04, 0.31, None)):
+        report["summary"]["speed"] = {"reference": "a chain", "samples": 9, "spread": spread}
+    assert merge_reports(reports)["summary"]["speed"]["spread"] == 0.31
+
+
 def test_merge_refuses_reports_from_other_settings_or_machines(plans: list[ModelPlan]) -> None:
     (first, a), (second, b) = shard_reports(plans, 2)
     other = copy.deepcopy(b)

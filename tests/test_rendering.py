@@ -24,6 +24,7 @@ from pytest_dlbricks.terminal import (
     format_share,
     render_analysis,
     render_table,
+    speed_line,
 )
 
 VOID = {"meta", "br", "wbr", "hr", "img", "input", "link"}
@@ -434,3 +435,28 @@ def test_format_seconds_picks_the_unit(seconds: float | None, text: str) -> None
 @pytest.mark.parametrize(("seconds", "text"), [(0.99996e-3, "1.00 ms"), (0.9999996, "1.000 s")])
 def test_format_seconds_switches_unit_after_rounding(seconds: float, text: str) -> None:
     assert format_seconds(seconds) == text
+
+
+SPEED = {"reference": "a chain", "samples": 48, "every_s": 0.25, "median_s": 19e-6, "fast_s": 11e-6, "slow_s": 22.5e-6}
+
+
+def test_a_machine_whose_speed_moved_more_than_the_bricks_spread_is_told_what_that_means() -> None:
+    line = speed_line({"noise": 0.074, "speed": {**SPEED, "spread": 0.303}})
+    assert line == (
+        "Machine speed through the run: a chain took 11.0 us to 22.5 us (10th to 90th percentile of 48 samples,"
+        " at least 0.25 s apart): +-30.3% about its median; the bricks' own rounds +-3.7% (half their typical"
+        " interquartile range): each brick is timed within a moment, so estimates of bricks timed at other moments"
+        " may be off by about as much as the speed moved"
+    )
+
+
+def test_a_steady_machine_gets_the_figures_alone() -> None:
+    line = speed_line({"noise": 0.074, "speed": {**SPEED, "spread": 0.02}})
+    assert line is not None and line.endswith("the bricks' own rounds +-3.7% (half their typical interquartile range)")
+    alone = speed_line({"noise": None, "speed": {**SPEED, "spread": 0.02}})
+    assert alone is not None and alone.endswith("+-2.0% about its median")
+
+
+def test_no_trace_no_line() -> None:
+    assert speed_line({"noise": 0.05}) is None
+    assert speed_line({"noise": 0.05, "speed": None}) is None

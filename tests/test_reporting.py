@@ -75,6 +75,7 @@ def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
         "store_damage": None,
         "noise": None,  # no brick has the rounds to show a spread
         "high_noise": False,
+        "speed": None,  # no trace was given
     }
     first, *rest = report["bricks"]
     assert first["signature"] == next(iter(bricks))

@@ -1,0 +1,102 @@
+"""How fast the machine ran through a run: a reference call timed every so often between the items.
+
+Each brick is timed within a fraction of a second, so the spread of its rounds (the run's *noise*,
+see :mod:`.noise`) cannot see a machine whose speed moves over seconds: a shared or throttled machine,
+or a virtual one whose speed alternates between states. Bricks timed in a slow stretch then add up to a
+slower model than bricks timed in a fast one, while every brick looks precise. The trace shows it: the
+fastest of a few calls of a tiny reference network, taken before an item when enough time has passed
+since the last sample, follows the machine's speed at that moment; the spread of those samples over
+the run says how far that speed moved.
+
+The reference is a chain of one-element additions: pure dispatch, the kind of work that follows the
+machine's speed most closely. Layers bound by arithmetic or memory move less with it (a convolution
+of tens of channels about a fifth as much on a 2-core machine), so the trace's spread bounds what
+happened to the bricks rather than measuring it for each.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+#: Seconds between samples at least: the machine's speed states last seconds, a sample costs a few
+#: hundred microseconds, so the trace costs a fraction of a percent of the run.
+SAMPLE_EVERY_S = 0.25
+#: Calls of the reference per sample, of which the fastest counts: one interrupted call says nothing of
+#: the machine's speed, the fastest of ten follows it.
+SAMPLE_CALLS = 10
+#: Untimed calls of the reference when it is made (first-run allocations).
+WARM_CALLS = 20
+#: Samples a trace needs before its spread says anything.
+MIN_SAMPLES = 5
+#: The percentiles of the samples the spread is read between: the usual fast and slow speed of the run.
+LOW_PERCENTILE, HIGH_PERCENTILE = 10, 90
+
+
+class SpeedTrace:
+    """Samples of a reference call's time through a run (see the module's description).
+
+    ``make_call`` builds the reference call once, at the first sample; ``clock`` times it and spaces
+    the samples, at least ``every_s`` seconds apart (:data:`SAMPLE_EVERY_S` unless given).
+    """
+
+    def __init__(
+        self,
+        make_call: Callable[[], Callable[[], None]],
+        description: str,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        every_s: float | None = None,
+    ) -> None:
+        self.make_call = make_call
+        self.description = description
+        self.clock = clock
+        self.every_s = SAMPLE_EVERY_S if every_s is None else every_s
+        #: Seconds of the fastest of :data:`SAMPLE_CALLS` reference calls, one entry per sample.
+        self.samples: list[float] = []
+        #: Why no sample could be taken (the reference could not be built or run), else None.
+        self.error: str | None = None
+        self._call: Callable[[], None] | None = None
+        self._last: float | None = None
+
+    def sample_if_due(self) -> None:
+        """Take a sample when :attr:`every_s` seconds have passed since the last one (or there was none)."""
+        if self.error is not None or (self._last is not None and self.clock() - self._last < self.every_s):
+            return
+        try:
+            if self._call is None:
+                self._call = self.make_call()
+                for _ in range(WARM_CALLS):
+                    self._call()
+            self.samples.append(self._fastest(self._call))
+        except Exception as error:  # onnxruntime's exception types are not part of its API
+            self.error = f"{type(error).__name__}: {error}"
+        self._last = self.clock()
+
+    def _fastest(self, call: Callable[[], None]) -> float:
+        fastest = float("inf")
+        for _ in range(SAMPLE_CALLS):
+            start = self.clock()
+            call()
+            fastest = min(fastest, self.clock() - start)
+        return fastest
+
+    def summary(self) -> dict[str, Any] | None:
+        """The trace for the report: its samples' median and usual fast and slow times, and ``spread``, half
+        the distance between those two relative to the median (the speed moved +-spread through the run);
+        None with fewer than :data:`MIN_SAMPLES` samples."""
+        if len(self.samples) < MIN_SAMPLES:
+            return None
+        low, median, high = (float(v) for v in np.percentile(self.samples, [LOW_PERCENTILE, 50, HIGH_PERCENTILE]))
+        return {
+            "reference": self.description,
+            "samples": len(self.samples),
+            "every_s": self.every_s,
+            "median_s": median,
+            "fast_s": low,
+            "slow_s": high,
+            "spread": (high - low) / (2 * median) if median > 0 else None,
+        }

@@ -1,0 +1,103 @@
+"""Unit tests of the run's speed trace, on a stub clock whose reference calls take the times a test gives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import pytest
+
+from pytest_dlbricks.overhead import reference_call
+from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.speed_trace import MIN_SAMPLES, SAMPLE_CALLS, WARM_CALLS, SpeedTrace
+
+
+class StubMachine:
+    """A clock, and a reference call that advances it by the next of the durations given (warm-up calls too)."""
+
+    def __init__(self, durations: Iterable[float]) -> None:
+        self.now = 0.0
+        self.durations = iter(durations)
+        self.built = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def make_call(self) -> Callable[[], None]:
+        self.built += 1
+
+        def call() -> None:
+            self.now += next(self.durations)
+
+        return call
+
+
+def warm_then(*samples: list[float]) -> list[float]:
+    """The durations of the warm-up calls, then of each sample's calls."""
+    return [1e-3] * WARM_CALLS + [duration for sample in samples for duration in sample]
+
+
+def test_a_sample_is_the_fastest_of_its_calls_and_samples_are_spaced_in_time() -> None:
+    first = [30e-6, 12e-6, 20e-6] + [25e-6] * (SAMPLE_CALLS - 3)
+    second = [40e-6] * (SAMPLE_CALLS - 1) + [22e-6]
+    machine = StubMachine(warm_then(first, second))
+    trace = SpeedTrace(machine.make_call, "stub", clock=machine.clock, every_s=0.25)
+    trace.sample_if_due()
+    assert trace.samples == [pytest.approx(12e-6)]
+    machine.now += 0.1
+    trace.sample_if_due()  # 0.1 s after the last sample: not due
+    assert len(trace.samples) == 1
+    machine.now += 0.2
+    trace.sample_if_due()
+    assert trace.samples == [pytest.approx(12e-6), pytest.approx(22e-6)]
+    assert machine.built == 1, "the reference is built once"
+
+
+def test_the_spread_is_half_the_usual_fast_to_slow_distance_about_the_median() -> None:
+    """A machine alternating between two speeds, 10 and 20 us: +-33% about the median of 15 us."""
+    machine = StubMachine(warm_then(*([[10e-6] * SAMPLE_CALLS, [20e-6] * SAMPLE_CALLS] * 5)))
+    trace = SpeedTrace(machine.make_call, "stub", clock=machine.clock, every_s=0.0)
+    for taken in range(1, 11):
+        trace.sample_if_due()
+        if taken < MIN_SAMPLES:
+            assert trace.summary() is None, "too few samples say nothing"
+    assert trace.summary() == {
+        "reference": "stub",
+        "samples": 10,
+        "every_s": 0.0,
+        "median_s": pytest.approx(15e-6),
+        "fast_s": pytest.approx(10e-6),
+        "slow_s": pytest.approx(20e-6),
+        "spread": pytest.approx(1 / 3),
+    }
+
+
+def test_a_steady_machine_has_no_spread() -> None:
+    machine = StubMachine(warm_then(*[[8e-6] * SAMPLE_CALLS] * MIN_SAMPLES))
+    trace = SpeedTrace(machine.make_call, "stub", clock=machine.clock, every_s=0.0)
+    for _ in range(MIN_SAMPLES):
+        trace.sample_if_due()
+    summary = trace.summary()
+    assert summary is not None and summary["spread"] == 0.0
+
+
+def test_a_reference_that_cannot_run_stops_the_trace_not_the_run() -> None:
+    built = []
+
+    def broken() -> Callable[[], None]:
+        built.append(1)
+        raise RuntimeError("no provider")
+
+    trace = SpeedTrace(broken, "stub", every_s=0.0)
+    trace.sample_if_due()
+    trace.sample_if_due()
+    assert trace.error == "RuntimeError: no provider"
+    assert (trace.samples, trace.summary(), len(built)) == ([], None, 1)
+
+
+def test_the_reference_is_a_real_call_that_the_trace_times() -> None:
+    trace = SpeedTrace(lambda: reference_call(Settings(granularity=1)), "chain", every_s=0.0)
+    for _ in range(MIN_SAMPLES):
+        trace.sample_if_due()
+    summary = trace.summary()
+    assert summary is not None and trace.error is None
+    assert 0 < summary["fast_s"] <= summary["median_s"] <= summary["slow_s"] < 0.1
