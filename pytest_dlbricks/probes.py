@@ -179,7 +179,7 @@ CHAIN_SIZE = 128
 DETECTION_ROUNDS = 7
 #: Bump whenever the detection changes (its graphs, rounds, sessions, what it decides): detections kept
 #: in the brick store by the old way are then made again.
-DETECTION_METHOD = 1
+DETECTION_METHOD = 2
 #: Parallel over sequential time below which the parallel executor runs independent nodes at once.
 #: Two equal chains overlapped take half the time (0.5); one node at a time takes the sequential
 #: time plus the executor's own cost (1 or more). The margin between lies far outside the noise.
@@ -188,12 +188,13 @@ CONCURRENT_BELOW = 0.8
 #: MIXED_ROWS rows whose widths cycle through MIXED_WIDTHS, layers of tens to hundreds of
 #: microseconds, as in a model. Its time under the parallel executor takes one of a few values that
 #: stay with the session (a layer's share of work may wait for the scheduler's next time slice, or
-#: not), so the chain is timed in MIXED_SESSIONS fresh pairs of sessions and their ratios averaged.
+#: not: 3.5 or 8 ms on a 2-core machine where the sequential executor takes 1.75 ms), so the chain is
+#: timed in MIXED_SESSIONS fresh sessions of each executor, and the parallel ones' times averaged.
 MIXED_ROWS = 128
 MIXED_WIDTHS = (64, 256, 128, 512, 192, 384)
 MIXED_CYCLES = 3
 MIXED_SESSIONS = 12
-#: Timed runs of each executor in each pair of sessions (the state that matters stays with the session).
+#: Timed runs of each session (the state that matters stays with the session).
 MIXED_ROUNDS = 3
 #: The sizes of the square MatMuls whose profile says from which time on a layer uses the pool: from
 #: layers onnxruntime runs on one thread to layers it splits over its intra-op thread pool.
@@ -212,13 +213,13 @@ class PoolSlowdown:
     split their work, onnxruntime decides from their size: its profile says from which time on.
     """
 
-    #: The mean, over fresh pairs of sessions, of the chain's time under the parallel executor over
-    #: its time under the sequential one.
+    #: The chain's mean time under the parallel executor, over fresh sessions, over its median time under
+    #: the sequential one, over as many fresh sessions timed before them.
     factor: float
     #: Sequential seconds of the smallest layer that split its work over the pool (all larger ones did
     #: too); None when none did (one intra-op thread, or a profile that does not say).
     layer_s: float | None
-    #: Each pair's median seconds under the sequential and the parallel executor.
+    #: Each session's median seconds: the i-th sequential session's and the i-th parallel session's.
     sessions: list[tuple[float, float]]
     rounds: int
     graph: str
@@ -280,18 +281,27 @@ def detect_executor(settings: Settings | None = None, rounds: int = DETECTION_RO
 
 def measure_pool_slowdown(settings: Settings | None = None, sessions: int = MIXED_SESSIONS) -> PoolSlowdown:
     """The parallel executor's cost for layers that split their work over the intra-op pool (see
-    :class:`PoolSlowdown`), with the run's settings."""
+    :class:`PoolSlowdown`), with the run's settings.
+
+    Every sequential session is timed before the first parallel one: after a run of the parallel
+    executor, its threads slow the sequential runs of the next tens of milliseconds (1.7 ms runs of
+    the chain took up to 6 ms; timed in pairs, the sequential half of each pair followed the last
+    pair's parallel half, and the factor read 1.4 where the sessions timed apart gave 3.5).
+    """
     widths = (*MIXED_WIDTHS * MIXED_CYCLES, MIXED_WIDTHS[0])
     chain = _matmul_chain(MIXED_ROWS, widths)
     feeds = {"x": np.full((MIXED_ROWS, widths[0]), 1.0, np.float32)}
-    pairs = [_time_executors(chain, feeds, settings, MIXED_ROUNDS) for _ in range(sessions)]
+    layer_s = _smallest_pool_layer(settings or Settings(granularity=1))
+    sequential = [_session_median(chain, feeds, settings, MIXED_ROUNDS, parallel=False) for _ in range(sessions)]
+    parallel = [_session_median(chain, feeds, settings, MIXED_ROUNDS, parallel=True) for _ in range(sessions)]
     return PoolSlowdown(
-        factor=float(np.mean([parallel / sequential for sequential, parallel in pairs])),
-        layer_s=_smallest_pool_layer(settings or Settings(granularity=1)),
-        sessions=pairs,
+        factor=float(np.mean(parallel) / np.median(sequential)),
+        layer_s=layer_s,
+        sessions=list(zip(sequential, parallel)),
         rounds=MIXED_ROUNDS,
         graph=f"a chain of {len(widths) - 1} MatMuls of {MIXED_ROWS} rows float32, widths"
-        f" {', '.join(map(str, MIXED_WIDTHS))} in turn, in {plural(sessions, 'pair')} of sessions",
+        f" {', '.join(map(str, MIXED_WIDTHS))} in turn, in {plural(sessions, 'fresh session')} of each executor,"
+        " the sequential ones first",
     )
 
 
@@ -308,23 +318,18 @@ def _smallest_pool_layer(settings: Settings, runs: int = MIXED_ROUNDS) -> float 
     return smallest
 
 
-def _time_executors(
-    model: onnx.ModelProto, feeds: dict[str, np.ndarray], settings: Settings | None, rounds: int
-) -> tuple[float, float]:
-    """Median seconds of a run of ``model`` in a new session of the sequential executor, then of the
-    parallel one: one after the other, never interleaved, for the parallel executor's threads keep
-    spinning for a while after its runs, and slow the sequential runs that follow them."""
-    medians = []
-    for parallel in (False, True):
-        session = create_session(model, settings, parallel=parallel)
-        session.run(None, feeds)  # first-run allocations and thread start
-        times = []
-        for _ in range(rounds):
-            start = time.perf_counter()
-            session.run(None, feeds)
-            times.append(time.perf_counter() - start)
-        medians.append(float(np.median(times)))
-    return medians[0], medians[1]
+def _session_median(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], settings: Settings | None, rounds: int, *, parallel: bool
+) -> float:
+    """Median seconds of a run of ``model`` in a new session of the sequential or the parallel executor."""
+    session = create_session(model, settings, parallel=parallel)
+    session.run(None, feeds)  # first-run allocations and thread start
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
 
 
 def _pool_layers(events: list[dict[str, Any]]) -> list[tuple[float, bool]]:

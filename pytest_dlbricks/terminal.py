@@ -330,7 +330,7 @@ def _pool_clause(executor: Mapping[str, Any]) -> str:
     return (
         f", bricks whose layers take {format_seconds(layer_s)} or more each (onnxruntime splits their work"
         f" over its intra-op thread pool) at {executor['pool_factor']:.2f}x their time, as the parallel"
-        f" executor ran such layers here ({pool['graph']}: the mean of parallel over sequential time)"
+        f" executor ran such layers here ({pool['graph']}: the mean parallel time over the median sequential one)"
     )
 
 

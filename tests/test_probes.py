@@ -83,9 +83,10 @@ def test_the_parallel_executors_cost_for_layers_using_the_pool_is_measured_in_fr
     found = measure_pool_slowdown(ONE_THREAD, sessions=2)
     assert time.perf_counter() - start < 5.0
     assert len(found.sessions) == 2 and all(s > 0 and p > 0 for s, p in found.sessions)
-    assert found.factor == pytest.approx(np.mean([p / s for s, p in found.sessions]))
+    sequential, parallel = zip(*found.sessions)
+    assert found.factor == pytest.approx(np.mean(parallel) / np.median(sequential))
     assert found.layer_s is None or 0 < found.layer_s < 1.0
-    assert "MatMul" in found.graph and "2 pairs of sessions" in found.graph
+    assert "MatMul" in found.graph and "2 fresh sessions of each executor, the sequential ones first" in found.graph
     detected = detect_executor(ONE_THREAD, rounds=3).as_json()
     pool = detected["pool"]
     assert isinstance(pool, dict) and set(pool) == {"factor", "layer_s", "sessions", "rounds", "graph"}
