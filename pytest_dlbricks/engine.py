@@ -429,7 +429,8 @@ class DLBricksRun:
             placements=self.placements,
             store_damage=self.store_damage,
             calibration=self.calibration,
-            speed=self.speed.summary(),
+            # The machine's speed while bricks were timed: none were when every time was reused or disabled.
+            speed=self.speed.summary() if any(not result.reused for result in self.results.values()) else None,
         )
         self.report = self.composed.as_json()
         return self.report

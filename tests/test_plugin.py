@@ -673,11 +673,15 @@ def test_default_output_stays_compact(pytester: pytest.Pytester, sample_models: 
     quiet.stdout.fnmatch_lines(["models/mlp.onnx * yes"])
 
 
-def test_nothing_measured_means_no_peak_and_no_load_time(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+def test_nothing_measured_means_no_peak_no_load_time_and_no_speed_trace(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(speed_trace, "SAMPLE_EVERY_S", 0.0)  # every item samples: the trace is long enough
     result = run(pytester, "--dlbricks-granularity=2", "--benchmark-disable", "--dlbricks-json=r.json", "-v", "models")
     assert "dlbricks: peak" not in result.stdout.str()
     report = read_report(pytester.path / "r.json")
-    assert report["peak"] is None
+    assert report["peak"] is None and report["summary"]["speed"] is None
+    assert "Machine speed through the run" not in result.stdout.str()
     assert all(model["load_s"] is None and model["flops"] > 0 for model in report["models"])
 
 
