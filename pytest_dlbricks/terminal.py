@@ -6,6 +6,7 @@ Pure functions of the report (the JSON form of :class:`pytest_dlbricks.report.Ru
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -327,10 +328,19 @@ def _pool_clause(executor: Mapping[str, Any]) -> str:
     pool = executor["detection"].get("pool")
     if layer_s is None or not pool:
         return ""
+    sessions = pool.get("sessions") or []
+    sequential, parallel = [s for s, _ in sessions], [p for _, p in sessions]
+    figures = (
+        f": the mean parallel time, {format_seconds(statistics.mean(parallel))} ({format_seconds(min(parallel))} to"
+        f" {format_seconds(max(parallel))} by session), over the median sequential one,"
+        f" {format_seconds(statistics.median(sequential))}"
+        if sessions
+        else ""
+    )
     return (
         f", bricks whose layers take {format_seconds(layer_s)} or more each (onnxruntime splits their work"
         f" over its intra-op thread pool) at {executor['pool_factor']:.2f}x their time, as the parallel"
-        f" executor ran such layers here ({pool['graph']}: the mean parallel time over the median sequential one)"
+        f" executor ran such layers here ({pool['graph']}{figures})"
     )
 
 

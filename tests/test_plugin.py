@@ -884,7 +884,7 @@ def detected(concurrent: bool) -> ExecutorDetection:
         rounds=7,
         graph="2 independent chains of 6 MatMuls 128x128 float32",
         # Every layer uses the intra-op pool, and takes three times as long under the parallel executor.
-        pool=PoolSlowdown(3.0, 0.0, [(1e-3, 3e-3)], 3, "a chain of 18 MatMuls"),
+        pool=PoolSlowdown(3.0, 0.0, [(1e-3, 2e-3), (1.2e-3, 4e-3), (0.8e-3, 3e-3)], 3, "a chain of 18 MatMuls"),
     )
 
 
@@ -924,7 +924,11 @@ def test_the_parallel_estimate_follows_what_the_parallel_executor_was_found_to_d
         )
     assert (executor["pool_factor"], executor["pool_layer_s"]) == (3.0, 0.0)
     result.stdout.fnmatch_lines(
-        ["Parallel*: *bricks whose layers take 0.0 us or more each*at 3.00x their time*MatMuls*"]
+        [
+            "Parallel*: *bricks whose layers take 0.0 us or more each*at 3.00x their time*(a chain of 18 MatMuls:"
+            " the mean parallel time, 3.00 ms (2.00 ms to 4.00 ms by session), over the median sequential one,"
+            " 1.00 ms)*"
+        ]
     )
     result.stdout.fnmatch_lines(["*Critical path: the lower bound for an executor with unlimited parallelism"])
 
