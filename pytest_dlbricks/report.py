@@ -327,7 +327,7 @@ def build_report(
                 complete=estimate.complete,
                 guessed_dims=dict(plan.guessed_dims),
                 unbuildable_layers=[{"layer": b.layer_index, "op": b.op_type, "cause": b.reason} for b in plan.broken],
-                validation=_validation_fields(plan, estimate, validations, call, parallel),
+                validation=_validation_fields(plan, estimate, validations, call, parallel, settings.statistic),
                 analysis=model_analysis(plan.path, estimate.sequential_s, estimate.complete, uses, measured),
                 point=plan.point,
                 unsupported=unsupported_windows(composition, unsupported),
@@ -488,15 +488,17 @@ def _validation_fields(
     validations: Mapping[tuple[str, str], Validation],
     overhead: CallOverhead,
     parallel_executor: ParallelExecutor | None = None,
+    statistic: str = "median",
 ) -> dict[str, object]:
-    """A model's end-to-end measurements against the estimates the user gets: ``measured_s`` and ``ratio``
+    """A model's end-to-end measurements (in the run's ``statistic``, over its rounds) against the
+    estimates the user gets: ``measured_s`` and ``ratio``
     (``sequential_s / measured_s``) for the sequential executor, ``measured_parallel_s``,
     ``parallel_ratio`` (``parallel_s / measured_parallel_s``) and ``critical_path_ratio``
     (``critical_path_s / measured_parallel_s``) for the parallel one; beside them the ratios of paired
     rounds (``paired_ratio``, ``paired_parallel_ratio``, ``paired_critical_path_ratio``: each round's
     bricks timed again just before that round's model) and the details."""
     details = {
-        executor: validation.summarize(plan, overhead)
+        executor: validation.summarize(plan, overhead, statistic=statistic)
         for (path, executor), validation in validations.items()
         if path == plan.path
     }
@@ -516,7 +518,9 @@ def _validation_fields(
         fields["critical_path_ratio"] = _ratio(estimate.critical_path_s, parallel["measured_s"])
         fields["paired_critical_path_ratio"] = parallel["ratio"]
         if estimate.parallel_s is not None:
-            paired = validations[(plan.path, "parallel")].summarize(plan, overhead, parallel_executor, "parallel_s")
+            paired = validations[(plan.path, "parallel")].summarize(
+                plan, overhead, parallel_executor, "parallel_s", statistic
+            )
             fields["parallel_ratio"] = _ratio(estimate.parallel_s, parallel["measured_s"])
             fields["paired_parallel_ratio"] = paired["ratio"]
     return fields

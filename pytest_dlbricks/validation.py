@@ -12,7 +12,7 @@ import dataclasses
 import math
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -98,6 +98,14 @@ def rounds_for(round_seconds: float) -> int:
     return max(MIN_ROUNDS, min(MAX_ROUNDS, math.ceil(VALIDATION_SECONDS / round_seconds)))
 
 
+#: Each brick time statistic (see :data:`.settings.STATISTICS`) taken over a model's rounds.
+OVER_ROUNDS: dict[str, Callable[[Sequence[float]], float]] = {
+    "median": statistics.median,
+    "mean": statistics.fmean,
+    "min": min,
+}
+
+
 @dataclass(frozen=True)
 class Validation:
     """One model measured under one executor, paired round by round with its bricks' times."""
@@ -112,12 +120,15 @@ class Validation:
         overhead: CallOverhead,
         parallel: ParallelExecutor | None = None,
         estimate_field: str | None = None,
+        statistic: str = "median",
     ) -> dict[str, float | None]:
-        """Measured time, estimate and their ratio (medians over rounds), and how much rounds disagree.
+        """Measured time and estimate over the rounds in ``statistic`` (the one the run composes bricks
+        in, so that the two compare), the median of the rounds' ratios, and how much rounds disagree.
 
         The estimate is the executor's own (see :data:`ESTIMATE_OF_EXECUTOR`) unless ``estimate_field``
         names another. Without an estimate (a brick of the model cannot run), only the measurement is given.
         """
+        over_rounds = OVER_ROUNDS[statistic]
         estimate_field = estimate_field or ESTIMATE_OF_EXECUTOR[self.executor]
         # pytest-benchmark's warm-up rounds run the setup too: pair the last rounds with the measurements.
         paired = list(zip(self.brick_rounds[-len(self.model_s) :], self.model_s))
@@ -126,8 +137,8 @@ class Validation:
         estimates = [getattr(compose(plan, times, alone, parallel), estimate_field) for times, _ in paired]
         ratios = [estimate / measured for estimate, (_, measured) in zip(estimates, paired) if estimate is not None]
         return {
-            "measured_s": statistics.median(self.model_s),
-            "estimate_s": statistics.median(e for e in estimates if e is not None) if ratios else None,
+            "measured_s": over_rounds(self.model_s),
+            "estimate_s": over_rounds([e for e in estimates if e is not None]) if ratios else None,
             "ratio": statistics.median(ratios) if ratios else None,
             "spread": _relative_iqr(ratios) if ratios else None,
             "rounds": len(paired),

@@ -290,3 +290,19 @@ def test_the_ratio_is_the_users_estimate_over_the_measurement_and_the_paired_one
     assert lines[6].startswith("  item estimates against the paired rounds' (") and lines[6].endswith(
         ": 50.0% (geometric mean ratio 2.000, 0/1 model within +-10%)"
     ), "how much of the gap between the two lines above is the machine's speed"
+
+
+def test_the_model_is_measured_in_the_statistic_its_bricks_are_composed_in(plans: list[ModelPlan]) -> None:
+    """With --dlbricks-statistic=min the estimate adds up the bricks' fastest calls: it compares with the
+    model's fastest round, not with its median."""
+    chain = plans[0]
+    (signature,) = chain.signatures
+    validations = {("chain.onnx", "sequential"): Validation("sequential", [5e-5, 3e-5, 4e-5], [{signature: 1e-5}] * 3)}
+    for statistic, measured in (("min", 3e-5), ("median", 4e-5), ("mean", 4e-5)):
+        settings = Settings(granularity=2, statistic=statistic)
+        report: Any = build_report(
+            settings, [chain], [], distinct_bricks([chain]), {signature: result(2e-5)}, validations=validations
+        ).as_json()
+        (model,) = report["models"]
+        assert model["measured_s"] == pytest.approx(measured), statistic
+        assert model["ratio"] == pytest.approx(model["sequential_s"] / measured), statistic
