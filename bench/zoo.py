@@ -8,9 +8,10 @@ brick store, all models in one session, each given its own dimensions by a patte
 estimate (``sequential_s``), measured (``measured_s``, with validation), their ratio, what it ran on
 (its sample inputs, such as the ``test_data_set_0`` the zoo build writes beside a model, or synthetic
 inputs, starred where the model has operators whose work depends on data), and the reason when a model
-gets no estimate; then the accuracy exp(-mean |ln ratio|), the share within 5% and 10%, and the
-plugin's own noise figure; with validation, the same scores of the paired rounds' ratios and of the
-drift between the item and the paired estimates (how far the machine's speed moved in the run).
+gets no estimate; then the accuracy exp(-mean |ln ratio|), the share within 5% and 10%, the
+plugin's own noise figure and its speed trace (how far the machine's speed moved); with validation,
+the same scores of the paired rounds' ratios and of the drift between the item and the paired
+estimates (how far the machine's speed moved between them).
 
 With validation, it also scores the per-machine calibration (:mod:`pytest_dlbricks.calibration`)
 honestly, raw against calibrated: leave one model out (each model's estimate calibrated on all the
@@ -178,6 +179,7 @@ def _read_report(cache: Path, models: list[dict], report: Path, junit: Path) -> 
         if "composition" in found:
             rows[model["name"]].update(bytes=found["bytes"], call_s=overhead.of(*found["composition"]["io"]))
         rows[model["name"]]["noise"] = noise
+        rows[model["name"]]["speed_spread"] = (data["summary"].get("speed") or {}).get("spread")
     return rows, noise
 
 
@@ -256,6 +258,10 @@ def _render(models: list[dict], results: dict[tuple[int, bool], dict[str, dict]]
         real = [name for name, row in rows.items() if row.get("inputs") not in (None, "synthetic")]
         lines.append(f"{len(real)} ran on their sample inputs; * synthetic inputs, but operators that depend on data")
         noise = f"plugin's noise {_noise(noises.get((granularity, validate)))}"
+        # The speed trace of the session (the largest, from kept reports of several sessions).
+        spreads = [row["speed_spread"] for row in rows.values() if row.get("speed_spread")]
+        if spreads:
+            noise += f", machine speed +-{max(spreads):.1%} through the run"
         # Accuracy exp(-mean |ln ratio|) of the estimates, then of the paired rounds and of the drift between them.
         if ratios:
             lines.append(f"{_score(ratios)}; {noise}")
