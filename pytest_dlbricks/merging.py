@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .composition import is_number
 from .overhead import CallOverhead
 from .recomposition import Report, executor_of, overhead_of, recomposed_report, static_fields
 from .report import REPORT_VERSION
@@ -67,7 +68,9 @@ def merge_reports(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> Report:
     noises = [report["summary"].get("noise") for _, report in reports]
     merged["summary"]["noise"] = max((n for n in noises if n is not None), default=None)
     merged["summary"]["high_noise"] = any(report["summary"].get("high_noise") for _, report in reports)
-    traces = [trace for _, report in reports if (trace := report["summary"].get("speed")) and trace.get("spread")]
+    traces = [
+        trace for _, report in reports if (trace := report["summary"].get("speed")) and is_number(trace.get("spread"))
+    ]
     merged["summary"]["speed"] = max(traces, key=lambda trace: trace["spread"], default=None)
     return merged
 

@@ -105,15 +105,14 @@ def measure_parallel_fixed_cost(settings: Settings, rounds: int = 5, calls: int 
 
 
 _SIZES = (1, 2, 4, 8, 16)
-#: Layers of the reference call the run's speed trace times (see :mod:`.speed_trace`).
-REFERENCE_LAYERS = 16
-REFERENCE = f"a chain of {REFERENCE_LAYERS} one-element Adds"
+#: The reference call of the run's speed trace (see :mod:`.speed_trace`): the longest of the chains the
+#: call cost is read from.
+REFERENCE = f"a chain of {_SIZES[-1]} one-element Adds"
 
 
 def reference_call(settings: Settings) -> Callable[[], None]:
-    """The reference call of the run's speed trace: the longest of the chains the call cost is read from,
-    called as bricks are called."""
-    return _Call(_tiny_model(REFERENCE_LAYERS, 1, 1), settings)
+    """The reference call of the run's speed trace, its inputs and outputs bound as bricks' are."""
+    return _Call(_tiny_model(_SIZES[-1], 1, 1), settings)
 
 
 class _Call:

@@ -284,9 +284,10 @@ def measure_pool_slowdown(settings: Settings | None = None, sessions: int = MIXE
     :class:`PoolSlowdown`), with the run's settings.
 
     Every sequential session is timed before the first parallel one: after a run of the parallel
-    executor, its threads slow the sequential runs of the next tens of milliseconds (1.7 ms runs of
-    the chain took up to 6 ms; timed in pairs, the sequential half of each pair followed the last
-    pair's parallel half, and the factor read 1.4 where the sessions timed apart gave 3.5).
+    executor, its threads slow the sequential runs of the next tens of milliseconds. Timed in pairs,
+    the sequential half of each pair followed the last pair's parallel half: on a 2-core machine its
+    runs took 1.6 to 8.0 ms where, timed apart, they take 1.5 to 2.3 ms, and the factor read 1.9-2.8x
+    where it is 3.2-4.3x.
     """
     widths = (*MIXED_WIDTHS * MIXED_CYCLES, MIXED_WIDTHS[0])
     chain = _matmul_chain(MIXED_ROWS, widths)

@@ -32,8 +32,6 @@ SAMPLE_CALLS = 10
 WARM_CALLS = 20
 #: Samples a trace needs before its spread says anything.
 MIN_SAMPLES = 5
-#: The percentiles of the samples the spread is read between: the usual fast and slow speed of the run.
-LOW_PERCENTILE, HIGH_PERCENTILE = 10, 90
 
 
 class SpeedTrace:
@@ -85,18 +83,18 @@ class SpeedTrace:
         return fastest
 
     def summary(self) -> dict[str, Any] | None:
-        """The trace for the report: its samples' median and usual fast and slow times, and ``spread``, half
-        the distance between those two relative to the median (the speed moved +-spread through the run);
-        None with fewer than :data:`MIN_SAMPLES` samples."""
+        """The trace for the report: its samples' quartiles and ``spread``, half the interquartile range over
+        the median, as the run's noise figure reads the bricks' rounds (see :func:`.noise.run_noise`), so
+        that the two compare; None with fewer than :data:`MIN_SAMPLES` samples."""
         if len(self.samples) < MIN_SAMPLES:
             return None
-        low, median, high = (float(v) for v in np.percentile(self.samples, [LOW_PERCENTILE, 50, HIGH_PERCENTILE]))
+        q1, median, q3 = (float(v) for v in np.percentile(self.samples, [25, 50, 75]))
         return {
             "reference": self.description,
             "samples": len(self.samples),
             "every_s": self.every_s,
+            "q1_s": q1,
             "median_s": median,
-            "fast_s": low,
-            "slow_s": high,
-            "spread": (high - low) / (2 * median) if median > 0 else None,
+            "q3_s": q3,
+            "spread": (q3 - q1) / (2 * median) if median > 0 else None,
         }

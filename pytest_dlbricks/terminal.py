@@ -10,8 +10,8 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .composition import is_number
 from .settings import DEFAULT_DIM
-from .speed_trace import HIGH_PERCENTILE, LOW_PERCENTILE
 from .wording import plural
 
 #: Operator types listed per model at ``-v``; the rest are summed as "other".
@@ -228,19 +228,20 @@ def count_line(summary: Mapping[str, Any]) -> str:
 
 
 def speed_line(summary: Mapping[str, Any]) -> str | None:
-    """How far the machine's speed moved through the run, beside how far the bricks' own rounds spread."""
+    """How far the machine's speed moved through the run, beside how far the bricks' own rounds spread
+    (both half an interquartile range over a median)."""
     speed = summary.get("speed")
-    if not speed or not isinstance(speed.get("spread"), float):
+    if not speed or not is_number(speed.get("spread")):
         return None
     spread, noise = speed["spread"], summary.get("noise")
     line = (
-        f"Machine speed through the run: {speed['reference']} took {format_seconds(speed['fast_s'])} to"
-        f" {format_seconds(speed['slow_s'])} ({LOW_PERCENTILE}th to {HIGH_PERCENTILE}th percentile of"
-        f" {speed['samples']} samples, at least {speed['every_s']:g} s apart): +-{spread:.1%} about its median"
+        f"Machine speed through the run: {speed['reference']} took {format_seconds(speed['q1_s'])} to"
+        f" {format_seconds(speed['q3_s'])} (quartiles of {speed['samples']} samples at least {speed['every_s']:g} s"
+        f" apart; median {format_seconds(speed['median_s'])}): +-{spread:.1%}"
     )
-    if not isinstance(noise, float):
+    if not is_number(noise):
         return line
-    line += f"; the bricks' own rounds +-{noise / 2:.1%} (half their typical interquartile range)"
+    line += f"; the bricks' own rounds typically +-{noise / 2:.1%}"
     if spread > max(noise / 2, SPEED_MOVED):
         line += (
             ": each brick is timed within a moment, so estimates of bricks timed at other moments may be off"
@@ -328,19 +329,31 @@ def _pool_clause(executor: Mapping[str, Any]) -> str:
     pool = executor["detection"].get("pool")
     if layer_s is None or not pool:
         return ""
-    sessions = pool.get("sessions") or []
-    sequential, parallel = [s for s, _ in sessions], [p for _, p in sessions]
-    figures = (
-        f": the mean parallel time, {format_seconds(statistics.mean(parallel))} ({format_seconds(min(parallel))} to"
-        f" {format_seconds(max(parallel))} by session), over the median sequential one,"
-        f" {format_seconds(statistics.median(sequential))}"
-        if sessions
-        else ""
-    )
     return (
         f", bricks whose layers take {format_seconds(layer_s)} or more each (onnxruntime splits their work"
         f" over its intra-op thread pool) at {executor['pool_factor']:.2f}x their time, as the parallel"
-        f" executor ran such layers here ({pool['graph']}{figures})"
+        f" executor ran such layers here ({pool['graph']}{_pool_figures(pool, executor['pool_factor'])})"
+    )
+
+
+def _pool_figures(pool: Mapping[str, Any], factor: float) -> str:
+    """The times the pool slowdown follows from, when the detection's sessions give it back (those of an
+    older detection method, or damaged ones, do not: nothing is printed then)."""
+    sessions = pool.get("sessions")
+    if not isinstance(sessions, list) or not sessions:
+        return ""
+    if not all(
+        isinstance(pair, list | tuple) and len(pair) == 2 and all(is_number(t) for t in pair) for pair in sessions
+    ):
+        return ""
+    sequential, parallel = [pair[0] for pair in sessions], [pair[1] for pair in sessions]
+    mean_parallel, median_sequential = statistics.mean(parallel), statistics.median(sequential)
+    if median_sequential <= 0 or not math.isclose(mean_parallel / median_sequential, factor, rel_tol=1e-6):
+        return ""
+    return (
+        f": the mean parallel time, {format_seconds(mean_parallel)} ({format_seconds(min(parallel))} to"
+        f" {format_seconds(max(parallel))} by session), over the median sequential one,"
+        f" {format_seconds(median_sequential)}"
     )
 
 

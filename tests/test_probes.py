@@ -92,6 +92,21 @@ def test_the_parallel_executors_cost_for_layers_using_the_pool_is_measured_in_fr
     assert isinstance(pool, dict) and set(pool) == {"factor", "layer_s", "sessions", "rounds", "graph"}
 
 
+def test_every_sequential_session_is_timed_before_the_first_parallel_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parallel run slows the sequential runs that follow it: none may follow one."""
+    order: list[bool] = []
+
+    def timed(model: object, feeds: object, settings: object, rounds: int, *, parallel: bool) -> float:
+        order.append(parallel)
+        return 3e-3 if parallel else 1e-3
+
+    monkeypatch.setattr(probes, "_session_median", timed)
+    monkeypatch.setattr(probes, "_smallest_pool_layer", lambda settings: None)
+    found = measure_pool_slowdown(ONE_THREAD, sessions=4)
+    assert order == [False] * 4 + [True] * 4
+    assert found.factor == pytest.approx(3.0) and found.sessions == [(1e-3, 3e-3)] * 4
+
+
 def kernel_event(name: str, seconds: float, blocks: list[int] | None) -> dict[str, object]:
     """A node's kernel in onnxruntime's profile; ``blocks``: how the node divided its work (None: no stats)."""
     stats = None if blocks is None else {"main_thread": {"block_size": blocks}, "sub_threads": {}}

@@ -307,6 +307,9 @@ def test_the_merged_speed_trace_is_the_shard_whose_machine_moved_most(plans: lis
     for (_, report), spread in zip(reports, (0.04, 0.31, None)):
         report["summary"]["speed"] = {"reference": "a chain", "samples": 9, "spread": spread}
     assert merge_reports(reports)["summary"]["speed"]["spread"] == 0.31
+    for (_, report), spread in zip(reports, (0.0, None, None)):
+        report["summary"]["speed"] = {"reference": "a chain", "samples": 9, "spread": spread}
+    assert merge_reports(reports)["summary"]["speed"]["spread"] == 0.0, "a steady machine is a trace too"
 
 
 def test_merge_refuses_reports_from_other_settings_or_machines(plans: list[ModelPlan]) -> None:

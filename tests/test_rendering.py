@@ -17,6 +17,7 @@ from conftest import SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks.html import CALL, CALL_COLOUR, OP_COLOURS, OTHER_COLOUR, SHOWN_OP_TYPES, op_colour, render_html
 from pytest_dlbricks.terminal import (
     describe_inputs,
+    executor_line,
     format_flops,
     format_rate,
     format_ratio,
@@ -437,26 +438,67 @@ def test_format_seconds_switches_unit_after_rounding(seconds: float, text: str) 
     assert format_seconds(seconds) == text
 
 
-SPEED = {"reference": "a chain", "samples": 48, "every_s": 0.25, "median_s": 19e-6, "fast_s": 11e-6, "slow_s": 22.5e-6}
+SPEED = {"reference": "a chain", "samples": 48, "every_s": 0.25, "q1_s": 11e-6, "median_s": 19e-6, "q3_s": 22.5e-6}
 
 
 def test_a_machine_whose_speed_moved_more_than_the_bricks_spread_is_told_what_that_means() -> None:
     line = speed_line({"noise": 0.074, "speed": {**SPEED, "spread": 0.303}})
     assert line == (
-        "Machine speed through the run: a chain took 11.0 us to 22.5 us (10th to 90th percentile of 48 samples,"
-        " at least 0.25 s apart): +-30.3% about its median; the bricks' own rounds +-3.7% (half their typical"
-        " interquartile range): each brick is timed within a moment, so estimates of bricks timed at other moments"
-        " may be off by about as much as the speed moved"
+        "Machine speed through the run: a chain took 11.0 us to 22.5 us (quartiles of 48 samples at least 0.25 s"
+        " apart; median 19.0 us): +-30.3%; the bricks' own rounds typically +-3.7%: each brick is timed within a"
+        " moment, so estimates of bricks timed at other moments may be off by about as much as the speed moved"
     )
 
 
-def test_a_steady_machine_gets_the_figures_alone() -> None:
-    line = speed_line({"noise": 0.074, "speed": {**SPEED, "spread": 0.02}})
-    assert line is not None and line.endswith("the bricks' own rounds +-3.7% (half their typical interquartile range)")
-    alone = speed_line({"noise": None, "speed": {**SPEED, "spread": 0.02}})
-    assert alone is not None and alone.endswith("+-2.0% about its median")
+@pytest.mark.parametrize(("noise", "spread"), [(0.074, 0.02), (0.02, 0.04)], ids=["below the bricks", "below 5%"])
+def test_a_steady_machine_gets_the_figures_alone(noise: float, spread: float) -> None:
+    line = speed_line({"noise": noise, "speed": {**SPEED, "spread": spread}})
+    assert line is not None and line.endswith(f"the bricks' own rounds typically +-{noise / 2:.1%}")
+
+
+def test_without_the_bricks_spread_the_trace_stands_alone() -> None:
+    alone = speed_line({"noise": None, "speed": {**SPEED, "spread": 0.0}})
+    assert alone is not None and alone.endswith("median 19.0 us): +-0.0%")
 
 
 def test_no_trace_no_line() -> None:
     assert speed_line({"noise": 0.05}) is None
     assert speed_line({"noise": 0.05, "speed": None}) is None
+    assert speed_line({"noise": 0.05, "speed": {**SPEED, "spread": None}}) is None
+
+
+def one_at_a_time(factor: float, sessions: object) -> dict[str, Any]:
+    """A report's executor entry: one node at a time, every layer slowed by ``factor`` in the pool."""
+    pool = {"factor": factor, "layer_s": 0.0, "sessions": sessions, "rounds": 3, "graph": "a chain"}
+    detection: dict[str, Any] = {"concurrent": False, "threads": 1, "sequential_s": 1e-3, "parallel_s": 1e-3}
+    detection.update(ratio=1.0, rounds=7, graph="chains", pool=pool, concurrent_below=0.8)
+    return {
+        "model": "one node at a time",
+        "threads": 1,
+        "pool_factor": factor,
+        "pool_layer_s": 0.0,
+        "detection": detection,
+        "call_s": 4e-6,
+        "parallel_call_s": 5e-6,
+        "critical_path": "the lower bound",
+    }
+
+
+def test_the_pool_slowdown_is_printed_with_the_times_it_follows_from() -> None:
+    line = executor_line(one_at_a_time(3.0, [[1e-3, 2e-3], [1.2e-3, 4e-3], [0.8e-3, 3e-3]]))
+    expected = (
+        "at 3.00x their time, as the parallel executor ran such layers here (a chain: the mean parallel time,"
+        " 3.00 ms (2.00 ms to 4.00 ms by session), over the median sequential one, 1.00 ms)"
+    )
+    assert line is not None and expected in line
+
+
+@pytest.mark.parametrize(
+    "sessions",
+    [[[1e-3, 2e-3], [1e-3, 4e-3]], [[None, 1e-3], [None, 2e-3]], [], "damaged", [[1e-3]]],
+    ids=["an older method's pairs", "damaged times", "none", "not a list", "not pairs"],
+)
+def test_sessions_that_do_not_give_the_slowdown_back_print_no_figures(sessions: object) -> None:
+    """A detection of the older method averaged each pair's ratio: its sessions no longer give its factor."""
+    line = executor_line(one_at_a_time(1.4, sessions))
+    assert line is not None and "at 1.40x their time, as the parallel executor ran such layers here (a chain)" in line

@@ -12,9 +12,11 @@ from conftest import plan_of
 from pytest_dlbricks import validation
 from pytest_dlbricks.composition import ParallelExecutor
 from pytest_dlbricks.overhead import NO_OVERHEAD, CallOverhead
+from pytest_dlbricks.settings import STATISTICS
 from pytest_dlbricks.validation import (
     MAX_ROUNDS,
     MIN_ROUNDS,
+    OVER_ROUNDS,
     BrickRounds,
     Validation,
     accuracy,
@@ -144,3 +146,7 @@ def test_a_model_without_an_estimate_is_measured_but_gets_no_ratio(tmp_path: Pat
     plan = plan_of(tiny_models.chain(tmp_path), 2)
     summary = Validation("sequential", [3.0, 4.0], [{}, {}]).summarize(plan, NO_OVERHEAD)
     assert summary == {"measured_s": 3.5, "estimate_s": None, "ratio": None, "spread": None, "rounds": 2}
+
+
+def test_every_statistic_bricks_are_composed_in_is_one_a_model_is_measured_in() -> None:
+    assert set(OVER_ROUNDS) == set(STATISTICS)
