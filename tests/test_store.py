@@ -268,11 +268,12 @@ def test_the_executor_detection_is_kept_under_the_conditions_it_was_made_in(tmp_
     shelf.put_executor(stored)
     assert shelf.get_executor(conditions) == stored
     assert shelf.get_executor({**conditions, "method": 2}) is None, "made another way: made again"
+    assert shelf.discarded == {}, "not damaged"
     record = json.loads((shelf.path / "executor.json").read_text())
     record["detection"]["pool"]["sessions"] = [[1e-3, -1.0]]
     (shelf.path / "executor.json").write_text(json.dumps(record))
     assert shelf.get_executor(conditions) is None
-    assert shelf.discarded == {"executor detection": 2}
+    assert shelf.discarded == {"executor detection": 1}
     shelf.put_executor(replace(stored, detection=replace(detection, pool=None)))
     assert shelf.get_executor(conditions) == replace(stored, detection=replace(detection, pool=None))
 
