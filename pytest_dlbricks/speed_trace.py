@@ -17,6 +17,7 @@ happened to the bricks rather than measuring it for each.
 from __future__ import annotations
 
 import time
+import timeit
 from collections.abc import Callable
 from typing import Any
 
@@ -69,18 +70,11 @@ class SpeedTrace:
                 self._call = self.make_call()
                 for _ in range(WARM_CALLS):
                     self._call()
-            self.samples.append(self._fastest(self._call))
+            timings = timeit.repeat(self._call, repeat=SAMPLE_CALLS, number=1, timer=self.clock)
+            self.samples.append(min(timings))
         except Exception as error:  # onnxruntime's exception types are not part of its API
             self.error = f"{type(error).__name__}: {error}"
         self._last = self.clock()
-
-    def _fastest(self, call: Callable[[], None]) -> float:
-        fastest = float("inf")
-        for _ in range(SAMPLE_CALLS):
-            start = self.clock()
-            call()
-            fastest = min(fastest, self.clock() - start)
-        return fastest
 
     def summary(self) -> dict[str, Any] | None:
         """The trace for the report: its samples' quartiles and ``spread``, half the interquartile range over
