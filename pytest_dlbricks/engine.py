@@ -332,11 +332,12 @@ class DLBricksRun:
         except Exception as error:  # onnxruntime's exception types are not part of its API
             self.executor_error = describe_error(error)
 
-    def brick_precision(self, signature: str, seconds: float, target: float) -> float:
+    def brick_precision(self, signature: str, seconds: float, target: float, *, stored: bool = True) -> float:
         """The margin of error a brick taking ``seconds`` must reach for the estimate of every model using it
-        to reach ``target``, the models' other bricks counted at the times known so far (see :mod:`.budget`)."""
+        to reach ``target``, the models' other bricks counted at the times known so far (see :mod:`.budget`):
+        measured or reused in this run, and unless not ``stored``, read from the brick store."""
         net_seconds = max(seconds - self._call_cost(signature), 0.0)
-        return brick_precision(target, seconds, net_seconds, self._uses(signature))
+        return brick_precision(target, seconds, net_seconds, self._uses(signature, stored=stored))
 
     def brick_share(self, signature: str, seconds: float) -> float:
         """The largest part a brick taking ``seconds`` makes of the time of a model using it, the models'
@@ -347,7 +348,7 @@ class DLBricksRun:
         brick = self.bricks[signature]
         return (self.overhead or NO_OVERHEAD).of_brick(len(brick.inputs), brick.output_count)
 
-    def _uses(self, signature: str) -> list[Use]:
+    def _uses(self, signature: str, *, stored: bool = True) -> list[Use]:
         """The brick's place in each model using it (see :class:`.budget.Use`)."""
         uses = []
         for plan in self.plans:
@@ -358,7 +359,7 @@ class DLBricksRun:
             for other, calls in plan.signatures.items():
                 if other == signature:
                     continue
-                time_s = self._known_time(other)
+                time_s = self._known_time(other, stored=stored)
                 if time_s is None:
                     floor += calls * self._call_cost(other)
                 else:
@@ -367,9 +368,11 @@ class DLBricksRun:
             uses.append(Use(count, others, raw, floor))
         return uses
 
-    def _known_time(self, signature: str) -> float | None:
+    def _known_time(self, signature: str, *, stored: bool = True) -> float | None:
         result = self.results.get(signature)
-        return float(result.stats[self.settings.statistic]) if result is not None else self.known_times.get(signature)
+        if result is not None:
+            return float(result.stats[self.settings.statistic])
+        return self.known_times.get(signature) if stored else None
 
     def assume_overhead(self, overhead: CallOverhead | None) -> None:
         """Compose with a call cost measured in an earlier run (the one reused brick times were measured beside)."""

@@ -106,7 +106,7 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
             clock.untimed(runner.rewrite_inputs)
             runner()
 
-        _budget_rounds(request.node, run, signature, call)
+        probe_s = _budget_rounds(request.node, run, signature, call)
         # Requested only now, so that a brick that cannot run leaves pytest-benchmark no unused fixture to warn of.
         benchmark = request.getfixturevalue("benchmark")
         benchmark.extra_info.update(
@@ -117,14 +117,18 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
             stats = benchmark.stats.stats
             run.record_result(
                 signature,
-                BrickResult(stats={name: float(getattr(stats, name)) for name in KEPT_STATS}, provider=runner.provider),
+                BrickResult(
+                    stats={name: float(getattr(stats, name)) for name in KEPT_STATS},
+                    provider=runner.provider,
+                    probe_s=probe_s,
+                ),
             )
 
     test_brick.dlbricks_signature = signature  # type: ignore[attr-defined]
     return test_brick
 
 
-def _budget_rounds(item: pytest.Item, run: DLBricksRun, signature: str, call: Callable[[], None]) -> None:
+def _budget_rounds(item: pytest.Item, run: DLBricksRun, signature: str, call: Callable[[], None]) -> float:
     """Set the rounds the brick is timed for: to the precision its part in the models' estimates asks (see
     :mod:`.budget`), over at least :data:`MIN_SPAN_S` (or pytest-benchmark's ``max_time``, if shorter) for
     a brick of microseconds that makes a sizeable part of a model.
@@ -133,7 +137,7 @@ def _budget_rounds(item: pytest.Item, run: DLBricksRun, signature: str, call: Ca
     :data:`PROBE_ENOUGH_S` or more), timed as the rounds will be: they follow the check, which pays the
     first call's allocations, so it is the brick's warm time. The
     precision is left alone when the run times every brick to a precision of pytest-benchmark's own,
-    or none.
+    or none. Returns the brick's time, which the store keeps to size its precision again on reuse.
     """
     marker = item.get_closest_marker("benchmark")
     options = dict(marker.kwargs) if marker is not None else {}
@@ -155,6 +159,7 @@ def _budget_rounds(item: pytest.Item, run: DLBricksRun, signature: str, call: Ca
         options["precision"] = run.brick_precision(signature, seconds, float(target))
     if options:
         item.add_marker(pytest.mark.benchmark(**options), append=False)
+    return seconds
 
 
 def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., None]:

@@ -47,6 +47,9 @@ class BrickResult:
     measured_at: str | None = None
     #: Taken from the brick store instead of measured in this run.
     reused: bool = False
+    #: The brick's time its precision was sized from when it was timed: the fastest probe call (see
+    #: :func:`.items._budget_rounds`); None when not timed in this run.
+    probe_s: float | None = None
 
 
 @dataclass(frozen=True)

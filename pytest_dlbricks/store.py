@@ -11,7 +11,8 @@ a reader, or a run interrupted at any point, never sees half a file::
                                 executor does here (see :func:`.probes.detect_executor`)
         calibration/<key>.json  {"version", "path", "key", "granularity", "work_s", "bytes", "call_s", "measured_s"}:
                                 a calibration model as this machine timed it (see :mod:`.calibration`)
-        bricks/<signature>.json {"version", "signature", "label", "stats", "provider", "measured_at", "precision"}
+        bricks/<signature>.json {"version", "signature", "label", "stats", "provider", "measured_at", "precision",
+                                "timed_out_s", "probe_s"}
       models/<key>.json         {"version", "path", "granularity", "dims", "layers", "windows", "edges", "io"}
 
 One file per brick makes each result durable the moment it is measured, lets concurrent runs write
@@ -74,6 +75,9 @@ class StoredBrick:
     #: The time limit (seconds) the brick ran out of before reaching the precision it was timed to; None
     #: when it reached it (or the record is older): timed again within that limit, it would stop there again.
     timed_out_s: float | None = None
+    #: The brick's time its precision was sized from when it was timed (its fastest probe call), so that
+    #: reuse sizes it from the same time; None in older records, sized then from its fastest round.
+    probe_s: float | None = None
 
     def age_s(self, now: datetime) -> float:
         return (now - self.measured_at).total_seconds()
@@ -101,6 +105,7 @@ class StoredBrick:
             "measured_at": self.measured_at.isoformat(timespec="seconds"),
             "precision": self.precision,
             "timed_out_s": self.timed_out_s,
+            "probe_s": self.probe_s,
         }
 
     @classmethod
@@ -113,7 +118,7 @@ class StoredBrick:
         stats = data["stats"]
         if not isinstance(stats, dict) or not all(isinstance(name, str) for name in stats):
             raise TypeError("stats is not a table of statistics")
-        precision, timed_out_s = data.get("precision"), data.get("timed_out_s")
+        precision, timed_out_s, probe_s = data.get("precision"), data.get("timed_out_s"), data.get("probe_s")
         return cls(
             signature=_text(data["signature"]),
             label=_text(data["label"]),
@@ -122,6 +127,7 @@ class StoredBrick:
             measured_at=measured_at,
             precision=None if precision is None else _seconds(precision, positive=True),
             timed_out_s=None if timed_out_s is None else _seconds(timed_out_s, positive=False),
+            probe_s=None if probe_s is None else _seconds(probe_s, positive=True),
         )
 
 

@@ -215,7 +215,7 @@ class Tracking:
             stored = self.shelf.get(signature, max_age_s=self.settings.max_age_s, statistic=self.settings.statistic)
         limit = self._time_limit()
         if stored is None or not (
-            stored.precise_enough(self._precision(signature, stored.stats))
+            stored.precise_enough(self._precision(signature, stored.stats, stored.probe_s))
             or (limit is not None and stored.timed_out_within(limit))
         ):
             return
@@ -253,7 +253,7 @@ class Tracking:
         try:
             reached = margin_of_error(result.stats)
             brick = StoredBrick(
-                signature, label, result.stats, result.provider, now, reached, _timed_out(item, reached)
+                signature, label, result.stats, result.provider, now, reached, _timed_out(item, reached), result.probe_s
             )
             self.shelf.put(brick)
             self._save_overhead(self.shelf)
@@ -453,18 +453,26 @@ class Tracking:
             f" {measured}"
         )
 
-    def _precision(self, signature: str, stats: Mapping[str, float]) -> float | None:
-        """The precision a brick is timed to in this run: pytest-benchmark's own when given, for every brick;
-        else dlbricks', loosened by the brick's part in its models (see :mod:`.budget`), its part taken at its
-        fastest call, as when it is timed (see :func:`.items._budget_rounds`): taken at its mean, which outliers
-        raise, a brick that had just met its precision fell short of it, and every re-run timed it again."""
+    def _precision(self, signature: str, stats: Mapping[str, float], probe_s: float | None) -> float | None:
+        """The precision a stored brick must have reached to be reused: pytest-benchmark's own when given, for
+        every brick; else dlbricks', loosened by the brick's part in its models (see :mod:`.budget`) as when it
+        was timed: sized from the same time (``probe_s``, see :func:`.items._budget_rounds`; else its fastest
+        round), its models' other bricks known as far as this run has come, or all of them, whichever asks
+        less. Asked otherwise, a brick that had just met its precision fell short of it and re-runs timed it
+        again: sized from its mean, which outliers raise, every re-run; from its fastest round, which averages
+        a round's calls, and with every brick known, which for a model's first brick dilutes the part of the
+        model's own call (a cost without error), one re-run in three or four."""
         own = self.config.getoption("benchmark_precision", None)
         if own is not None:
             return float(own)
-        target, fastest = self.settings.precision, stats.get("min", stats.get("mean"))
+        target, fastest = self.settings.precision, probe_s or stats.get("min", stats.get("mean"))
         if target is None or fastest is None:
             return target
-        return self.run.brick_precision(signature, float(fastest), target)
+        seconds = float(fastest)
+        return max(
+            self.run.brick_precision(signature, seconds, target),
+            self.run.brick_precision(signature, seconds, target, stored=False),
+        )
 
     def _time_limit(self) -> float | None:
         """The time limit a brick item gets in this run when dlbricks' precision decides its rounds

@@ -14,6 +14,7 @@ from conftest import SAMPLE_MODELS
 from pytest_dlbricks import items
 from pytest_dlbricks.budget import LOOSEST, Use, brick_precision, estimate_precision, largest_share
 from pytest_dlbricks.engine import DLBricksRun
+from pytest_dlbricks.report import BrickResult
 from pytest_dlbricks.settings import Settings
 
 
@@ -72,6 +73,9 @@ def test_times_the_store_knows_count_in_a_model_s_known_part(tmp_path: Path) -> 
     run.known_times.update(dict.fromkeys(others, 1e-4))
     assert run.brick_precision(first, 1e-6, 0.02) == LOOSEST
     assert run.brick_precision(first, 1e-4, 0.02) == pytest.approx(0.02 * math.sqrt(3), rel=0.05)
+    assert run.brick_precision(first, 1e-6, 0.02, stored=False) == pytest.approx(0.02), "as far as the run has come"
+    run.record_result(others[0], BrickResult(stats={"median": 1e-4}, provider="CPUExecutionProvider", reused=True))
+    assert run.brick_precision(first, 1e-6, 0.02, stored=False) > 0.02, "a brick reused in this run counts"
 
 
 class _Item:

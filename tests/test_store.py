@@ -19,6 +19,7 @@ from pytest_dlbricks.store import (
     STORE_VERSION,
     BrickStore,
     ModelManifest,
+    Shelf,
     StoredBrick,
     StoredExecutor,
     times_of,
@@ -71,12 +72,26 @@ def test_a_brick_keeps_the_time_limit_it_ran_out_of(tmp_path: Path) -> None:
     assert stored is not None and stored.timed_out_s == 0.25
     assert [stored.timed_out_within(limit) for limit in (0.1, 0.25, 0.5)] == [True, True, False]
     assert not brick().timed_out_within(0.0), "reached its precision, or an older record"
+    assert older_record(shelf, "timed_out_s").timed_out_s is None
+
+
+def test_a_brick_keeps_the_time_its_precision_was_sized_from(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put(replace(brick(), probe_s=1.5e-5))
+    stored = shelf.get(SIGNATURE)
+    assert stored is not None and stored.probe_s == 1.5e-5
+    assert older_record(shelf, "probe_s").probe_s is None
+
+
+def older_record(shelf: Shelf, without: str) -> StoredBrick:
+    """The stored brick read again from its record as a version without the field ``without`` wrote it."""
     path = shelf.path / "bricks" / f"{SIGNATURE}.json"
     older = json.loads(path.read_text())
-    del older["timed_out_s"]
+    del older[without]
     path.write_text(json.dumps(older))
     again = shelf.get(SIGNATURE)
-    assert again is not None and again.timed_out_s is None
+    assert again is not None
+    return again
 
 
 def test_shelf_folders_are_readable_and_differ_by_identity(tmp_path: Path) -> None:
@@ -126,6 +141,8 @@ def test_old_records_are_not_reused(tmp_path: Path) -> None:
         json.dumps({**brick().to_json(), "stats": [2e-5]}),
         json.dumps({**brick().to_json(), "label": 7}),
         json.dumps({**brick().to_json(), "precision": float("inf")}),
+        json.dumps({**brick().to_json(), "probe_s": 0}),
+        json.dumps({**brick().to_json(), "probe_s": "1e-5"}),
         b"\xff\xfe random bytes".decode("latin-1"),
     ],
 )
