@@ -15,6 +15,7 @@ from typing import Any
 
 from . import __version__
 from .terminal import (
+    accuracy_lines,
     calibration_line,
     describe_inputs,
     executor_line,
@@ -23,6 +24,7 @@ from .terminal import (
     format_ratio,
     format_seconds,
     format_share,
+    speed_line,
 )
 from .wording import plural
 
@@ -117,13 +119,18 @@ def render_html(report: Mapping[str, Any]) -> str:
         _header(report),
         _section(
             "Models",
-            table + (f"<p>{escape(line[:1].upper() + line[1:])}.</p>" if line else "") + _executor(report),
+            table
+            + (f"<p>{escape(line[:1].upper() + line[1:])}.</p>" if line else "")
+            + _muted([executor_line(report.get("executor")), speed_line(report["summary"])]),
             anchor="models",
         ),
         _section("Where the time goes", _op_chart(models, colours), anchor="op-types"),
     ]
     if validated:
-        sections.append(_section("Estimate vs measured", _ratio_chart(validated), anchor="validation"))
+        accuracy = accuracy_lines(report.get("accuracy"), report["summary"])
+        sections.append(
+            _section("Estimate vs measured", _ratio_chart(validated) + _muted(accuracy), anchor="validation")
+        )
     sections += [
         _section("Top bricks", _bricks_table(report), anchor="bricks"),
         _section("Per model", "".join(_model_details(m) for m in models if "error" not in m), anchor="per-model"),
@@ -170,10 +177,9 @@ def _header(report: Mapping[str, Any]) -> str:
     return f"<h1>pytest-dlbricks report</h1>\n<p>{escape(lead)}</p>\n<div class=cards>{card_html}</div>\n"
 
 
-def _executor(report: Mapping[str, Any]) -> str:
-    """Which model of onnxruntime's parallel executor the Parallel column used, and why."""
-    line = executor_line(report.get("executor"))
-    return "" if line is None else f"<p class=muted>{escape(line)}</p>\n"
+def _muted(lines: Iterable[str | None]) -> str:
+    """Closing lines of the terminal's summary, as the page's notes under a section."""
+    return "".join(f"<p class=muted>{escape(line)}</p>\n" for line in lines if line)
 
 
 def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool, calibrated: bool = False) -> str:

@@ -210,7 +210,7 @@ def render_table(report: Mapping[str, object]) -> str:
     executor = executor_line(report.get("executor"))  # type: ignore[arg-type]
     if executor:
         lines.append(executor)
-    lines.extend(_accuracy_lines(report.get("accuracy"), summary))  # type: ignore[arg-type]
+    lines.extend(accuracy_lines(report.get("accuracy"), summary))  # type: ignore[arg-type]
     return "\n".join(lines)
 
 
@@ -404,7 +404,7 @@ def calibration_line(calibration: Mapping[str, Any] | None) -> str | None:
     )
 
 
-def _accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, object]) -> list[str]:
+def accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, object]) -> list[str]:
     """The validation summary: accuracy per executor, the machine's noise, the time the method saved."""
     if not accuracy:
         return []

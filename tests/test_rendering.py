@@ -376,6 +376,23 @@ def test_validation_adds_columns_and_a_ratio_chart(report: dict[str, Any]) -> No
     assert page.count('class="dot ') == 1, "one model was validated"
 
 
+def test_the_page_gives_the_terminal_s_closing_lines_on_speed_accuracy_and_noise(report: dict[str, Any]) -> None:
+    """The noise beside every accuracy figure, and how far the machine's speed moved, on the page as in the terminal."""
+    report["models"][0].update(measured_s=14e-6, ratio=15 / 14, paired_ratio=1.02)
+    report["summary"].update(noise=0.074, speed={**SPEED, "spread": 0.303})
+    one = {"accuracy": 0.934, "geometric_mean_ratio": 1.071, "within_10_percent": 1, "models": 1}
+    report["accuracy"] = {"sequential": one, "noise": 0.061, "speedup": 2.5}
+    page = render_html(report)
+    parse(page)
+    table = render_table(report).splitlines()
+    speed = next(line for line in table if line.startswith("Machine speed"))
+    models, validation = page.split('id="models"')[1].split('id="validation"')
+    assert f"<p class=muted>{escape(speed)}</p>" in models
+    closing = table[table.index(speed) + 1 :]
+    assert closing and all(f"<p class=muted>{escape(line)}</p>" in validation for line in closing)
+    assert "machine noise +-3.0%" in validation
+
+
 def test_an_incomplete_model_says_so_instead_of_a_bar(report: dict[str, Any]) -> None:
     chain = report["models"][0]
     chain.update(complete=False, measured_bricks=1, sequential_s=None, op_time_s=None, top_bricks=None)
