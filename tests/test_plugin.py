@@ -647,13 +647,15 @@ def test_verbose_shows_where_the_time_goes(pytester: pytest.Pytester, sample_mod
             "2 models, * measured",
             "dlbricks: peak * GFLOP/s (GEMM), * GB/s; models reach * of the peak",
             "Model * Load * Sequential * FLOPs * GFLOP/s * Of peak * Unknown FLOPs",
-            "models/mlp.onnx * ms * us * kFLOP * -",
-            "models/tiny_resnet.onnx * ms * MFLOP * -",
+            # A load or an estimate may take under a millisecond or more: any unit will do.
+            "models/mlp.onnx * ?s * ?s * kFLOP * -",
+            "models/tiny_resnet.onnx * ?s * ?s * MFLOP * -",
             "Time by operator type:",
-            "  models/mlp.onnx * *Gemm *%, *",
+            "  models/mlp.onnx * *Gemm *%*",
             "  models/tiny_resnet.onnx * Conv *%, *",
             "Top bricks by time in the model:",
-            "  models/mlp.onnx * *Gemm-* x3 *%, *",
+            # Mostly call cost, the mlp's bricks may rank in any order: its Gemm used thrice may come last.
+            "  models/mlp.onnx * *Gemm-* x3 *%*",
         ]
     )
 
