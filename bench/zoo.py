@@ -356,7 +356,7 @@ def _score(ratios: list[float | None]) -> str:
         return "no model"
     return (
         f"accuracy {scored['accuracy']:.3f} over {len(found)} models,"
-        f" within 5%: {sum(abs(r - 1) <= 0.05 for r in found)}/{len(found)},"
+        f" within 5%: {scored['within_5_percent']}/{len(found)},"
         f" within 10%: {scored['within_10_percent']}/{len(found)}"
     )
 

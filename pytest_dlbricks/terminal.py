@@ -412,9 +412,13 @@ def accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, 
     for key, label in _ACCURACIES:
         result: Mapping[str, float] | None = accuracy.get(key)  # type: ignore[assignment]
         if result:
+            models = plural(int(result["models"]), "model")
+            # Reports written before the 5% band was counted have the 10% one alone.
+            close = f"{result['within_5_percent']}/{models} within +-5%, " if "within_5_percent" in result else ""
+            within = f"{close}{result['within_10_percent']}/{result['models'] if close else models} within +-10%"
             lines.append(
                 f"{label}: {result['accuracy']:.1%} (geometric mean ratio {result['geometric_mean_ratio']:.3f},"
-                f" {result['within_10_percent']}/{plural(int(result['models']), 'model')} within +-10%)"
+                f" {within})"
             )
     noise, speedup, wall = accuracy.get("noise"), accuracy.get("speedup"), summary.get("wall_time_s")
     details = []

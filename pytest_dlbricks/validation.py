@@ -24,8 +24,8 @@ from .overhead import CallOverhead
 
 #: Executors a model is validated against, and the estimate each one is compared with.
 ESTIMATE_OF_EXECUTOR = {"sequential": "sequential_s", "parallel": "critical_path_s"}
-#: A model is "within" the target when its estimate is within this fraction of the measurement.
-WITHIN = 0.10
+#: Bands a model's estimate is counted "within" of its measurement, as nn-Meter and LitePred count theirs.
+WITHIN = {"within_5_percent": 0.05, "within_10_percent": 0.10}
 #: Timed calls of each brick per round, after the untimed ones of :func:`warm`.
 CALLS_PER_ROUND = 3
 #: Untimed calls of each brick, and of the model, before their timed calls in a round. Called once after
@@ -159,7 +159,7 @@ def accuracy(ratios: Sequence[float]) -> dict[str, float | int] | None:
         "models": len(ratios),
         "geometric_mean_ratio": math.exp(statistics.fmean(logs)),
         "accuracy": math.exp(-statistics.fmean(abs(value) for value in logs)),
-        "within_10_percent": sum(abs(ratio - 1) <= WITHIN for ratio in ratios),
+        **{key: sum(abs(ratio - 1) <= band for ratio in ratios) for key, band in WITHIN.items()},
     }
 
 

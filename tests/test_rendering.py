@@ -16,6 +16,7 @@ from test_analysis import analysed_report
 from conftest import SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks.html import CALL, CALL_COLOUR, OP_COLOURS, OTHER_COLOUR, SHOWN_OP_TYPES, op_colour, render_html
 from pytest_dlbricks.terminal import (
+    accuracy_lines,
     describe_inputs,
     executor_line,
     format_flops,
@@ -391,6 +392,14 @@ def test_the_page_gives_the_terminal_s_closing_lines_on_speed_accuracy_and_noise
     closing = table[table.index(speed) + 1 :]
     assert closing and all(f"<p class=muted>{escape(line)}</p>" in validation for line in closing)
     assert "machine noise +-3.0%" in validation
+
+
+def test_a_report_written_before_the_5_percent_band_was_counted_gives_the_10_percent_one() -> None:
+    older = {"accuracy": 0.934, "geometric_mean_ratio": 1.071, "within_10_percent": 3, "models": 4}
+    (line,) = accuracy_lines({"sequential": older}, {})
+    assert line.endswith(": 93.4% (geometric mean ratio 1.071, 3/4 models within +-10%)")
+    (line,) = accuracy_lines({"sequential": {**older, "within_5_percent": 1}}, {})
+    assert line.endswith(": 93.4% (geometric mean ratio 1.071, 1/4 models within +-5%, 3/4 within +-10%)")
 
 
 def test_an_incomplete_model_says_so_instead_of_a_bar(report: dict[str, Any]) -> None:

@@ -281,14 +281,14 @@ def test_the_ratio_is_the_users_estimate_over_the_measurement_and_the_paired_one
     assert (sequential, measured, ratio) == (60.0, 40.0, 1.5), "the ratio follows from the times beside it"
     assert lines[4] == (
         "accuracy of sequential estimates (Sequential / Measured): 66.7% (geometric mean ratio 1.500,"
-        " 0/1 model within +-10%)"
+        " 0/1 model within +-5%, 0/1 within +-10%)"
     )
     assert lines[5].startswith("  in paired rounds (") and lines[5].endswith(
-        ": 75.0% (geometric mean ratio 0.750, 0/1 model within +-10%)"
+        ": 75.0% (geometric mean ratio 0.750, 0/1 model within +-5%, 0/1 within +-10%)"
     )
     assert model["estimate_drift"] == pytest.approx(2.0), "the items' 6e-5 estimate / the paired rounds' 3e-5"
     assert lines[6].startswith("  item estimates against the paired rounds' (") and lines[6].endswith(
-        ": 50.0% (geometric mean ratio 2.000, 0/1 model within +-10%)"
+        ": 50.0% (geometric mean ratio 2.000, 0/1 model within +-5%, 0/1 within +-10%)"
     ), "how much of the gap between the two lines above is the machine's speed"
 
 

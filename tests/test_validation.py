@@ -115,12 +115,13 @@ def test_ratios_are_medians_over_rounds_robust_to_one_disturbed_round(tmp_path: 
 
 
 def test_accuracy_of_ratios() -> None:
-    result = accuracy([1.0, 1.05, 0.8])
+    result = accuracy([1.0, 1.04, 0.8, 1.06])
     assert result is not None
-    assert result["models"] == 3
-    assert result["within_10_percent"] == 2
-    assert result["geometric_mean_ratio"] == pytest.approx((1.0 * 1.05 * 0.8) ** (1 / 3))
-    assert result["accuracy"] == pytest.approx(math.exp(-(0 + math.log(1.05) + abs(math.log(0.8))) / 3))
+    assert result["models"] == 4
+    assert (result["within_5_percent"], result["within_10_percent"]) == (2, 3)
+    assert result["geometric_mean_ratio"] == pytest.approx((1.0 * 1.04 * 0.8 * 1.06) ** (1 / 4))
+    logs = [0, math.log(1.04), abs(math.log(0.8)), math.log(1.06)]
+    assert result["accuracy"] == pytest.approx(math.exp(-sum(logs) / 4))
     assert accuracy([]) is None
 
 
