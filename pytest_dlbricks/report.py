@@ -48,7 +48,7 @@ class BrickResult:
     #: Taken from the brick store instead of measured in this run.
     reused: bool = False
     #: The brick's time its precision was sized from when it was timed: the fastest probe call (see
-    #: :func:`.items._budget_rounds`); None when not timed in this run.
+    #: :func:`.items._budget_rounds`); None when unknown (a record of an older version).
     probe_s: float | None = None
 
 

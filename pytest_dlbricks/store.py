@@ -125,7 +125,7 @@ class StoredBrick:
             stats={name: _seconds(value, positive=name in STATISTICS) for name, value in stats.items()},
             provider=_text(data["provider"]),
             measured_at=measured_at,
-            precision=None if precision is None else _seconds(precision, positive=True),
+            precision=None if precision is None else _seconds(precision),
             timed_out_s=None if timed_out_s is None else _seconds(timed_out_s, positive=False),
             probe_s=None if probe_s is None else _seconds(probe_s, positive=True),
         )
@@ -508,7 +508,11 @@ def _seconds(value: object, *, positive: bool = False) -> float:
     """A number a measurement can give: finite, not negative (or, ``positive``, above zero)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{value!r} is not a number")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        finite = False
+    if not finite or value < 0 or (positive and value == 0):
         raise ValueError(f"{value!r} is no measurement")
     return value
 

@@ -226,6 +226,7 @@ class Tracking:
                 provider=stored.provider,
                 measured_at=stored.measured_at.isoformat(timespec="seconds"),
                 reused=True,
+                probe_s=stored.probe_s,
             ),
         )
         self.reused_at.append(stored.measured_at)
@@ -252,8 +253,9 @@ class Tracking:
         label = self.run.bricks[signature].label
         try:
             reached = margin_of_error(result.stats)
+            probe_s = result.probe_s if result.probe_s and result.probe_s > 0 else None  # a coarse timer reads 0
             brick = StoredBrick(
-                signature, label, result.stats, result.provider, now, reached, _timed_out(item, reached), result.probe_s
+                signature, label, result.stats, result.provider, now, reached, _timed_out(item, reached), probe_s
             )
             self.shelf.put(brick)
             self._save_overhead(self.shelf)

@@ -58,6 +58,9 @@ def test_a_brick_round_trips_through_its_shelf(tmp_path: Path) -> None:
 
 def test_a_brick_says_whether_it_was_timed_precisely_enough(tmp_path: Path) -> None:
     shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put(replace(brick(), precision=0.0))
+    exact = shelf.get(SIGNATURE)
+    assert exact is not None and exact.precision == 0.0, "identical rounds (a coarse timer) are a measurement"
     shelf.put(replace(brick(), precision=0.02))
     stored = shelf.get(SIGNATURE)
     assert stored is not None and stored.precision == 0.02
@@ -142,6 +145,8 @@ def test_old_records_are_not_reused(tmp_path: Path) -> None:
         json.dumps({**brick().to_json(), "label": 7}),
         json.dumps({**brick().to_json(), "precision": float("inf")}),
         json.dumps({**brick().to_json(), "probe_s": 0}),
+        json.dumps({**brick().to_json(), "probe_s": 10**400}),  # beyond any float: no measurement either
+        json.dumps({**brick().to_json(), "precision": -0.01}),
         json.dumps({**brick().to_json(), "probe_s": "1e-5"}),
         b"\xff\xfe random bytes".decode("latin-1"),
     ],
