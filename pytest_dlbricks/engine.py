@@ -335,7 +335,7 @@ class DLBricksRun:
     def brick_precision(self, signature: str, seconds: float, target: float, *, stored: bool = True) -> float:
         """The margin of error a brick taking ``seconds`` must reach for the estimate of every model using it
         to reach ``target``, the models' other bricks counted at the times known so far (see :mod:`.budget`):
-        measured or reused in this run, and unless not ``stored``, read from the brick store."""
+        measured or reused in this run and, if ``stored``, read from the brick store."""
         net_seconds = max(seconds - self._call_cost(signature), 0.0)
         return brick_precision(target, seconds, net_seconds, self._uses(signature, stored=stored))
 

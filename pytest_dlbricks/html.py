@@ -121,7 +121,7 @@ def render_html(report: Mapping[str, Any]) -> str:
             "Models",
             table
             + (f"<p>{escape(line[:1].upper() + line[1:])}.</p>" if line else "")
-            + _muted([executor_line(report.get("executor")), speed_line(report["summary"])]),
+            + _muted([speed_line(report["summary"]), executor_line(report.get("executor"))]),
             anchor="models",
         ),
         _section("Where the time goes", _op_chart(models, colours), anchor="op-types"),

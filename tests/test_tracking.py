@@ -314,6 +314,35 @@ def test_a_stored_brick_is_asked_on_reuse_for_the_precision_it_was_asked_when_ti
     assert {signature: calls[-1] for (signature, stored), calls in asked.items() if not stored} == when_timed
 
 
+def test_a_brick_timed_beside_stored_ones_is_asked_on_reuse_as_with_every_brick_known(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Timed again while the store knew every other brick of its model (its record lost), a brick was asked
+    with all of them known: the next run asks it so, not as far as that run has come."""
+    args = ("--dlbricks-granularity=2", "--dlbricks-precision=2%", "models/tiny_inception.onnx")
+    run(pytester, *args)
+    # The heaviest brick is timed first: as far as a run has come, nothing else of its model is known.
+    heaviest = max(brick_records(pytester), key=lambda path: read(path)["stats"]["median"])
+    signature = read(heaviest)["signature"]
+    heaviest.unlink()
+    asked: dict[bool, list[float]] = {True: [], False: []}
+    sizing = engine.DLBricksRun.brick_precision
+
+    def recorded(self: engine.DLBricksRun, brick: str, seconds: float, target: float, *, stored: bool = True) -> float:
+        precision = sizing(self, brick, seconds, target, stored=stored)
+        if brick == signature:
+            asked[stored].append(precision)
+        return precision
+
+    monkeypatch.setattr(engine.DLBricksRun, "brick_precision", recorded)
+    run(pytester, *args).assert_outcomes(passed=1, skipped=len(brick_records(pytester)) - 1)
+    (when_timed,) = asked[True]
+    asked[True].clear()
+    run(pytester, *args).assert_outcomes(skipped=len(brick_records(pytester)))
+    assert asked[True] == [when_timed]
+    assert asked[False] and asked[False][0] != when_timed, "as far as the run had come, it would be asked otherwise"
+
+
 def test_a_stored_brick_of_an_older_record_is_asked_for_the_precision_of_its_fastest_round(
     pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
