@@ -253,9 +253,8 @@ class Tracking:
         label = self.run.bricks[signature].label
         try:
             reached = margin_of_error(result.stats)
-            probe_s = result.probe_s if result.probe_s and result.probe_s > 0 else None  # a coarse timer reads 0
             brick = StoredBrick(
-                signature, label, result.stats, result.provider, now, reached, _timed_out(item, reached), probe_s
+                signature, label, result.stats, result.provider, now, reached, _timed_out(item, reached), result.probe_s
             )
             self.shelf.put(brick)
             self._save_overhead(self.shelf)
