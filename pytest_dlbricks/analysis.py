@@ -184,14 +184,20 @@ class ModelAnalysis:
 
 
 def brick_analysis(
-    time_s: float | None, work: BrickWork | None, peak: Peak | None, overhead: CallOverhead
+    time_s: float | None,
+    work: BrickWork | None,
+    peak: Peak | None,
+    overhead: CallOverhead,
+    reference_s: float | None = None,
 ) -> BrickAnalysis:
+    """``reference_s``: the reference call's time around the brick's timing (see
+    :meth:`.overhead.CallOverhead.of_brick`)."""
     flops = work.flops if work is not None else None
     rate = flops / time_s if flops is not None and time_s else None
     op_time = work_s = None
     if work is not None and time_s is not None:
         op_time = split_time(work, time_s, peak)
-        work_s = max(time_s - overhead.of_brick(*work.io), 0.0)
+        work_s = max(time_s - overhead.of_brick(*work.io, reference_s), 0.0)
     return BrickAnalysis(
         label=work.label if work is not None else None,
         flops=flops,

@@ -88,16 +88,18 @@ def compose(
     times: Mapping[str, float],
     overhead: CallOverhead = NO_OVERHEAD,
     parallel: ParallelExecutor | None = None,
+    references: Mapping[str, float] | None = None,
 ) -> Estimate:
     """Estimate ``plan``'s latency from ``times`` (seconds by brick signature).
 
-    The cost of a brick's timed call (``overhead``) is taken off every brick's time, and the cost of
-    one call is counted once for the model, with the model's own inputs and outputs. A brick never
-    counts for less than nothing. ``parallel`` is what the parallel executor does here (None:
-    unknown, no parallel estimate).
+    The cost of a brick's timed call (``overhead``) is taken off every brick's time, scaled to the
+    reference call's time around the brick's timing where ``references`` gives it (see
+    :meth:`.CallOverhead.of_brick`), and the cost of one call is counted once for the model, with the
+    model's own inputs and outputs. A brick never counts for less than nothing. ``parallel`` is what
+    the parallel executor does here (None: unknown, no parallel estimate).
     """
     layers = {brick.signature: len(brick.ops) for brick in plan.bricks if isinstance(brick, BrickSpec)}
-    return compose_calls(brick_calls(plan), plan.graph, plan.io, times, overhead, parallel, layers)
+    return compose_calls(brick_calls(plan), plan.graph, plan.io, times, overhead, parallel, layers, references)
 
 
 def brick_calls(plan: ModelPlan) -> list[BrickCall]:
@@ -118,16 +120,18 @@ def compose_calls(
     overhead: CallOverhead = NO_OVERHEAD,
     parallel: ParallelExecutor | None = None,
     layers: Mapping[str, int] | None = None,
+    references: Mapping[str, float] | None = None,
 ) -> Estimate:
     """:func:`compose` from plain data: the windows, the brick graph between them and the model's io
     counts, and the number of layers of each brick by signature (one where unknown)."""
+    references = references or {}
     work: list[float] = []
     signatures: list[str] = []
     for call in calls:
         seconds = times.get(call[0]) if call is not None else None
         if call is None or seconds is None:
             continue
-        work.append(max(seconds - overhead.of_brick(call[1], call[2]), 0.0))
+        work.append(max(seconds - overhead.of_brick(call[1], call[2], references.get(call[0])), 0.0))
         signatures.append(call[0])
     if len(work) < len(calls):
         return Estimate(None, None, len(work), len(calls))

@@ -12,7 +12,7 @@ from collections import Counter
 from .composition import compose_calls
 from .identity import describe_machine, describe_timing
 from .overhead import NO_OVERHEAD
-from .store import BrickStore, times_of
+from .store import BrickStore, references_of, times_of
 from .terminal import format_seconds, format_table
 from .wording import counted, plural
 
@@ -42,13 +42,16 @@ def store_report(store: BrickStore, statistic: str = "median", critical_path: bo
     if not shelves or not models:
         return "\n".join(lines)
     times = [times_of(found, statistic) for found in bricks]
+    references = [references_of(found) for found in bricks]
     header = ["Model", "G", "Dims", *(f"[{i}]" for i in range(1, len(shelves) + 1))]
     header += [f"[{i}]/[1]" for i in range(2, len(shelves) + 1)]
     rows = [header]
     for model in models:
         estimates = []
-        for shelf_times, overhead in zip(times, overheads):
-            estimate = compose_calls(model.windows, model.graph, model.io, shelf_times, overhead)
+        for shelf_times, overhead, shelf_references in zip(times, overheads, references):
+            estimate = compose_calls(
+                model.windows, model.graph, model.io, shelf_times, overhead, references=shelf_references
+            )
             estimates.append(estimate.critical_path_s if critical_path else estimate.sequential_s)
         first = estimates[0]
         ratios = [f"{e / first:.2f}" if e is not None and first else "-" for e in estimates[1:]]

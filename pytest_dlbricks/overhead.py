@@ -5,6 +5,14 @@ brick and counts it once for the whole model. A brick is also timed through its 
 run's clock paused around the rewriting of its inputs), which costs each of its calls a little more
 than the model's one timed call pays: that part too is taken off every brick, and never counted for
 the model.
+
+**At the brick's moment.** On a machine whose speed moves (a shared or virtual one; on a 2-core VM the
+fixed cost read 3.8 us and 7 us in turn, for stretches of tenths of a second), a brick timed in a fast
+stretch paid half the call cost measured in a slow one: taking the measured cost off every brick of a
+transformer block, all of microseconds, left 11 us of a model of 56 us, and 240 us of one of 135 us
+in another run. So the run also times a reference call right before and after each brick (see
+:meth:`.speed_trace.SpeedTrace.now`), and the call cost taken off that brick is the measured one in
+the proportion of the reference's time then to its time when the costs were measured.
 """
 
 from __future__ import annotations
@@ -22,8 +30,9 @@ from .runtime import bind, create_session, input_rewriter
 from .settings import Settings
 
 #: How :func:`measure_call_overhead` measures; a record of another method is measured again. 2: the fixed
-#: cost is read from chains without a Sum ahead of them (method 1 counted that Sum in it).
-MEASUREMENT_METHOD = 2
+#: cost is read from chains without a Sum ahead of them (method 1 counted that Sum in it); 3: the
+#: reference call is timed beside the costs (:attr:`CallOverhead.reference_s`).
+MEASUREMENT_METHOD = 3
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,10 @@ class CallOverhead:
     #: What timing a brick through its item adds to each of its calls beyond the model's one timed call
     #: (the loop, the clock paused around the rewriting of its inputs): taken off every brick only.
     timing_s: float = 0.0
+    #: The reference call's time (:data:`REFERENCE`, median of calls timed alone) measured beside these
+    #: costs: a brick timed while the reference took longer or shorter paid its call cost in that
+    #: proportion (see :meth:`of_brick`). None in records of runs that did not measure it.
+    reference_s: float | None = None
 
     def of(self, inputs: int, outputs: int, *, parallel: bool = False) -> float:
         """The cost of a call with these many inputs and outputs (``parallel``: under the parallel
@@ -53,9 +66,14 @@ class CallOverhead:
         assert fixed is not None, "the parallel executor's call cost was not measured"
         return fixed + self.per_input_s * max(inputs - 1, 0) + self.per_output_s * max(outputs - 1, 0)
 
-    def of_brick(self, inputs: int, outputs: int) -> float:
-        """What a brick's timed call costs beyond its layers' work."""
-        return self.of(inputs, outputs) + self.timing_s
+    def of_brick(self, inputs: int, outputs: int, reference_s: float | None = None) -> float:
+        """What a brick's timed call costs beyond its layers' work; ``reference_s``: the reference call's
+        time around the brick's timing, when known, to which the cost is scaled (see the module's
+        description)."""
+        cost = self.of(inputs, outputs) + self.timing_s
+        if reference_s is not None and self.reference_s:
+            return cost * reference_s / self.reference_s
+        return cost
 
 
 NO_OVERHEAD = CallOverhead()
@@ -69,8 +87,11 @@ def measure_call_overhead(settings: Settings, rounds: int = 11, calls: int = 100
     over-correct), each call timed alone as the whole model's is; the same chains timed as brick
     items time bricks give what timing a brick adds; one layer reading 1 to 8 inputs, and 1 to 8
     layers each writing an output, give the cost of each further input and output. All are timed
-    interleaved, back to back, so the machine's noise hits them alike. The parallel executor's fixed
-    cost follows (see :func:`measure_parallel_fixed_cost`).
+    interleaved, back to back, so the machine's noise hits them alike. The reference call is the
+    longest chain: its time is read in the proportion of the fixed cost to it within each round (a round
+    takes milliseconds, the machine's speed states tenths of a second; the medians over rounds of two
+    chains can fall in different states). The parallel executor's fixed cost follows (see
+    :func:`measure_parallel_fixed_cost`).
     """
     chains = [_Call(_tiny_model(size, 1, 1), settings) for size in _SIZES]
     families = {
@@ -79,7 +100,8 @@ def measure_call_overhead(settings: Settings, rounds: int = 11, calls: int = 100
         "inputs": [_Call(_tiny_model(1, size, 1, summed=True), settings) for size in _SIZES[:4]],
         "outputs": [_Call(_tiny_model(size, 1, size), settings) for size in _SIZES[:4]],
     }
-    medians = _interleaved_medians(families, rounds, calls)
+    times = _interleaved_times(families, rounds, calls)
+    medians = {name: [float(np.median(member)) for member in group] for name, group in times.items()}
     layer_s, fixed_s = np.polyfit(_SIZES, medians["chain"], 1)
     _, timed_fixed_s = np.polyfit(_SIZES, medians["timed"], 1)
     per_input_s, _ = np.polyfit(_SIZES[:4], medians["inputs"], 1)
@@ -90,7 +112,18 @@ def measure_call_overhead(settings: Settings, rounds: int = 11, calls: int = 100
         per_output_s=max(float(per_output_s - layer_s), 0.0),
         parallel_fixed_s=measure_parallel_fixed_cost(settings),
         timing_s=max(float(timed_fixed_s - fixed_s), 0.0),
+        reference_s=_reference_beside(max(float(fixed_s), 0.0), times["chain"]),
     )
+
+
+def _reference_beside(fixed_s: float, chains: list[list[float]]) -> float | None:
+    """The reference call's time at the speed ``fixed_s`` was measured at: ``fixed_s`` over the median of
+    the rounds' fixed cost to reference ratios (``chains``: each chain's time by round); None when the
+    fixed cost is nothing, to which no speed is in proportion."""
+    by_round = np.array(chains)
+    fixed_by_round = np.polyfit(_SIZES, by_round, 1)[1]
+    ratio = float(np.median(fixed_by_round / by_round[_SIZES.index(REFERENCE_SIZE)]))
+    return fixed_s / ratio if fixed_s > 0 and ratio > 0 else None
 
 
 def measure_parallel_fixed_cost(settings: Settings, rounds: int = 5, calls: int = 20) -> float:
@@ -100,19 +133,21 @@ def measure_parallel_fixed_cost(settings: Settings, rounds: int = 5, calls: int 
     ones for the cores, one of its calls can take milliseconds.
     """
     sessions = {"parallel": [_Call(_tiny_model(size, 1, 1), settings, parallel=True) for size in _SIZES]}
-    _, fixed_s = np.polyfit(_SIZES, _interleaved_medians(sessions, rounds, calls)["parallel"], 1)
+    times = _interleaved_times(sessions, rounds, calls)["parallel"]
+    _, fixed_s = np.polyfit(_SIZES, [float(np.median(member)) for member in times], 1)
     return max(float(fixed_s), 0.0)
 
 
 _SIZES = (1, 2, 4, 8, 16)
 #: The reference call of the run's speed trace (see :mod:`.speed_trace`): the longest of the chains the
 #: call cost is read from.
-REFERENCE = f"a chain of {_SIZES[-1]} one-element Adds"
+REFERENCE_SIZE = _SIZES[-1]
+REFERENCE = f"a chain of {REFERENCE_SIZE} one-element Adds"
 
 
 def reference_call(settings: Settings) -> Callable[[], None]:
     """The reference call of the run's speed trace, its inputs and outputs bound as bricks' are."""
-    return _Call(_tiny_model(_SIZES[-1], 1, 1), settings)
+    return _Call(_tiny_model(REFERENCE_SIZE, 1, 1), settings)
 
 
 class _Call:
@@ -134,16 +169,16 @@ class _Call:
             rewrite()
 
 
-def _interleaved_medians(families: dict[str, list[_Call]], rounds: int, calls: int) -> dict[str, list[float]]:
-    """Median time of a call of each model, the models taking turns round after round; the family
-    ``timed`` is timed as brick items time bricks, the others one call at a time."""
+def _interleaved_times(families: dict[str, list[_Call]], rounds: int, calls: int) -> dict[str, list[list[float]]]:
+    """Time of a call of each model in each round (a median of ``calls``), the models taking turns round
+    after round; the family ``timed`` is timed as brick items time bricks, the others one call at a time."""
     samples: dict[str, list[list[float]]] = {name: [[] for _ in group] for name, group in families.items()}
     for _ in range(rounds):
         for name, group in families.items():
             timing = _time_as_bricks if name == "timed" else _time_alone
             for call, times in zip(group, samples[name]):
                 times.append(timing(call, calls))
-    return {name: [float(np.median(times)) for times in group] for name, group in samples.items()}
+    return samples
 
 
 def _time_alone(call: _Call, calls: int) -> float:

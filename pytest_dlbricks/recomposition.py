@@ -64,12 +64,15 @@ def recompose_entry(
     unsupported: Mapping[str, str],
     parallel: ParallelExecutor | None = None,
     layers: Mapping[str, int] | None = None,
+    references: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """A model entry of a report, its estimate composed again from ``times`` (the parallel one too
-    when ``parallel`` says what the parallel executor does; ``layers`` by brick signature)."""
+    when ``parallel`` says what the parallel executor does; ``layers`` and the reference call's time
+    around each brick's timing, ``references``, by brick signature)."""
     composition = entry["composition"]
     io = tuple(composition["io"])
-    estimate = compose_calls(calls_of(composition), graph_of(composition), io, times, overhead, parallel, layers)  # type: ignore[arg-type]
+    calls, graph = calls_of(composition), graph_of(composition)
+    estimate = compose_calls(calls, graph, io, times, overhead, parallel, layers, references)  # type: ignore[arg-type]
     return {
         **static_fields(entry),
         "measured_bricks": estimate.measured_bricks,
@@ -118,6 +121,17 @@ def brick_times(records: Iterable[Mapping[str, Any]], statistic: str) -> dict[st
     return times
 
 
+def brick_references(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """The reference call's time around each brick's timing, by signature, from a report's ``bricks``
+    entries; a brick without one (a report of an older version) or with a damaged one is composed
+    with the call cost as measured."""
+    return {
+        str(record["signature"]): float(record["reference_s"])
+        for record in records
+        if is_number(record.get("reference_s")) and record["reference_s"] > 0
+    }
+
+
 def overhead_of(summary: Mapping[str, Any]) -> CallOverhead:
     """The call cost a report measured (none when it measured nothing)."""
     recorded = summary.get("call_overhead_s") or {}
@@ -143,12 +157,15 @@ def recomposed_report(
     """
     statistic = str(settings.get("statistic", "median"))
     times = brick_times(records.values(), statistic)
+    references = brick_references(records.values())
     unsupported = {signature: str(r["unsupported"]) for signature, r in records.items() if r.get("unsupported")}
     layers = {signature: len(r["ops"]) for signature, r in records.items() if isinstance(r.get("ops"), list)}
     call = overhead or CallOverhead()
     parallel = ParallelExecutor.from_report(executor)
     models = [
-        dict(entry) if "error" in entry else recompose_entry(entry, times, call, unsupported, parallel, layers)
+        dict(entry)
+        if "error" in entry
+        else recompose_entry(entry, times, call, unsupported, parallel, layers, references)
         for entry in entries
     ]
     users: dict[str, Counter[str]] = {}

@@ -50,6 +50,9 @@ class BrickResult:
     #: The brick's time its precision was sized from when it was timed: the fastest probe call (see
     #: :func:`.items._budget_rounds`); None when unknown (a record of an older version).
     probe_s: float | None = None
+    #: The reference call's time right before and after the brick was timed (see
+    #: :meth:`.speed_trace.SpeedTrace.now`): its call cost is scaled to it. None when unknown.
+    reference_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -87,12 +90,16 @@ class BrickEntry:
     unsupported: str | None
     #: Nodes run by each provider, when its run was profiled.
     node_providers: dict[str, int] | None
+    #: The reference call's time around the brick's timing, to which its call cost is scaled (see
+    #: :attr:`BrickResult.reference_s`); None when unknown.
+    reference_s: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
             "signature": self.signature,
             "ops": list(self.ops),
             "time_s": self.time_s,
+            "reference_s": self.reference_s,
             "stats": dict(self.stats) if self.stats is not None else None,
             "provider": self.provider,
             "measured_at": self.measured_at,
@@ -279,6 +286,7 @@ def build_report(
     ``speed`` is the run's speed trace (see :mod:`.speed_trace`).
     """
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
+    references = {signature: result.reference_s for signature, result in results.items() if result.reference_s}
     validations = validations or {}
     work = work or {}
     measured = measured if measured is not None else RunMeasurements()
@@ -302,15 +310,18 @@ def build_report(
             measured_at=results[signature].measured_at if signature in results else None,
             reused=signature in results and results[signature].reused,
             models=dict(users[signature]),
-            analysis=brick_analysis(times.get(signature), work.get(signature), measured.peak, call),
+            analysis=brick_analysis(
+                times.get(signature), work.get(signature), measured.peak, call, references.get(signature)
+            ),
             unsupported=unsupported.get(signature),
             node_providers=dict(placements[signature]) if signature in placements else None,
+            reference_s=references.get(signature),
         )
         for signature, brick in bricks.items()
     ]
     entries: list[ModelEntry] = []
     for plan in plans:
-        estimate = compose(plan, times, call, parallel)
+        estimate = compose(plan, times, call, parallel, references)
         uses = [
             BrickUse(entry.signature, entry.time_s, entry.analysis, entry.models[plan.path])
             for entry in brick_entries

@@ -33,6 +33,8 @@ SAMPLE_CALLS = 10
 WARM_CALLS = 20
 #: Samples a trace needs before its spread says anything.
 MIN_SAMPLES = 5
+#: Calls of the reference whose median is its time at a moment (see :meth:`SpeedTrace.now`).
+MOMENT_CALLS = 10
 
 
 class SpeedTrace:
@@ -65,16 +67,31 @@ class SpeedTrace:
         """Take a sample when :attr:`every_s` seconds have passed since the last one (or there was none)."""
         if self.error is not None or (self._last is not None and self.clock() - self._last < self.every_s):
             return
+        timings = self._time(SAMPLE_CALLS)
+        if timings is not None:
+            self.samples.append(min(timings))
+        self._last = self.clock()
+
+    def now(self) -> float | None:
+        """The reference call's time at this moment, the median of :data:`MOMENT_CALLS` calls after an
+        untimed one, as the call cost's measurement reads it (see :attr:`.overhead.CallOverhead.reference_s`);
+        None when the reference cannot run. Not a sample of the trace, which spaces its samples."""
+        timings = self._time(1 + MOMENT_CALLS)
+        return float(np.median(timings[1:])) if timings is not None else None
+
+    def _time(self, calls: int) -> list[float] | None:
+        """Seconds of ``calls`` calls of the reference, timed one by one; None once it failed."""
+        if self.error is not None:
+            return None
         try:
             if self._call is None:
                 self._call = self.make_call()
                 for _ in range(WARM_CALLS):
                     self._call()
-            timings = timeit.repeat(self._call, repeat=SAMPLE_CALLS, number=1, timer=self.clock)
-            self.samples.append(min(timings))
+            return timeit.repeat(self._call, repeat=calls, number=1, timer=self.clock)
         except Exception as error:  # onnxruntime's exception types are not part of its API
             self.error = f"{type(error).__name__}: {error}"
-        self._last = self.clock()
+            return None
 
     def summary(self) -> dict[str, Any] | None:
         """The trace for the report: its samples' quartiles and ``spread``, half the interquartile range over

@@ -12,7 +12,7 @@ a reader, or a run interrupted at any point, never sees half a file::
         calibration/<key>.json  {"version", "path", "key", "granularity", "work_s", "bytes", "call_s", "measured_s"}:
                                 a calibration model as this machine timed it (see :mod:`.calibration`)
         bricks/<signature>.json {"version", "signature", "label", "stats", "provider", "measured_at", "precision",
-                                "timed_out_s", "probe_s"}
+                                "timed_out_s", "probe_s", "reference_s"}
       models/<key>.json         {"version", "path", "granularity", "dims", "layers", "windows", "edges", "io"}
 
 One file per brick makes each result durable the moment it is measured, lets concurrent runs write
@@ -78,6 +78,9 @@ class StoredBrick:
     #: The brick's time its precision was sized from when it was timed (its fastest probe call), so that
     #: reuse sizes it from the same time; None in older records, sized then from its fastest round.
     probe_s: float | None = None
+    #: The reference call's time around the brick's timing, to which its call cost is scaled (see
+    #: :meth:`.overhead.CallOverhead.of_brick`); None in older records, composed with the cost as measured.
+    reference_s: float | None = None
 
     def age_s(self, now: datetime) -> float:
         return (now - self.measured_at).total_seconds()
@@ -106,6 +109,7 @@ class StoredBrick:
             "precision": self.precision,
             "timed_out_s": self.timed_out_s,
             "probe_s": self.probe_s,
+            "reference_s": self.reference_s,
         }
 
     @classmethod
@@ -118,7 +122,8 @@ class StoredBrick:
         stats = data["stats"]
         if not isinstance(stats, dict) or not all(isinstance(name, str) for name in stats):
             raise TypeError("stats is not a table of statistics")
-        precision, timed_out_s, probe_s = data.get("precision"), data.get("timed_out_s"), data.get("probe_s")
+        precision, timed_out_s = data.get("precision"), data.get("timed_out_s")
+        probe_s, reference_s = data.get("probe_s"), data.get("reference_s")
         return cls(
             signature=_text(data["signature"]),
             label=_text(data["label"]),
@@ -128,6 +133,7 @@ class StoredBrick:
             precision=None if precision is None else _seconds(precision),
             timed_out_s=None if timed_out_s is None else _seconds(timed_out_s, positive=False),
             probe_s=None if probe_s is None else _seconds(probe_s, positive=True),
+            reference_s=None if reference_s is None else _seconds(reference_s, positive=True),
         )
 
 
@@ -322,13 +328,14 @@ class Shelf:
             # Records written before the timing cost was measured lack it, and compose as they did.
             if not isinstance(recorded, dict) or sorted({**recorded, "timing_s": 0.0}) != sorted(names):
                 raise ValueError("not the fields of a call overhead")
-            parallel = recorded["parallel_fixed_s"]
+            parallel, reference = recorded["parallel_fixed_s"], recorded["reference_s"]
             return CallOverhead(
                 fixed_s=_seconds(recorded["fixed_s"]),
                 per_input_s=_seconds(recorded["per_input_s"]),
                 per_output_s=_seconds(recorded["per_output_s"]),
                 parallel_fixed_s=None if parallel is None else _seconds(parallel),
                 timing_s=_seconds(recorded.get("timing_s", 0.0)),
+                reference_s=None if reference is None else _seconds(reference, positive=True),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             self.discarded["call overhead"] += 1
@@ -455,6 +462,11 @@ class BrickStore:
 def times_of(bricks: Mapping[str, StoredBrick], statistic: str) -> dict[str, float]:
     """Brick times by signature for one statistic, skipping bricks that lack it."""
     return {signature: brick.stats[statistic] for signature, brick in bricks.items() if statistic in brick.stats}
+
+
+def references_of(bricks: Mapping[str, StoredBrick]) -> dict[str, float]:
+    """The reference call's time around each brick's timing, by signature, where the record has it."""
+    return {signature: brick.reference_s for signature, brick in bricks.items() if brick.reference_s is not None}
 
 
 def _read(path: Path) -> Any:

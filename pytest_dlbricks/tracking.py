@@ -227,6 +227,7 @@ class Tracking:
                 measured_at=stored.measured_at.isoformat(timespec="seconds"),
                 reused=True,
                 probe_s=stored.probe_s,
+                reference_s=stored.reference_s,
             ),
         )
         self.reused_at.append(stored.measured_at)
@@ -254,7 +255,15 @@ class Tracking:
         try:
             reached = margin_of_error(result.stats)
             brick = StoredBrick(
-                signature, label, result.stats, result.provider, now, reached, _timed_out(item, reached), result.probe_s
+                signature,
+                label,
+                result.stats,
+                result.provider,
+                now,
+                reached,
+                _timed_out(item, reached),
+                result.probe_s,
+                result.reference_s,
             )
             self.shelf.put(brick)
             self._save_overhead(self.shelf)

@@ -221,3 +221,18 @@ def test_a_brick_never_counts_for_less_than_nothing(tmp_path: Path) -> None:
     plan = plan_of(tiny_models.chain(tmp_path), 2)
     (signature,) = plan.signatures
     assert compose(plan, {signature: 0.5}, CallOverhead(fixed_s=1.0)).sequential_s == pytest.approx(1.0)
+
+
+def test_a_brick_timed_while_the_machine_ran_slower_pays_its_call_cost_in_proportion(tmp_path: Path) -> None:
+    """The reference call took 20 us around the brick's timing and 10 us beside the call cost's measurement:
+    the brick paid twice the measured cost; the model, its own call once as measured."""
+    plan = plan_of(tiny_models.chain(tmp_path, blocks=3), 2)
+    (signature,) = plan.signatures
+    overhead = CallOverhead(fixed_s=1.0, timing_s=0.5, reference_s=10.0)
+    slower = compose(plan, {signature: 5.0}, overhead, references={signature: 20.0})
+    assert slower.sequential_s == pytest.approx(3 * (5.0 - 2 * 1.5) + 1.0)
+    assert compose(plan, {signature: 5.0}, overhead).sequential_s == pytest.approx(3 * (5.0 - 1.5) + 1.0), "unknown"
+    unmeasured = CallOverhead(fixed_s=1.0, timing_s=0.5)  # a call cost of an older record
+    assert compose(plan, {signature: 5.0}, unmeasured, references={signature: 20.0}).sequential_s == pytest.approx(
+        3 * (5.0 - 1.5) + 1.0
+    )

@@ -30,7 +30,7 @@ from pytest_dlbricks.report import BrickResult, build_report, plan_composition
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.sharding import assign, brick_cost, parse_shard
 
-OVERHEAD = CallOverhead(fixed_s=2e-6, per_input_s=5e-7, per_output_s=2.5e-7, parallel_fixed_s=9e-6)
+OVERHEAD = CallOverhead(fixed_s=2e-6, per_input_s=5e-7, per_output_s=2.5e-7, parallel_fixed_s=9e-6, reference_s=2e-5)
 ESTIMATES = ("path", "measured_bricks", "sequential_s", "critical_path_s", "parallel_s", "complete")
 #: One node at a time; bricks of 30 us or more of work use the pool and take 2.5 times as long.
 EXECUTOR = ExecutorDetection(
@@ -57,9 +57,14 @@ def plans_of(directory: Path) -> list[ModelPlan]:
 
 
 def results_for(bricks: dict[str, BrickSpec], keep: set[str] | None = None) -> dict[str, BrickResult]:
-    """Made-up times, different for every brick and statistic, for the bricks in ``keep`` (all by default)."""
+    """Made-up times, different for every brick and statistic, for the bricks in ``keep`` (all by default),
+    each timed at another speed of the machine (its reference call's time)."""
     return {
-        signature: BrickResult({"median": 1e-5 * (i + 1), "mean": 1.3e-5 * (i + 1), "min": 8e-6 * (i + 1)}, "CPU")
+        signature: BrickResult(
+            {"median": 1e-5 * (i + 1), "mean": 1.3e-5 * (i + 1), "min": 8e-6 * (i + 1)},
+            "CPU",
+            reference_s=2e-5 * (1 + 0.25 * (i % 3)) if i % 4 else None,
+        )
         for i, signature in enumerate(bricks)
         if keep is None or signature in keep
     }

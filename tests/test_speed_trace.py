@@ -8,7 +8,7 @@ import pytest
 
 from pytest_dlbricks.overhead import reference_call
 from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.speed_trace import MIN_SAMPLES, SAMPLE_CALLS, WARM_CALLS, SpeedTrace
+from pytest_dlbricks.speed_trace import MIN_SAMPLES, MOMENT_CALLS, SAMPLE_CALLS, WARM_CALLS, SpeedTrace
 
 
 class StubMachine:
@@ -80,6 +80,16 @@ def test_a_steady_machine_has_no_spread() -> None:
     assert summary is not None and summary["spread"] == 0.0
 
 
+def test_the_reference_now_is_the_median_of_its_calls_after_an_untimed_one_and_no_sample() -> None:
+    """As the call cost's measurement reads the reference (see CallOverhead.reference_s); anytime, not spaced."""
+    calls = [1e-3] + [10e-6] * (MOMENT_CALLS // 2) + [20e-6] * (MOMENT_CALLS - MOMENT_CALLS // 2 - 1) + [99e-6]
+    machine = StubMachine(warm_then(calls, calls))
+    trace = SpeedTrace(machine.make_call, "stub", clock=machine.clock, every_s=10.0)
+    assert trace.now() == pytest.approx(15e-6 if MOMENT_CALLS % 2 == 0 else 20e-6)
+    assert trace.now() == pytest.approx(15e-6 if MOMENT_CALLS % 2 == 0 else 20e-6)
+    assert trace.samples == [] and machine.built == 1
+
+
 def test_a_reference_that_cannot_run_stops_the_trace_not_the_run() -> None:
     built = []
 
@@ -90,6 +100,7 @@ def test_a_reference_that_cannot_run_stops_the_trace_not_the_run() -> None:
     trace = SpeedTrace(broken, "stub", every_s=0.0)
     trace.sample_if_due()
     trace.sample_if_due()
+    assert trace.now() is None
     assert trace.error == "RuntimeError: no provider"
     assert (trace.samples, trace.summary(), len(built)) == ([], None, 1)
 

@@ -22,6 +22,7 @@ from pytest_dlbricks.store import (
     Shelf,
     StoredBrick,
     StoredExecutor,
+    references_of,
     times_of,
     write_json,
 )
@@ -86,6 +87,16 @@ def test_a_brick_keeps_the_time_its_precision_was_sized_from(tmp_path: Path) -> 
     assert older_record(shelf, "probe_s").probe_s is None
 
 
+def test_a_brick_keeps_the_reference_call_s_time_around_its_timing(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put(replace(brick(), reference_s=2.1e-5))
+    stored = shelf.get(SIGNATURE)
+    assert stored is not None and stored.reference_s == 2.1e-5
+    assert references_of({SIGNATURE: stored}) == {SIGNATURE: 2.1e-5}
+    older = older_record(shelf, "reference_s")
+    assert older.reference_s is None and references_of({SIGNATURE: older}) == {}
+
+
 def older_record(shelf: Shelf, without: str) -> StoredBrick:
     """The stored brick read again from its record as a version without the field ``without`` wrote it."""
     path = shelf.path / "bricks" / f"{SIGNATURE}.json"
@@ -148,6 +159,8 @@ def test_old_records_are_not_reused(tmp_path: Path) -> None:
         json.dumps({**brick().to_json(), "probe_s": 10**400}),  # beyond any float: no measurement either
         json.dumps({**brick().to_json(), "precision": -0.01}),
         json.dumps({**brick().to_json(), "probe_s": "1e-5"}),
+        json.dumps({**brick().to_json(), "reference_s": 0}),
+        json.dumps({**brick().to_json(), "reference_s": [2e-5]}),
         b"\xff\xfe random bytes".decode("latin-1"),
     ],
 )
@@ -169,7 +182,9 @@ def test_a_record_without_the_statistic_asked_for_is_discarded(tmp_path: Path) -
     assert shelf.discarded == {"brick times": 1}
 
 
-RECORDED_OVERHEAD = {"fixed_s": 2e-6, "per_input_s": 0.0, "per_output_s": 0.0, "parallel_fixed_s": None}
+RECORDED_OVERHEAD = {
+    **{"fixed_s": 2e-6, "per_input_s": 0.0, "per_output_s": 0.0, "parallel_fixed_s": None, "reference_s": 6e-6}
+}
 
 
 @pytest.mark.parametrize(
@@ -182,10 +197,15 @@ RECORDED_OVERHEAD = {"fixed_s": 2e-6, "per_input_s": 0.0, "per_output_s": 0.0, "
                 {"fixed_s": -1.0},
                 {"fixed_s": float("nan")},
                 {"parallel_fixed_s": float("inf")},
+                {"reference_s": 0.0},
+                {"reference_s": "6 us"},
                 {"extra_s": 1.0},
             )
         ),
-        (MEASUREMENT_METHOD, {name: value for name, value in RECORDED_OVERHEAD.items() if name != "fixed_s"}),
+        *(
+            (MEASUREMENT_METHOD, {name: value for name, value in RECORDED_OVERHEAD.items() if name != missing})
+            for missing in ("fixed_s", "reference_s")
+        ),
         (MEASUREMENT_METHOD, []),
         *((method, RECORDED_OVERHEAD) for method in (-1, 0, MEASUREMENT_METHOD + 1, "2", True, None)),
     ],
@@ -200,11 +220,12 @@ def test_an_unusable_call_overhead_is_discarded_and_counted(tmp_path: Path, meth
 
 
 def test_a_call_overhead_measured_an_older_way_is_measured_again_without_a_word(tmp_path: Path) -> None:
-    """Method 1 counted the cost of a Sum ahead of its chains in the fixed cost; its records did not say so."""
+    """Method 1 counted the cost of a Sum ahead of its chains in the fixed cost (its records did not say
+    so); method 2 did not time the reference call beside the costs."""
     shelf = BrickStore(tmp_path).shelf(IDENTITY)
-    shelf.put_overhead(CallOverhead(fixed_s=2e-6))
-    assert shelf.get_overhead() == CallOverhead(fixed_s=2e-6)
-    for old in ({"version": STORE_VERSION}, {"version": STORE_VERSION, "method": 1}):
+    shelf.put_overhead(CallOverhead(fixed_s=2e-6, reference_s=6e-6))
+    assert shelf.get_overhead() == CallOverhead(fixed_s=2e-6, reference_s=6e-6)
+    for old in ({"version": STORE_VERSION}, {"version": STORE_VERSION, "method": 1}, {"version": 1, "method": 2}):
         (shelf.path / "overhead.json").write_text(json.dumps({**old, "overhead": RECORDED_OVERHEAD}))
         assert shelf.get_overhead() is None
     assert not shelf.discarded, "not damaged: outdated"
@@ -272,7 +293,7 @@ def test_models_are_saved_once_and_listed_in_order(tmp_path: Path) -> None:
 def test_the_call_overhead_is_kept_with_its_brick_times(tmp_path: Path) -> None:
     shelf = BrickStore(tmp_path).shelf(IDENTITY)
     assert shelf.get_overhead() is None
-    overhead = CallOverhead(fixed_s=4e-6, per_input_s=3e-7, per_output_s=2e-7, parallel_fixed_s=9e-6)
+    overhead = CallOverhead(fixed_s=4e-6, per_input_s=3e-7, per_output_s=2e-7, parallel_fixed_s=9e-6, reference_s=1e-5)
     shelf.put_overhead(overhead)
     assert shelf.get_overhead() == overhead
     assert [found.path for found in BrickStore(tmp_path).shelves()] == [shelf.path]

@@ -21,7 +21,7 @@ from pytest_dlbricks.cli import main
 from pytest_dlbricks.composition import ParallelExecutor, compose
 from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.recomposition import overhead_of
+from pytest_dlbricks.recomposition import brick_references, overhead_of
 from pytest_dlbricks.settings import Settings
 
 DIMS = ("--dlbricks-dim", "seq=16")
@@ -264,11 +264,13 @@ def test_an_exported_suite_runs_anywhere_and_composes_back(pytester: pytest.Pyte
     assert executor is not None
     # ... equal to composing the models directly with the suite's times.
     times = {b["signature"]: b["time_s"] for b in vendor_report["bricks"]}
+    references = brick_references(vendor_report["bricks"])
+    assert references.keys() == times.keys(), "every brick's call cost follows the speed around its timing"
     overhead = overhead_of(vendor_report["summary"])
     for model in composed["models"]:
         path = pytester.path / "private" / Path(model["path"]).name
         plan = plan_model(load_model(path, {"batch": 1, "seq": 16}), 3, model["path"])
-        estimate = compose(plan, times, overhead, executor)
+        estimate = compose(plan, times, overhead, executor, references)
         assert (estimate.sequential_s, estimate.critical_path_s) == (model["sequential_s"], model["critical_path_s"])
         assert estimate.parallel_s is not None and estimate.parallel_s == model["parallel_s"]
 
@@ -336,6 +338,7 @@ def test_three_shards_merge_into_the_single_run_composition(pytester: pytest.Pyt
     assert merged["summary"]["measured_bricks"] == distinct
     # The single-run composition of the same timings: the plugin's own cut and composition, in-process.
     times = {b["signature"]: b["time_s"] for b in merged["bricks"]}
+    references = brick_references(merged["bricks"])
     overhead = overhead_of(merged["summary"])
     settings = Settings(granularity=2, dims={"batch": 1, "seq": 16})
     # The parallel executor as the first shard detected it, at the merged call costs.
@@ -347,7 +350,7 @@ def test_three_shards_merge_into_the_single_run_composition(pytester: pytest.Pyt
         path = pytester.path / model["path"]
         plan = plan_model(load_model(path, settings.dims, settings), 2, model["path"])
         assert {b.signature for b in plan.bricks if isinstance(b, BrickSpec)} <= set(times)
-        estimate = compose(plan, times, overhead, executor)
+        estimate = compose(plan, times, overhead, executor, references)
         assert (estimate.sequential_s, estimate.critical_path_s) == (model["sequential_s"], model["critical_path_s"])
         assert estimate.parallel_s is not None and estimate.parallel_s == model["parallel_s"]
 

@@ -412,6 +412,7 @@ def test_the_call_overhead_is_a_few_microseconds_and_positive(settings: Settings
     assert 0 <= overhead.per_input_s < 1e-4
     assert 0 <= overhead.per_output_s < 1e-4
     assert overhead.parallel_fixed_s is not None and overhead.parallel_fixed_s >= 0
+    assert overhead.reference_s is not None and overhead.reference_s > overhead.fixed_s, "16 Adds and a call"
 
 
 def test_what_timing_a_brick_adds_is_the_difference_of_the_chains_intercepts(
@@ -419,22 +420,49 @@ def test_what_timing_a_brick_adds_is_the_difference_of_the_chains_intercepts(
 ) -> None:
     """Chains timed as brick items time bricks, against the same chains timed one call at a time."""
 
-    def medians(timed_s: float) -> Callable[..., dict[str, list[float]]]:
-        def fake(families: dict[str, list[object]], rounds: int, calls: int) -> dict[str, list[float]]:
+    def medians(timed_s: float) -> Callable[..., dict[str, list[list[float]]]]:
+        def fake(families: dict[str, list[object]], rounds: int, calls: int) -> dict[str, list[list[float]]]:
             assert families["timed"] is families["chain"], "the very same sessions"
             chain = [2e-6 + n * 1e-6 for n in call_overhead._SIZES]
-            few = [float(n) for n in call_overhead._SIZES[:4]]
-            return {"chain": chain, "timed": [t + timed_s for t in chain], "inputs": few, "outputs": few}
+            few = [[float(n)] for n in call_overhead._SIZES[:4]]
+            return {
+                "chain": [[t] for t in chain],
+                "timed": [[t + timed_s] for t in chain],
+                "inputs": few,
+                "outputs": few,
+            }
 
         return fake
 
     monkeypatch.setattr(call_overhead, "measure_parallel_fixed_cost", lambda settings: 3e-6)
-    monkeypatch.setattr(call_overhead, "_interleaved_medians", medians(0.5e-6))
+    monkeypatch.setattr(call_overhead, "_interleaved_times", medians(0.5e-6))
     overhead = measure_call_overhead(settings, rounds=1, calls=1)
     assert overhead.fixed_s == pytest.approx(2e-6) and overhead.timing_s == pytest.approx(0.5e-6)
     assert overhead.parallel_fixed_s == 3e-6
-    monkeypatch.setattr(call_overhead, "_interleaved_medians", medians(-0.5e-6))
+    assert overhead.reference_s == pytest.approx(18e-6), "the chain of 16 Adds"
+    monkeypatch.setattr(call_overhead, "_interleaved_times", medians(-0.5e-6))
     assert measure_call_overhead(settings, rounds=1, calls=1).timing_s == 0.0
+
+
+def test_the_reference_is_read_in_the_proportion_of_the_fixed_cost_to_it_within_each_round(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a machine whose speed alternates between states, the medians over rounds of the chains can fall
+    in different states: the reference must be the one the fixed cost was measured beside."""
+    fast = [2e-6 + n * 0.5e-6 for n in call_overhead._SIZES]  # fixed 2 us, reference 10 us
+    slow = [4e-6 + n * 1e-6 for n in call_overhead._SIZES]  # fixed 4 us, reference 20 us
+
+    def rounds(families: dict[str, list[object]], rounds: int, calls: int) -> dict[str, list[list[float]]]:
+        chain = [[f, s, f] for f, s in zip(fast, slow)]
+        few = [[float(n)] * 3 for n in call_overhead._SIZES[:4]]
+        return {"chain": chain, "timed": chain, "inputs": few, "outputs": few}
+
+    monkeypatch.setattr(call_overhead, "measure_parallel_fixed_cost", lambda settings: 3e-6)
+    monkeypatch.setattr(call_overhead, "_interleaved_times", rounds)
+    overhead = measure_call_overhead(settings, rounds=3, calls=1)
+    assert overhead.fixed_s == pytest.approx(2e-6)
+    assert overhead.reference_s == pytest.approx(10e-6)
+    assert overhead.of_brick(1, 1, reference_s=20e-6) == pytest.approx(4e-6), "a brick timed in the slow state"
 
 
 def test_the_fixed_cost_is_read_from_chains_of_nothing_but_their_layers(
@@ -444,17 +472,17 @@ def test_the_fixed_cost_is_read_from_chains_of_nothing_but_their_layers(
     ahead of them counted its own cost in the fixed cost taken off every brick (1.2 to 1.9 us here)."""
     seen: dict[str, list[list[str]]] = {}
 
-    def medians(families: dict[str, list[Any]], rounds: int, calls: int) -> dict[str, list[float]]:
+    def medians(families: dict[str, list[Any]], rounds: int, calls: int) -> dict[str, list[list[float]]]:
         for name, calls_of in families.items():
             seen[name] = [[node.op_type for node in call.model.graph.node] for call in calls_of]
-        return {name: [1e-6 * (n + 1) for n in range(len(group))] for name, group in families.items()}
+        return {name: [[1e-6 * (n + 1)] for n in range(len(group))] for name, group in families.items()}
 
     def keep_the_model(call: Any, model: onnx.ModelProto, settings: Settings, parallel: bool = False) -> None:
         call.model = model
 
     monkeypatch.setattr(call_overhead._Call, "__init__", keep_the_model)
     monkeypatch.setattr(call_overhead, "measure_parallel_fixed_cost", lambda settings: 3e-6)
-    monkeypatch.setattr(call_overhead, "_interleaved_medians", medians)
+    monkeypatch.setattr(call_overhead, "_interleaved_times", medians)
     measure_call_overhead(settings, rounds=1, calls=1)
     assert seen["chain"] == [["Add"] * n for n in call_overhead._SIZES]
     assert seen["outputs"] == [["Add"] * n for n in call_overhead._SIZES[:4]]
@@ -466,12 +494,12 @@ def test_the_parallel_fixed_cost_is_the_intercept_of_chains_of_growing_length(
 ) -> None:
     """A chain of n layers takes fixed + n * per_layer; the fixed part is what is kept, never below zero."""
 
-    def chains(fixed_s: float) -> Callable[..., dict[str, list[float]]]:
-        return lambda families, rounds, calls: {"parallel": [fixed_s + n * 2e-6 for n in call_overhead._SIZES]}
+    def chains(fixed_s: float) -> Callable[..., dict[str, list[list[float]]]]:
+        return lambda families, rounds, calls: {"parallel": [[fixed_s + n * 2e-6] for n in call_overhead._SIZES]}
 
-    monkeypatch.setattr(call_overhead, "_interleaved_medians", chains(30e-6))
+    monkeypatch.setattr(call_overhead, "_interleaved_times", chains(30e-6))
     assert measure_parallel_fixed_cost(settings, rounds=1, calls=1) == pytest.approx(30e-6)
-    monkeypatch.setattr(call_overhead, "_interleaved_medians", chains(-5e-6))
+    monkeypatch.setattr(call_overhead, "_interleaved_times", chains(-5e-6))
     assert measure_parallel_fixed_cost(settings, rounds=1, calls=1) == 0.0
 
 

@@ -102,6 +102,9 @@ def test_a_rerun_reuses_every_brick_from_the_store(pytester: pytest.Pytester, sa
     assert [m["reused_bricks"] for m in reused["models"]] == [m["bricks"] for m in reused["models"]]
     assert all(brick["reused"] and brick["measured_at"] for brick in reused["bricks"])
     assert not any(brick["reused"] for brick in measured["bricks"])
+    # Each brick's call cost follows the machine's speed around its timing, the same again on reuse.
+    assert all(brick["reference_s"] > 0 for brick in measured["bricks"])
+    assert [b["reference_s"] for b in reused["bricks"]] == [b["reference_s"] for b in measured["bricks"]]
 
 
 def test_models_cut_before_are_not_loaded_again(
