@@ -113,10 +113,10 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
             {"signature": signature, "ops": list(brick.ops), "models": run.models_using(signature)}
         )
         # The machine's speed right around the timing: the call cost taken off the brick follows it.
-        before = run.speed.now()
+        before = run.speed.now() if benchmark.enabled else None
         benchmark(call)
-        after = run.speed.now()
         if benchmark.stats:
+            after = run.speed.now()
             stats = benchmark.stats.stats
             run.record_result(
                 signature,
@@ -187,7 +187,7 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
                 f"{plan.path}: cannot time the whole model: {cause}{hint}", pytrace=False
             ) from None
         benchmark = request.getfixturevalue("benchmark")
-        bricks = BrickRounds(runners, model)
+        bricks = BrickRounds(runners, model, run.speed.now)
         run.measure_overhead()
         run.speed.sample_if_due()
         start = time.perf_counter()
@@ -198,7 +198,9 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
         benchmark.pedantic(model, setup=bricks, rounds=rounds, warmup_rounds=1)
         if benchmark.stats:
             run.record_validation(
-                plan.path, executor, Validation(executor, list(benchmark.stats.stats.data), bricks.rounds)
+                plan.path,
+                executor,
+                Validation(executor, list(benchmark.stats.stats.data), bricks.rounds, bricks.references),
             )
 
     return test_model

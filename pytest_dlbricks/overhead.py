@@ -68,12 +68,26 @@ class CallOverhead:
 
     def of_brick(self, inputs: int, outputs: int, reference_s: float | None = None) -> float:
         """What a brick's timed call costs beyond its layers' work; ``reference_s``: the reference call's
-        time around the brick's timing, when known, to which the cost is scaled (see the module's
-        description)."""
-        cost = self.of(inputs, outputs) + self.timing_s
-        if reference_s is not None and self.reference_s:
-            return cost * reference_s / self.reference_s
-        return cost
+        time around the brick's timing, when known (see :meth:`at`)."""
+        at = self.at(reference_s)
+        return at.of(inputs, outputs) + at.timing_s
+
+    def at(self, reference_s: float | None) -> CallOverhead:
+        """The costs at the speed the reference call's time ``reference_s`` shows, in proportion to its
+        time beside these costs' measurement (see the module's description); these costs where either
+        is unknown."""
+        if reference_s is None or not self.reference_s:
+            return self
+        scale = reference_s / self.reference_s
+        parallel = self.parallel_fixed_s
+        return CallOverhead(
+            fixed_s=self.fixed_s * scale,
+            per_input_s=self.per_input_s * scale,
+            per_output_s=self.per_output_s * scale,
+            parallel_fixed_s=None if parallel is None else parallel * scale,
+            timing_s=self.timing_s * scale,
+            reference_s=reference_s,
+        )
 
 
 NO_OVERHEAD = CallOverhead()

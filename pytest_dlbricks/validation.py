@@ -59,14 +59,20 @@ class BrickRounds:
     calls of :func:`warm`. Each round ends with as many untimed calls of the whole ``model``
     and the writing of its inputs, so that the model's timed call, which follows, finds things as each
     brick's did: caches filled, threads awake, inputs just written, the model called again and again.
+    Each round starts with the time of the run's reference call (``reference``, see
+    :meth:`.speed_trace.SpeedTrace.now`): the round's call costs are in proportion to it.
     """
 
     runners: Mapping[str, TimedBrick]
     model: TimedBrick
+    reference: Callable[[], float | None] = lambda: None
     #: One entry per round: seconds by brick signature (median of the round's calls).
     rounds: list[dict[str, float]] = field(default_factory=list)
+    #: One entry per round: the reference call's time at its start, None when unknown.
+    references: list[float | None] = field(default_factory=list)
 
     def __call__(self) -> None:
+        self.references.append(self.reference())
         times: dict[str, float] = {}
         for signature, run in self.runners.items():
             warm(run)
@@ -113,6 +119,9 @@ class Validation:
     executor: str
     model_s: Sequence[float]
     brick_rounds: Sequence[Mapping[str, float]]
+    #: The reference call's time at the start of each brick round (see :class:`BrickRounds`); empty
+    #: where unknown.
+    references: Sequence[float | None] = ()
 
     def summarize(
         self,
@@ -132,9 +141,14 @@ class Validation:
         estimate_field = estimate_field or ESTIMATE_OF_EXECUTOR[self.executor]
         # pytest-benchmark's warm-up rounds run the setup too: pair the last rounds with the measurements.
         paired = list(zip(self.brick_rounds[-len(self.model_s) :], self.model_s))
-        # Paired rounds time each brick call alone, as the model's: no item loop to take off.
+        references = list(self.references)[-len(paired) :] if len(self.references) == len(self.brick_rounds) else []
+        # Paired rounds time each brick call alone, as the model's: no item loop to take off. A round's
+        # bricks and model pay the call costs of its moment.
         alone = dataclasses.replace(overhead, timing_s=0.0)
-        estimates = [getattr(compose(plan, times, alone, parallel), estimate_field) for times, _ in paired]
+        at = [alone.at(reference) for reference in references] or [alone] * len(paired)
+        estimates = [
+            getattr(compose(plan, times, costs, parallel), estimate_field) for (times, _), costs in zip(paired, at)
+        ]
         ratios = [estimate / measured for estimate, (_, measured) in zip(estimates, paired) if estimate is not None]
         return {
             "measured_s": over_rounds(self.model_s),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -57,12 +58,15 @@ def test_each_round_times_every_brick_then_warms_the_model(monkeypatch: pytest.M
     calls: list[str] = []
     clock = Clock()
     monkeypatch.setattr(validation, "time", clock)
+    speeds = iter([2e-5, 4e-5])
     rounds = BrickRounds(
         {"a": Recorded("a", calls, clock, 0.001), "b": Recorded("b", calls, clock, 0.002)},
         Recorded("model", calls, clock, 0.5),
+        lambda: next(speeds),
     )
     rounds()
     rounds()
+    assert rounds.references == [2e-5, 4e-5], "the reference call's time as each round starts"
     warm = validation.WARM_CALLS
     timed = ["a"] * warm + ["a inputs", "a"] * 3 + ["b"] * warm + ["b inputs", "b"] * 3
     # The model's 0.5 s call is warm after one: more would cost a large model's validation for nothing.
@@ -95,6 +99,19 @@ def test_paired_rounds_time_bricks_alone_so_no_item_timing_cost_is_taken_off(tmp
     overhead = CallOverhead(fixed_s=0.5, timing_s=0.25)
     summary = Validation("sequential", [6.5], [{signature: 2.5}]).summarize(plan, overhead)
     assert summary["estimate_s"] == pytest.approx(3 * (2.5 - 0.5) + 0.5)
+
+
+def test_a_round_s_bricks_and_model_pay_the_call_costs_of_its_moment(tmp_path: Path) -> None:
+    """The reference took twice as long in the second round as beside the call cost's measurement: that
+    round's bricks paid twice the cost, and so did the model, measured in the same round."""
+    plan = plan_of(tiny_models.chain(tmp_path), 2)
+    (signature,) = plan.signatures
+    overhead = CallOverhead(fixed_s=0.5, timing_s=0.25, reference_s=10.0)
+    rounds = [{signature: 2.5}, {signature: 3.0}]
+    paired = Validation("sequential", [6.5, 7.0], rounds, [10.0, 20.0]).summarize(plan, overhead)
+    assert paired["estimate_s"] == pytest.approx(statistics.median([3 * 2.0 + 0.5, 3 * 2.0 + 1.0]))
+    unknown = Validation("sequential", [6.5, 7.0], rounds).summarize(plan, overhead)
+    assert unknown["estimate_s"] == pytest.approx(statistics.median([3 * 2.0 + 0.5, 3 * 2.5 + 0.5]))
 
 
 def test_the_parallel_estimate_is_paired_too(tmp_path: Path) -> None:
