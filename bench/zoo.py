@@ -10,8 +10,10 @@ estimate (``sequential_s``), measured (``measured_s``, with validation), their r
 inputs, starred where the model has operators whose work depends on data), and the reason when a model
 gets no estimate; then the accuracy exp(-mean |ln ratio|), the share within 5% and 10%, the
 plugin's own noise figure and its speed trace (how far the machine's speed moved); with validation,
-the same scores of the paired rounds' ratios and of the drift between the item and the paired
-estimates (how far the machine's speed moved between them).
+the same scores of the paired rounds' ratios, of the drift between the item and the paired
+estimates (how far the machine's speed moved between them), and of the item estimates composed again
+from the same report with each brick's call cost as measured, not scaled to the machine's speed around
+the brick's timing (what scaling it brings, paired within the run).
 
 With validation, it also scores the per-machine calibration (:mod:`pytest_dlbricks.calibration`)
 honestly, raw against calibrated: leave one model out (each model's estimate calibrated on all the
@@ -42,7 +44,9 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from pytest_dlbricks.calibration import MIN_MODELS, Calibration, CalibrationRecord, fit, record_of
+from pytest_dlbricks.composition import compose_calls
 from pytest_dlbricks.overhead import CallOverhead
+from pytest_dlbricks.recomposition import brick_times, calls_of, graph_of
 from pytest_dlbricks.validation import accuracy
 
 DEFAULT_CACHE = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
@@ -171,13 +175,20 @@ def _read_report(cache: Path, models: list[dict], report: Path, junit: Path) -> 
     failures = _failures(junit)
     by_path = {(cache / model["path"]).resolve(): model for model in data["models"]}
     overhead = CallOverhead(**(data["summary"].get("call_overhead_s") or {}))
+    times = brick_times(data["bricks"], data["settings"].get("statistic", "median"))
     noise = (data.get("accuracy") or {}).get("noise")
     rows = {}
     for model in models:
         found = by_path.get((cache / model["path"]).resolve(), {"error": "not in the plugin's report"})
         rows[model["name"]] = _row(found, model["name"], data, failures)
         if "composition" in found:
-            rows[model["name"]].update(bytes=found["bytes"], call_s=overhead.of(*found["composition"]["io"]))
+            composition = found["composition"]
+            rows[model["name"]].update(bytes=found["bytes"], call_s=overhead.of(*composition["io"]))
+            unscaled = compose_calls(
+                calls_of(composition), graph_of(composition), tuple(composition["io"]), times, overhead
+            ).sequential_s
+            measured = found.get("measured_s")
+            rows[model["name"]]["unscaled_ratio"] = unscaled / measured if unscaled and measured else None
         rows[model["name"]]["noise"] = noise
         rows[model["name"]]["speed_spread"] = (data["summary"].get("speed") or {}).get("spread")
     return rows, noise
@@ -268,6 +279,7 @@ def _render(models: list[dict], results: dict[tuple[int, bool], dict[str, dict]]
         for key, what in (
             ("paired_ratio", "paired rounds (bricks timed again before each timed call of the model)"),
             ("estimate_drift", "item estimates / paired estimates (the machine's speed moving between them)"),
+            ("unscaled_ratio", "item estimates with each brick's call cost as measured, not at its moment"),
         ):
             values = [row[key] for row in rows.values() if row.get("complete") and row.get(key)]
             if values:
