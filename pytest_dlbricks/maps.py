@@ -105,8 +105,14 @@ def check_results(results: Any, path: Path | str) -> None:
             f"{path} is pytest-benchmark's JSON; pass the report written by --dlbricks-json, which also"
             " records the cost of one inference call that composition takes off every brick"
         )
-    if not isinstance(results, dict) or not isinstance(results.get("bricks"), list) or "summary" not in results:
+    if not isinstance(results, dict) or not isinstance(results.get("bricks"), list):
         raise MapError(f"{path} is not a pytest-dlbricks report (written by --dlbricks-json)")
+    if not isinstance(results.get("summary"), dict):
+        raise MapError(f"{path} is not a pytest-dlbricks report (written by --dlbricks-json): it has no summary")
+    try:
+        overhead_of(results["summary"])
+    except ValueError as error:
+        raise MapError(f"{path}: its call overhead (summary.call_overhead_s) is damaged: {error}") from None
 
 
 def compose_from_maps(

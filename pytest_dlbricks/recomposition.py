@@ -133,10 +133,22 @@ def brick_references(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def overhead_of(summary: Mapping[str, Any]) -> CallOverhead:
-    """The call cost a report measured (none when it measured nothing)."""
+    """The call cost a report measured (none when it measured nothing); ``ValueError`` saying which
+    figure is damaged when one holds what no measurement gives (figures a report of an older version
+    lacks take their defaults)."""
     recorded = summary.get("call_overhead_s") or {}
-    names = {field.name for field in dataclasses.fields(CallOverhead)}
-    return CallOverhead(**{name: value for name, value in recorded.items() if name in names})
+    if not isinstance(recorded, Mapping):
+        raise ValueError("it is not a table of costs")
+    figures: dict[str, Any] = {}
+    for field in dataclasses.fields(CallOverhead):
+        value = recorded.get(field.name, field.default)
+        optional = field.name in ("parallel_fixed_s", "reference_s")
+        if not (value is None and optional) and not (is_number(value) and value >= 0):
+            raise ValueError(f"{field.name} is {value!r}, not a time in seconds")
+        if field.name == "reference_s" and value == 0:
+            raise ValueError("reference_s is 0, not the time of a call")
+        figures[field.name] = value
+    return CallOverhead(**figures)
 
 
 def recomposed_report(

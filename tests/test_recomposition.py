@@ -26,6 +26,7 @@ from pytest_dlbricks.maps import (
 from pytest_dlbricks.merging import IncompatibleReports, merge_reports
 from pytest_dlbricks.overhead import CallOverhead
 from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown, describe_machine
+from pytest_dlbricks.recomposition import overhead_of
 from pytest_dlbricks.report import BrickResult, build_report, plan_composition
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.sharding import assign, brick_cost, parse_shard
@@ -230,6 +231,39 @@ def test_only_a_dlbricks_report_gives_results() -> None:
         check_results({"machine_info": {}, "benchmarks": []}, "bench.json")
     with pytest.raises(MapError, match="not a pytest-dlbricks report"):
         check_results([1, 2], "list.json")
+    with pytest.raises(MapError, match=r"not a pytest-dlbricks report .*: it has no summary"):
+        check_results({"bricks": [], "summary": "fast"}, "odd.json")
+
+
+@pytest.mark.parametrize(
+    ("change", "cause"),
+    [
+        ({"fixed_s": "fast"}, "fixed_s is 'fast', not a time in seconds"),
+        ({"timing_s": -1e-6}, "timing_s is -1e-06, not a time in seconds"),
+        ({"per_input_s": None}, "per_input_s is None, not a time in seconds"),
+        ({"reference_s": [2e-5]}, r"reference_s is \[2e-05\], not a time in seconds"),
+        ({"reference_s": 0}, "reference_s is 0, not the time of a call"),
+    ],
+)
+def test_a_report_with_a_damaged_call_overhead_is_refused_naming_the_figure(
+    plans: list[ModelPlan], change: dict[str, object], cause: str
+) -> None:
+    """Composed with it, every estimate would be wrong or the command would stop with a traceback."""
+    report = report_of(plans, results_for(distinct_bricks(plans)))
+    check_results(report, "fine.json")
+    report["summary"]["call_overhead_s"].update(change)
+    damaged = r"^bad.json: its call overhead \(summary.call_overhead_s\) is damaged: "
+    with pytest.raises(MapError, match=damaged + cause + "$"):
+        check_results(report, "bad.json")
+
+
+def test_a_report_of_an_older_version_composes_with_the_call_costs_it_measured(plans: list[ModelPlan]) -> None:
+    """Reports written before the timing cost and the reference were measured lack them."""
+    report = report_of(plans, results_for(distinct_bricks(plans)))
+    for name in ("timing_s", "reference_s", "parallel_fixed_s"):
+        del report["summary"]["call_overhead_s"][name]
+    check_results(report, "old.json")
+    assert overhead_of(report["summary"]) == CallOverhead(fixed_s=2e-6, per_input_s=5e-7, per_output_s=2.5e-7)
 
 
 # -- sharding ------------------------------------------------------------------------------------
