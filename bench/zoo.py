@@ -45,8 +45,7 @@ from pathlib import Path
 
 from pytest_dlbricks.calibration import MIN_MODELS, Calibration, CalibrationRecord, fit, record_of
 from pytest_dlbricks.composition import compose_calls
-from pytest_dlbricks.overhead import CallOverhead
-from pytest_dlbricks.recomposition import brick_times, calls_of, graph_of
+from pytest_dlbricks.recomposition import brick_times, calls_of, graph_of, overhead_of
 from pytest_dlbricks.validation import accuracy
 
 DEFAULT_CACHE = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
@@ -174,7 +173,7 @@ def _read_report(cache: Path, models: list[dict], report: Path, junit: Path) -> 
     data = json.loads(report.read_text())
     failures = _failures(junit)
     by_path = {(cache / model["path"]).resolve(): model for model in data["models"]}
-    overhead = CallOverhead(**(data["summary"].get("call_overhead_s") or {}))
+    overhead = overhead_of(data["summary"])
     times = brick_times(data["bricks"], data["settings"].get("statistic", "median"))
     noise = (data.get("accuracy") or {}).get("noise")
     rows = {}

@@ -9,9 +9,9 @@ a roofline estimate of each: the larger of its FLOPs at the measured GEMM peak a
 measured bandwidth (bytes alone when its FLOPs are unknown). With one layer per brick the time per
 operator type is exact.
 
-Model figures follow composition: a brick counts its time less the cost of one inference call
-(``work_s``), and the model pays its own call once (``call_s``), so a model's time by operator type
-plus ``call_s`` is its sequential estimate.
+Model figures follow composition: a brick counts its time less the cost of one inference call at the
+machine's speed around its timing (``work_s``), and the model pays its own call once (``call_s``), so
+a model's time by operator type plus ``call_s`` is its sequential estimate.
 """
 
 from __future__ import annotations

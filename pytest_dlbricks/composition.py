@@ -123,7 +123,8 @@ def compose_calls(
     references: Mapping[str, float] | None = None,
 ) -> Estimate:
     """:func:`compose` from plain data: the windows, the brick graph between them and the model's io
-    counts, and the number of layers of each brick by signature (one where unknown)."""
+    counts, the number of layers of each brick by signature (one where unknown) and the reference
+    call's time around each brick's timing (``references``, by signature, where known)."""
     references = references or {}
     work: list[float] = []
     signatures: list[str] = []
@@ -146,8 +147,13 @@ def compose_calls(
 
 
 def is_number(value: object) -> TypeGuard[float]:
-    """A finite number read from JSON (a bool is not one)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number read from JSON (a bool is not one, nor an integer beyond any float)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def list_schedule(graph: nx.DiGraph, brick_times: Sequence[float], threads: int) -> float:

@@ -82,7 +82,9 @@ class DLBricksRun:
         self.validations: dict[tuple[str, str], Validation] = {}
         #: Cost of one inference call on this machine, measured before the first timing.
         self.overhead: CallOverhead | None = None
-        #: How fast the machine ran through the run, sampled before the items that time (see :mod:`.speed_trace`).
+        self.overhead_measured = False
+        #: How fast the machine ran through the run, sampled before the items that time, and the reference
+        #: call's time around each brick's timing (see :mod:`.speed_trace`).
         self.speed = SpeedTrace(lambda: reference_call(settings), REFERENCE)
         #: What the parallel executor does with independent nodes here, detected once before composing,
         #: or why it could not be.
@@ -303,10 +305,13 @@ class DLBricksRun:
     # Measuring
 
     def measure_overhead(self, *, parallel: bool = False) -> None:
-        """Measure the cost of a call once, before the first timing (and the parallel executor's, when a
-        call cost stored by an older run lacks it)."""
-        if self.overhead is None:
+        """Measure the cost of a call once, before the first timing: also where a call cost stored by an
+        older run lacks the reference call's time, which the bricks timed now are scaled by (bricks it
+        was measured with compose with it unscaled either way); and the parallel executor's, when the
+        call cost in use lacks it."""
+        if self.overhead is None or (self.overhead.reference_s is None and not self.overhead_measured):
             self.overhead = measure_call_overhead(self.settings)
+            self.overhead_measured = True
         if parallel and self.overhead.parallel_fixed_s is None:
             self.overhead = dataclasses.replace(
                 self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings)

@@ -160,13 +160,16 @@ def _merged_bricks(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str
 def _median_overhead(overheads: Sequence[CallOverhead]) -> CallOverhead | None:
     if not overheads:
         return None
-    parallel = [o.parallel_fixed_s for o in overheads if o.parallel_fixed_s is not None]
     references = [o.reference_s for o in overheads if o.reference_s is not None]
+    # Each shard's costs at one speed, so that the medians of its figures belong together.
+    reference = statistics.median(references) if references else None
+    overheads = [overhead.at(reference) for overhead in overheads]
+    parallel = [o.parallel_fixed_s for o in overheads if o.parallel_fixed_s is not None]
     return CallOverhead(
         fixed_s=statistics.median(o.fixed_s for o in overheads),
         per_input_s=statistics.median(o.per_input_s for o in overheads),
         per_output_s=statistics.median(o.per_output_s for o in overheads),
         timing_s=statistics.median(o.timing_s for o in overheads),
         parallel_fixed_s=statistics.median(parallel) if parallel else None,
-        reference_s=statistics.median(references) if references else None,
+        reference_s=reference,
     )

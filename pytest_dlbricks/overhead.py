@@ -30,9 +30,9 @@ from .runtime import bind, create_session, input_rewriter
 from .settings import Settings
 
 #: How :func:`measure_call_overhead` measures; a record of another method is measured again. 2: the fixed
-#: cost is read from chains without a Sum ahead of them (method 1 counted that Sum in it); 3: the
-#: reference call is timed beside the costs (:attr:`CallOverhead.reference_s`).
-MEASUREMENT_METHOD = 3
+#: cost is read from chains without a Sum ahead of them (method 1 counted that Sum in it). Records
+#: written before the reference call was timed beside the costs lack :attr:`CallOverhead.reference_s`.
+MEASUREMENT_METHOD = 2
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ class CallOverhead:
     def at(self, reference_s: float | None) -> CallOverhead:
         """The costs at the speed the reference call's time ``reference_s`` shows, in proportion to its
         time beside these costs' measurement (see the module's description); these costs where either
-        is unknown."""
-        if reference_s is None or not self.reference_s:
+        is unknown (or reads no time at all)."""
+        if reference_s is None or reference_s <= 0 or not self.reference_s:
             return self
         scale = reference_s / self.reference_s
         parallel = self.parallel_fixed_s

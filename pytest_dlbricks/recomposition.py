@@ -11,6 +11,7 @@ entry), is all composition needs, so a private map (``compose``) and the reports
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -136,15 +137,16 @@ def overhead_of(summary: Mapping[str, Any]) -> CallOverhead:
     """The call cost a report measured (none when it measured nothing); ``ValueError`` saying which
     figure is damaged when one holds what no measurement gives (figures a report of an older version
     lacks take their defaults)."""
-    recorded = summary.get("call_overhead_s") or {}
+    recorded = summary.get("call_overhead_s")
+    recorded = {} if recorded is None else recorded
     if not isinstance(recorded, Mapping):
-        raise ValueError("it is not a table of costs")
+        raise ValueError(f"it is {reprlib.repr(recorded)}, not a table of costs")
     figures: dict[str, Any] = {}
     for field in dataclasses.fields(CallOverhead):
         value = recorded.get(field.name, field.default)
         optional = field.name in ("parallel_fixed_s", "reference_s")
         if not (value is None and optional) and not (is_number(value) and value >= 0):
-            raise ValueError(f"{field.name} is {value!r}, not a time in seconds")
+            raise ValueError(f"{field.name} is {reprlib.repr(value)}, not a time in seconds")
         if field.name == "reference_s" and value == 0:
             raise ValueError("reference_s is 0, not the time of a call")
         figures[field.name] = value

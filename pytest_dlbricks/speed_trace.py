@@ -11,7 +11,9 @@ the run says how far that speed moved.
 The reference is a chain of one-element additions: pure dispatch, the kind of work that follows the
 machine's speed most closely. Layers bound by arithmetic or memory move less with it (a convolution
 of tens of channels about a fifth as much on a 2-core machine), so the trace's spread bounds what
-happened to the bricks rather than measuring it for each.
+happened to the bricks rather than measuring it for each. What does follow it is the cost of an
+inference call, which every brick pays: the reference is also timed right around each brick's
+timing (:meth:`SpeedTrace.now`), and that brick's call cost scaled to it (see :mod:`.overhead`).
 """
 
 from __future__ import annotations

@@ -325,16 +325,17 @@ class Shelf:
                 return None  # measured an older way: not damaged, measured again
             recorded = data["overhead"]
             names = [field.name for field in dataclasses.fields(CallOverhead)]
-            # Records written before the timing cost was measured lack it, and compose as they did.
-            if not isinstance(recorded, dict) or sorted({**recorded, "timing_s": 0.0}) != sorted(names):
+            # Records written before the reference call was timed beside the costs lack it (see
+            # :meth:`.engine.DLBricksRun.measure_overhead`).
+            if not isinstance(recorded, dict) or sorted({**recorded, "reference_s": None}) != sorted(names):
                 raise ValueError("not the fields of a call overhead")
-            parallel, reference = recorded["parallel_fixed_s"], recorded["reference_s"]
+            parallel, reference = recorded["parallel_fixed_s"], recorded.get("reference_s")
             return CallOverhead(
                 fixed_s=_seconds(recorded["fixed_s"]),
                 per_input_s=_seconds(recorded["per_input_s"]),
                 per_output_s=_seconds(recorded["per_output_s"]),
                 parallel_fixed_s=None if parallel is None else _seconds(parallel),
-                timing_s=_seconds(recorded.get("timing_s", 0.0)),
+                timing_s=_seconds(recorded["timing_s"]),
                 reference_s=None if reference is None else _seconds(reference, positive=True),
             )
         except (KeyError, TypeError, ValueError, AttributeError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -238,4 +239,11 @@ def test_the_call_overhead_is_taken_off_bricks_and_counted_once_per_model(tmp_pa
     unmeasured = build_report(settings, [plan], [], bricks, results, overhead=overhead, work=work).as_json()
     conv = next(brick for brick in unmeasured["bricks"] if brick["ops"] == ["Conv"])
     assert conv["work_s"] == pytest.approx(3.5e-6), "a brick's work: its time less one call"
+    slower = {s: dataclasses.replace(r, reference_s=2e-5) for s, r in results.items()}
+    at_speed = CallOverhead(fixed_s=0.5e-6, reference_s=1e-5)
+    report = build_report(settings, [plan], [], bricks, slower, overhead=at_speed, work=work).as_json()
+    conv = next(brick for brick in report["bricks"] if brick["ops"] == ["Conv"])
+    assert conv["work_s"] == pytest.approx(3e-6), "timed at half the speed, the brick paid twice the call"
+    (model,) = report["models"]
+    assert sum(model["op_time_s"].values()) + model["call_s"] == pytest.approx(model["sequential_s"])
     assert conv["flops_per_s"] == pytest.approx(CONV_FLOPS / 4e-6), "its throughput as it was timed"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -51,6 +53,27 @@ def test_estimates_take_off_each_shelf_s_call_overhead(store: BrickStore) -> Non
     store.shelf(FAST).put_overhead(CallOverhead(fixed_s=2e-6))
     diamond = next(line for line in store_report(store).splitlines() if line.startswith("models/diamond.onnx"))
     assert diamond.split()[3:] == ["54.0", "us", "160.0", "us", "2.96"]
+
+
+def test_each_brick_of_a_shelf_pays_its_call_cost_at_the_speed_it_was_timed_at(store: BrickStore) -> None:
+    """Brick a was timed while the reference took twice as long as beside the call cost: it paid 4 us."""
+    shelf = store.shelf(FAST)
+    shelf.put_overhead(CallOverhead(fixed_s=2e-6, reference_s=1e-5))
+    stored = shelf.get("a" * 64)
+    assert stored is not None
+    shelf.put(dataclasses.replace(stored, reference_s=2e-5))
+    diamond = next(line for line in store_report(store).splitlines() if line.startswith("models/diamond.onnx"))
+    assert diamond.split()[3:5] == ["50.0", "us"], "60 us less 2 x 4 us (a) and 2 x 2 us (b), plus 2 us"
+
+
+def test_a_call_cost_stored_before_the_reference_was_timed_beside_it_still_counts(store: BrickStore) -> None:
+    store.shelf(FAST).put_overhead(CallOverhead(fixed_s=2e-6))
+    path = store.shelf(FAST).path / "overhead.json"
+    record = json.loads(path.read_text())
+    del record["overhead"]["reference_s"]
+    path.write_text(json.dumps(record))
+    diamond = next(line for line in store_report(store).splitlines() if line.startswith("models/diamond.onnx"))
+    assert diamond.split()[3:5] == ["54.0", "us"]
 
 
 def test_report_puts_machines_side_by_side(store: BrickStore) -> None:

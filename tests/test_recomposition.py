@@ -26,7 +26,7 @@ from pytest_dlbricks.maps import (
 from pytest_dlbricks.merging import IncompatibleReports, merge_reports
 from pytest_dlbricks.overhead import CallOverhead
 from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown, describe_machine
-from pytest_dlbricks.recomposition import overhead_of
+from pytest_dlbricks.recomposition import brick_references, overhead_of
 from pytest_dlbricks.report import BrickResult, build_report, plan_composition
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.sharding import assign, brick_cost, parse_shard
@@ -243,6 +243,7 @@ def test_only_a_dlbricks_report_gives_results() -> None:
         ({"per_input_s": None}, "per_input_s is None, not a time in seconds"),
         ({"reference_s": [2e-5]}, r"reference_s is \[2e-05\], not a time in seconds"),
         ({"reference_s": 0}, "reference_s is 0, not the time of a call"),
+        ({"fixed_s": 10**400}, r"fixed_s is 1000.*000, not a time in seconds"),  # beyond any float
     ],
 )
 def test_a_report_with_a_damaged_call_overhead_is_refused_naming_the_figure(
@@ -255,6 +256,44 @@ def test_a_report_with_a_damaged_call_overhead_is_refused_naming_the_figure(
     damaged = r"^bad.json: its call overhead \(summary.call_overhead_s\) is damaged: "
     with pytest.raises(MapError, match=damaged + cause + "$"):
         check_results(report, "bad.json")
+
+
+@pytest.mark.parametrize("costs", [0, False, [], "none"])
+def test_a_call_overhead_that_is_not_a_table_is_damage_even_if_it_reads_as_false(
+    plans: list[ModelPlan], costs: object
+) -> None:
+    report = report_of(plans, results_for(distinct_bricks(plans)))
+    report["summary"]["call_overhead_s"] = costs
+    with pytest.raises(MapError, match=r"is damaged: it is .*, not a table of costs$"):
+        check_results(report, "bad.json")
+
+
+def test_a_brick_s_damaged_reference_leaves_its_call_cost_as_measured() -> None:
+    records: list[dict[str, Any]] = [
+        {"signature": "a", "reference_s": 2e-5},
+        {"signature": "b", "reference_s": 10**400},
+        {"signature": "c", "reference_s": -1.0},
+        {"signature": "d", "reference_s": "fast"},
+        {"signature": "e"},
+    ]
+    assert brick_references(records) == {"a": 2e-5}
+
+
+def test_merged_call_costs_are_medians_at_one_speed(plans: list[ModelPlan]) -> None:
+    """Shard 1 timed its chains while the reference took 20 us, shard 2 at 10 us, an older shard 3 without
+    it: shard 1's and 2's costs brought to the median speed (15 us) agree, and the median is theirs, not
+    shard 1's fixed cost beside the median reference."""
+    reports = shard_reports(plans, 3)
+    costs: list[dict[str, float | None]] = [
+        {"fixed_s": 4e-6, "timing_s": 2e-7, "reference_s": 2e-5},
+        {"fixed_s": 2e-6, "timing_s": 1e-7, "reference_s": 1e-5},
+        {"fixed_s": 7e-6, "timing_s": 5e-7, "reference_s": None},
+    ]
+    for (_, report), cost in zip(reports, costs):
+        report["summary"]["call_overhead_s"] |= cost | {"per_input_s": 0.0, "per_output_s": 0.0}
+    merged = merge_reports(reports)["summary"]["call_overhead_s"]
+    assert merged["reference_s"] == pytest.approx(1.5e-5)
+    assert (merged["fixed_s"], merged["timing_s"]) == (pytest.approx(3e-6), pytest.approx(1.5e-7))
 
 
 def test_a_report_of_an_older_version_composes_with_the_call_costs_it_measured(plans: list[ModelPlan]) -> None:

@@ -182,9 +182,8 @@ def test_a_record_without_the_statistic_asked_for_is_discarded(tmp_path: Path) -
     assert shelf.discarded == {"brick times": 1}
 
 
-RECORDED_OVERHEAD = {
-    **{"fixed_s": 2e-6, "per_input_s": 0.0, "per_output_s": 0.0, "parallel_fixed_s": None, "reference_s": 6e-6}
-}
+RECORDED_OVERHEAD = {"fixed_s": 2e-6, "per_input_s": 0.0, "per_output_s": 0.0, "parallel_fixed_s": None}
+RECORDED_OVERHEAD |= {"timing_s": 0.0, "reference_s": 6e-6}
 
 
 @pytest.mark.parametrize(
@@ -204,7 +203,7 @@ RECORDED_OVERHEAD = {
         ),
         *(
             (MEASUREMENT_METHOD, {name: value for name, value in RECORDED_OVERHEAD.items() if name != missing})
-            for missing in ("fixed_s", "reference_s")
+            for missing in ("fixed_s", "timing_s")
         ),
         (MEASUREMENT_METHOD, []),
         *((method, RECORDED_OVERHEAD) for method in (-1, 0, MEASUREMENT_METHOD + 1, "2", True, None)),
@@ -220,15 +219,27 @@ def test_an_unusable_call_overhead_is_discarded_and_counted(tmp_path: Path, meth
 
 
 def test_a_call_overhead_measured_an_older_way_is_measured_again_without_a_word(tmp_path: Path) -> None:
-    """Method 1 counted the cost of a Sum ahead of its chains in the fixed cost (its records did not say
-    so); method 2 did not time the reference call beside the costs."""
+    """Method 1 counted the cost of a Sum ahead of its chains in the fixed cost; its records did not say so."""
     shelf = BrickStore(tmp_path).shelf(IDENTITY)
     shelf.put_overhead(CallOverhead(fixed_s=2e-6, reference_s=6e-6))
     assert shelf.get_overhead() == CallOverhead(fixed_s=2e-6, reference_s=6e-6)
-    for old in ({"version": STORE_VERSION}, {"version": STORE_VERSION, "method": 1}, {"version": 1, "method": 2}):
+    for old in ({"version": STORE_VERSION}, {"version": STORE_VERSION, "method": 1}):
         (shelf.path / "overhead.json").write_text(json.dumps({**old, "overhead": RECORDED_OVERHEAD}))
         assert shelf.get_overhead() is None
     assert not shelf.discarded, "not damaged: outdated"
+
+
+def test_a_call_overhead_recorded_before_the_reference_was_timed_beside_it_is_read_without_it(
+    tmp_path: Path,
+) -> None:
+    """Its bricks compose with it as they did (unscaled); a run timing bricks measures it again."""
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put_overhead(CallOverhead(fixed_s=2e-6, timing_s=1e-7, reference_s=6e-6))
+    record = json.loads((shelf.path / "overhead.json").read_text())
+    del record["overhead"]["reference_s"]
+    (shelf.path / "overhead.json").write_text(json.dumps(record))
+    assert shelf.get_overhead() == CallOverhead(fixed_s=2e-6, timing_s=1e-7)
+    assert not shelf.discarded
 
 
 def test_a_damaged_identity_is_repaired_and_counted(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from pytest_dlbricks.engine import DLBricksRun
 from pytest_dlbricks.errors import ModelError
 from pytest_dlbricks.graph import MIN_IR_VERSION, TensorSpec
 from pytest_dlbricks.loading import load_model, whole_model
-from pytest_dlbricks.overhead import measure_call_overhead, measure_parallel_fixed_cost
+from pytest_dlbricks.overhead import CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
 from pytest_dlbricks.running import BrickError, BrickRunner, ModelRunner, _rewritable, view_outputs
 from pytest_dlbricks.runtime import create_session, input_rewriter, run_reference, session_options
 from pytest_dlbricks.settings import Settings
@@ -463,6 +463,36 @@ def test_the_reference_is_read_in_the_proportion_of_the_fixed_cost_to_it_within_
     assert overhead.fixed_s == pytest.approx(2e-6)
     assert overhead.reference_s == pytest.approx(10e-6)
     assert overhead.of_brick(1, 1, reference_s=20e-6) == pytest.approx(4e-6), "a brick timed in the slow state"
+
+
+def test_a_stored_call_cost_without_the_reference_is_measured_again_once_before_bricks_are_timed(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bricks timed now are scaled to the reference beside the call cost: one stored before it was timed
+    beside them has none. Measured again once, even if the new one has none either (no fixed cost)."""
+    measured: list[CallOverhead] = []
+
+    def measure(settings: Settings) -> CallOverhead:
+        measured.append(CallOverhead(fixed_s=0.0))
+        return measured[-1]
+
+    monkeypatch.setattr("pytest_dlbricks.engine.measure_call_overhead", measure)
+    current = DLBricksRun(settings, time.perf_counter)
+    current.assume_overhead(CallOverhead(fixed_s=2e-6, reference_s=1e-5))
+    current.measure_overhead()
+    assert current.overhead == CallOverhead(fixed_s=2e-6, reference_s=1e-5) and not measured
+    older = DLBricksRun(settings, time.perf_counter)
+    older.assume_overhead(CallOverhead(fixed_s=2e-6))
+    older.measure_overhead()
+    older.measure_overhead()
+    assert len(measured) == 1 and older.overhead is measured[0]
+
+
+def test_a_reference_that_reads_no_time_leaves_the_call_costs_as_measured() -> None:
+    overhead = CallOverhead(fixed_s=2e-6, timing_s=1e-6, reference_s=1e-5)
+    assert overhead.at(0.0) is overhead and overhead.at(-1e-5) is overhead and overhead.at(None) is overhead
+    assert CallOverhead(fixed_s=2e-6).at(2e-5) == CallOverhead(fixed_s=2e-6), "measured without the reference"
+    assert overhead.of_brick(1, 1, 2e-5) == pytest.approx(6e-6)
 
 
 def test_the_fixed_cost_is_read_from_chains_of_nothing_but_their_layers(
