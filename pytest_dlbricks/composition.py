@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
@@ -136,14 +137,28 @@ def compose_calls(
         signatures.append(call[0])
     if len(work) < len(calls):
         return Estimate(None, None, len(work), len(calls))
-    model_call = overhead.of(*io)
+    own = model_costs(calls, overhead, references)
+    model_call = own.of(*io)
     parallel_s = None
-    if parallel is not None and overhead.parallel_fixed_s is not None:
+    if parallel is not None and own.parallel_fixed_s is not None:
         layers = layers or {}
         slowed = [parallel.brick_s(seconds, layers.get(signature, 1)) for seconds, signature in zip(work, signatures)]
         span = sum(slowed) if parallel.threads == 1 else list_schedule(graph, slowed, parallel.threads)
-        parallel_s = span + overhead.of(*io, parallel=True)
+        parallel_s = span + own.of(*io, parallel=True)
     return Estimate(sum(work) + model_call, _longest_path(graph, work) + model_call, len(work), len(calls), parallel_s)
+
+
+def model_costs(
+    calls: Sequence[BrickCall], overhead: CallOverhead, references: Mapping[str, float] | None = None
+) -> CallOverhead:
+    """The call costs the model's own call is counted at: at the speed its bricks were timed at (the
+    median of their reference call's times), so that every part of its estimate holds at one speed.
+    Counted at the moment the costs were measured instead, a model of one brick timed in a slow stretch
+    of the machine lost the slow cost its brick paid and got the fast one back: estimates of such
+    models read half their measured time. The costs as measured where no brick has a reference."""
+    references = references or {}
+    known = [references[call[0]] for call in calls if call is not None and call[0] in references]
+    return overhead.at(statistics.median(known) if known else None)
 
 
 def is_number(value: object) -> TypeGuard[float]:

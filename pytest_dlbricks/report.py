@@ -26,7 +26,7 @@ from .analysis import (
 from .bricks import BrickSpec
 from .budget import estimate_precision
 from .calibration import CalibrationRecord, fit, model_key, record_of
-from .composition import Estimate, ParallelExecutor, brick_calls, compose
+from .composition import Estimate, ParallelExecutor, brick_calls, compose, model_costs
 from .cutting import ModelPlan
 from .noise import HIGH_NOISE, margin_of_error, run_noise
 from .overhead import NO_OVERHEAD, CallOverhead
@@ -352,12 +352,13 @@ def build_report(
                 precision=_estimate_precision(plan, results, estimate.sequential_s),
             )
         )
-    fresh = tuple(_calibration_records(plans, entries, settings.granularity, call)) if settings.calibrate else ()
+    calibrating = settings.calibrate
+    fresh = tuple(_calibration_records(plans, entries, settings.granularity, call, references)) if calibrating else ()
     replaced = {(record.key, record.granularity) for record in fresh}
     records = [r for r in calibration if (r.key, r.granularity) not in replaced] + list(fresh)
     overall = fit(records, settings.granularity)
     models: list[ModelEntry | FailedModel] = [
-        _calibrated(plan, entry, records, settings.granularity, call) for plan, entry in zip(plans, entries)
+        _calibrated(plan, entry, records, settings.granularity, call, references) for plan, entry in zip(plans, entries)
     ]
     models.extend(failed)
     total_bricks = sum(len(plan.bricks) for plan in plans)
@@ -400,7 +401,11 @@ def build_report(
 
 
 def _calibration_records(
-    plans: Sequence[ModelPlan], models: Sequence[ModelEntry], granularity: int, overhead: CallOverhead
+    plans: Sequence[ModelPlan],
+    models: Sequence[ModelEntry],
+    granularity: int,
+    overhead: CallOverhead,
+    references: Mapping[str, float],
 ) -> list[CalibrationRecord]:
     """The validated models of a run that calibrates: each one's composed and measured times."""
     return [
@@ -410,7 +415,7 @@ def _calibration_records(
             granularity,
             model.sequential_s,
             model.analysis.bytes,
-            overhead.of(*plan.io),
+            model_costs(brick_calls(plan), overhead, references).of(*plan.io),
             measured,
         )
         for plan, model in zip(plans, models)
@@ -419,14 +424,19 @@ def _calibration_records(
 
 
 def _calibrated(
-    plan: ModelPlan, model: ModelEntry, records: Sequence[CalibrationRecord], granularity: int, overhead: CallOverhead
+    plan: ModelPlan,
+    model: ModelEntry,
+    records: Sequence[CalibrationRecord],
+    granularity: int,
+    overhead: CallOverhead,
+    references: Mapping[str, float],
 ) -> ModelEntry:
     """``model`` with its calibrated estimate, from every calibration model but itself, and its ratio to the
     measured time when validated."""
     calibration = fit(records, granularity, leave_out=model_key(plan.signatures))
     if calibration is None or model.sequential_s is None:
         return model
-    call_s = overhead.of(*plan.io)
+    call_s = model_costs(brick_calls(plan), overhead, references).of(*plan.io)
     calibrated = calibration.apply(max(model.sequential_s - call_s, 0.0), model.analysis.bytes, call_s)
     validation = dict(model.validation)
     if "measured_s" in validation:

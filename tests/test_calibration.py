@@ -9,7 +9,9 @@ import pytest
 
 from conftest import run_dlbricks
 from pytest_dlbricks.calibration import MIN_MODELS, Calibration, CalibrationRecord, fit, record_of
+from pytest_dlbricks.composition import model_costs
 from pytest_dlbricks.identity import Identity
+from pytest_dlbricks.recomposition import brick_references, calls_of, overhead_of
 from pytest_dlbricks.store import BrickStore
 
 US = 1e-6
@@ -141,7 +143,9 @@ def test_a_calibration_run_corrects_later_estimates_beside_the_raw_ones(pytester
     mine = json.loads((pytester.path / "mine.json").read_text())
     (model,) = mine["models"]
     fitted = mine["calibration"]
-    call = mine["summary"]["call_overhead_s"]["fixed_s"]
+    # The model's own call, at the speed its bricks were timed at, as its estimate counts it.
+    costs = model_costs(calls_of(model["composition"]), overhead_of(mine["summary"]), brick_references(mine["bricks"]))
+    call = costs.of(*model["composition"]["io"])
     work = model["sequential_s"] - call
     expected = fitted["work_factor"] * work + fitted["per_byte_s"] * model["bytes"] + call
     assert model["calibrated_s"] == pytest.approx(expected)

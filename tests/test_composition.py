@@ -217,6 +217,25 @@ def test_timing_a_brick_costs_each_brick_but_not_the_model(tmp_path: Path) -> No
     assert estimate.sequential_s == pytest.approx(3 * (5.0 - 1.0 - 0.5) + 1.0)
 
 
+def test_the_model_s_own_call_counts_at_the_median_speed_of_its_bricks(tmp_path: Path) -> None:
+    """A model of one brick timed in a slow stretch: the slow cost its brick paid is the one its own call
+    pays, so its estimate is its brick's time less the item's loop; a brick without a reference counts
+    for nothing in the median."""
+    chain = plan_of(tiny_models.chain(tmp_path), 6)
+    (signature,) = chain.signatures
+    overhead = CallOverhead(fixed_s=1.0, timing_s=0.5, parallel_fixed_s=3.0, reference_s=10.0)
+    alone = compose(chain, {signature: 5.0}, overhead, ParallelExecutor(1), {signature: 20.0})
+    assert alone.sequential_s == pytest.approx(5.0 - 2 * 0.5)
+    assert alone.parallel_s == pytest.approx(5.0 - 2 * 1.5 + 2 * 3.0)
+    diamond = plan_of(tiny_models.diamond(tmp_path), 1)
+    times = dict.fromkeys(diamond.signatures, 5.0)
+    first, second, *_ = diamond.signatures
+    speeds = {first: 10.0, second: 30.0}
+    counted = compose(diamond, times, overhead, references=speeds).sequential_s
+    work = sum((5.0 - 1.5 * speeds.get(s, 10.0) / 10.0) * n for s, n in diamond.signatures.items())
+    assert counted == pytest.approx(work + 1.0 * 2.0), "the median of 10 and 30 us: twice the cost measured"
+
+
 def test_a_brick_never_counts_for_less_than_nothing(tmp_path: Path) -> None:
     plan = plan_of(tiny_models.chain(tmp_path), 2)
     (signature,) = plan.signatures
@@ -225,12 +244,12 @@ def test_a_brick_never_counts_for_less_than_nothing(tmp_path: Path) -> None:
 
 def test_a_brick_timed_while_the_machine_ran_slower_pays_its_call_cost_in_proportion(tmp_path: Path) -> None:
     """The reference call took 20 us around the brick's timing and 10 us beside the call cost's measurement:
-    the brick paid twice the measured cost; the model, its own call once as measured."""
+    the brick paid twice the measured cost, and the model's own call counts at its bricks' speed too."""
     plan = plan_of(tiny_models.chain(tmp_path, blocks=3), 2)
     (signature,) = plan.signatures
     overhead = CallOverhead(fixed_s=1.0, timing_s=0.5, reference_s=10.0)
     slower = compose(plan, {signature: 5.0}, overhead, references={signature: 20.0})
-    assert slower.sequential_s == pytest.approx(3 * (5.0 - 2 * 1.5) + 1.0)
+    assert slower.sequential_s == pytest.approx(3 * (5.0 - 2 * 1.5) + 2 * 1.0)
     assert compose(plan, {signature: 5.0}, overhead).sequential_s == pytest.approx(3 * (5.0 - 1.5) + 1.0), "unknown"
     unmeasured = CallOverhead(fixed_s=1.0, timing_s=0.5)  # a call cost of an older record
     assert compose(plan, {signature: 5.0}, unmeasured, references={signature: 20.0}).sequential_s == pytest.approx(

@@ -14,9 +14,11 @@ import tiny_models
 from conftest import SAMPLE_MODELS, light_models, run_dlbricks
 from pytest_dlbricks import engine, items, probes, speed_trace
 from pytest_dlbricks.budget import LOOSEST
+from pytest_dlbricks.composition import model_costs
 from pytest_dlbricks.engine import DLBricksRun
 from pytest_dlbricks.noise import margin_of_error
 from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown
+from pytest_dlbricks.recomposition import brick_references, calls_of, overhead_of
 from pytest_dlbricks.settings import Settings
 
 run = run_dlbricks
@@ -900,20 +902,22 @@ def test_the_parallel_estimate_follows_what_the_parallel_executor_was_found_to_d
     executor, call = report["executor"], report["summary"]["call_overhead_s"]
     assert executor["detection"] == json.loads(json.dumps(detected(concurrent).as_json()))
     assert executor["parallel_call_s"] == call["parallel_fixed_s"] and executor["call_s"] == call["fixed_s"]
+    # The model's own call counts at the speed its bricks were timed at.
+    references = brick_references(report["bricks"])
+    own = model_costs(calls_of(model["composition"]), overhead_of(report["summary"]), references)
+    assert own.parallel_fixed_s is not None
     if concurrent:
         assert executor["model"] == "list schedule" and executor["threads"] == 2
         # Two threads run the diamond's branches at once; the schedule waits for the longer one.
-        assert model["parallel_s"] - call["parallel_fixed_s"] == pytest.approx(
-            3.0 * (model["critical_path_s"] - call["fixed_s"])
+        assert model["parallel_s"] - own.parallel_fixed_s == pytest.approx(
+            3.0 * (model["critical_path_s"] - own.fixed_s)
         )
         result.stdout.fnmatch_lines(
             ["Parallel, as detected in this run: *ran independent nodes at once here*list schedule*2 threads*"]
         )
     else:
         assert executor["model"] == "one node at a time" and executor["threads"] == 1
-        assert model["parallel_s"] == pytest.approx(
-            3.0 * (model["sequential_s"] - call["fixed_s"]) + call["parallel_fixed_s"]
-        )
+        assert model["parallel_s"] == pytest.approx(3.0 * (model["sequential_s"] - own.fixed_s) + own.parallel_fixed_s)
         result.stdout.fnmatch_lines(
             [
                 "Parallel, as detected in this run: *one node at a time here (*, 7 rounds: medians *; median of the"
