@@ -82,6 +82,7 @@ class DLBricksRun:
         self.validations: dict[tuple[str, str], Validation] = {}
         #: Cost of one inference call on this machine, measured before the first timing.
         self.overhead: CallOverhead | None = None
+        #: Whether this run measured it: one stored without the reference call's time is measured again once.
         self.overhead_measured = False
         #: How fast the machine ran through the run, sampled before the items that time, and the reference
         #: call's time around each brick's timing (see :mod:`.speed_trace`).

@@ -9,6 +9,7 @@ import stat
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,22 +80,25 @@ def test_a_brick_keeps_the_time_limit_it_ran_out_of(tmp_path: Path) -> None:
     assert older_record(shelf, "timed_out_s").timed_out_s is None
 
 
-def test_a_brick_keeps_the_time_its_precision_was_sized_from(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "field",
+    [
+        "probe_s",  # the time its precision was sized from
+        "reference_s",  # the reference call's time around its timing, which its call cost is scaled to
+    ],
+)
+def test_a_brick_keeps_the_times_it_was_timed_beside_and_older_records_lack_them(tmp_path: Path, field: str) -> None:
     shelf = BrickStore(tmp_path).shelf(IDENTITY)
-    shelf.put(replace(brick(), probe_s=1.5e-5))
+    figures: dict[str, Any] = {field: 2.1e-5}
+    shelf.put(replace(brick(), **figures))
     stored = shelf.get(SIGNATURE)
-    assert stored is not None and stored.probe_s == 1.5e-5
-    assert older_record(shelf, "probe_s").probe_s is None
+    assert stored is not None and getattr(stored, field) == 2.1e-5
+    assert getattr(older_record(shelf, field), field) is None
 
 
-def test_a_brick_keeps_the_reference_call_s_time_around_its_timing(tmp_path: Path) -> None:
-    shelf = BrickStore(tmp_path).shelf(IDENTITY)
-    shelf.put(replace(brick(), reference_s=2.1e-5))
-    stored = shelf.get(SIGNATURE)
-    assert stored is not None and stored.reference_s == 2.1e-5
-    assert references_of({SIGNATURE: stored}) == {SIGNATURE: 2.1e-5}
-    older = older_record(shelf, "reference_s")
-    assert older.reference_s is None and references_of({SIGNATURE: older}) == {}
+def test_reference_times_are_those_of_the_bricks_that_have_one() -> None:
+    timed = replace(brick(), reference_s=2.1e-5)
+    assert references_of({"a" * 64: timed, SIGNATURE: brick()}) == {"a" * 64: 2.1e-5}
 
 
 def older_record(shelf: Shelf, without: str) -> StoredBrick:
