@@ -352,8 +352,9 @@ def build_report(
                 precision=_estimate_precision(plan, results, estimate.sequential_s),
             )
         )
-    calibrating = settings.calibrate
-    fresh = tuple(_calibration_records(plans, entries, settings.granularity, call, references)) if calibrating else ()
+    fresh: tuple[CalibrationRecord, ...] = ()
+    if settings.calibrate:
+        fresh = tuple(_calibration_records(plans, entries, settings.granularity, call, references))
     replaced = {(record.key, record.granularity) for record in fresh}
     records = [r for r in calibration if (r.key, r.granularity) not in replaced] + list(fresh)
     overall = fit(records, settings.granularity)
