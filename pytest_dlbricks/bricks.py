@@ -47,8 +47,8 @@ class BrickSpec:
     #: Kept values that are activations (read by an operator whose work depends on their data), not
     #: steering values: a suite withholds them unless told otherwise; the signature counts their presence.
     activations: frozenset[str] = frozenset()
-    #: Whether the brick's model declares its inputs and outputs by type only, as onnxruntime refuses their
-    #: concrete sizes in the model (see :attr:`.ModelGraph.unsized`); they are the specs' sizes all the same.
+    #: Whether the brick's model declares its inputs and outputs by type only, as its model is given to
+    #: onnxruntime (see :attr:`.ModelGraph.unsized`); they are the specs' sizes all the same.
     unsized: bool = False
 
     @property

@@ -100,8 +100,9 @@ class ModelGraph:
     guessed_dims: dict[str, int] = field(default_factory=dict)
     #: Names the model's symbolic input dimensions answer to: their own, and each input axis's (``x[2]``).
     dim_names: tuple[str, ...] = ()
-    #: Whether onnxruntime refuses the model with concrete input sizes (a branch not taken fails its shape
-    #: inference), and so is given the sizes only by the inputs' values: its bricks declare none either.
+    #: Whether onnxruntime is given the sizes only by the inputs' values, as the file declares them: it
+    #: refuses the model with concrete input sizes (a branch not taken fails its shape inference), or runs
+    #: more nodes without them (what the file computes from its sizes). Its bricks declare none either.
     unsized: bool = False
     #: Model outputs that are not tensors (ZipMap's sequences of maps), with their types: a brick may
     #: return them, never take them in.

@@ -451,6 +451,33 @@ def test_a_model_onnxruntime_refuses_sized_is_given_its_sizes_by_its_inputs_only
     assert not refused_at_batch(path, 1) and not load_model(path, {"batch": 1}).unsized, "sized where it loads"
 
 
+def test_what_a_file_computes_from_its_symbolic_sizes_is_cut_as_onnxruntime_runs_it(tmp_path: Path) -> None:
+    """At a concrete size onnxruntime folds Shape, Gather, Range and Cast into a constant; the file, whose
+    size is symbolic, computes them on every call (T5's position buckets): they are layers of its cut, its
+    bricks declare no sizes as the file does not, and each runs as it does inside the model."""
+    path = tiny_models.symbolic_positions(tmp_path)
+    settings = Settings(granularity=2, dims={"n": 5})
+    graph = load_model(path, settings.dims, optimize=settings)
+    assert graph.unsized
+    assert {"Shape", "Range"} <= {layer.op_type for layer in graph.layers}
+    sized_model = onnx.load(str(path))
+    sized_model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 5
+    sized_model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 5
+    onnx.save(sized_model, str(tmp_path / "sized.onnx"))
+    sized = load_model(tmp_path / "sized.onnx", optimize=settings)
+    assert not sized.unsized and len(sized.layers) < len(graph.layers), "folded where the size is written in"
+    bricks = plan_model(graph, 2, path.name).bricks
+    for brick in bricks:
+        assert isinstance(brick, BrickSpec) and brick.unsized
+        BrickRunner(brick, settings, optimized=True).check()
+
+
+def test_a_file_whose_symbolic_sizes_onnxruntime_computes_nothing_from_is_cut_at_its_sizes(tmp_path: Path) -> None:
+    settings = Settings(granularity=2, dims={"batch": 3})
+    graph = load_model(tiny_models.symbolic_batch(tmp_path), settings.dims, optimize=settings)
+    assert not graph.unsized and graph.specs[graph.inputs[0]].shape == (3, 4)
+
+
 # -- the sizes of symbolic dimensions ------------------------------------------------------------
 
 
