@@ -70,10 +70,17 @@ def record_of(
     return CalibrationRecord(path, key, granularity, max(sequential_s - call_s, 0.0), moved, call_s, measured_s)
 
 
-def fit(records: Sequence[CalibrationRecord], granularity: int, *, leave_out: str | None = None) -> Calibration | None:
+def fit(
+    records: Sequence[CalibrationRecord],
+    granularity: int,
+    *,
+    leave_out: str | None = None,
+    leave_out_path: str | None = None,
+) -> Calibration | None:
     """The correction fitted on the ``records`` cut at ``granularity``, all but the model whose key is
-    ``leave_out`` (a model never calibrates its own estimate); None with fewer than :data:`MIN_MODELS`
-    usable models.
+    ``leave_out`` or whose path is ``leave_out_path`` (a model never calibrates its own estimate, also
+    through a record it left when it was cut otherwise); None with fewer than :data:`MIN_MODELS` usable
+    models.
 
     A coefficient the data would make negative (a context that speeds work up beyond what the bricks
     show, bytes that cost less than nothing) is left at its neutral value: 1 for the work factor, 0 for
@@ -82,7 +89,11 @@ def fit(records: Sequence[CalibrationRecord], granularity: int, *, leave_out: st
     used = [
         r
         for r in records
-        if r.granularity == granularity and r.key != leave_out and r.measured_s > r.call_s and r.work_s > 0
+        if r.granularity == granularity
+        and r.key != leave_out
+        and r.path != leave_out_path
+        and r.measured_s > r.call_s
+        and r.work_s > 0
     ]
     if len(used) < MIN_MODELS:
         return None

@@ -355,8 +355,10 @@ def build_report(
     fresh: tuple[CalibrationRecord, ...] = ()
     if settings.calibrate:
         fresh = tuple(_calibration_records(plans, entries, settings.granularity, call, references))
-    replaced = {(record.key, record.granularity) for record in fresh}
-    records = [r for r in calibration if (r.key, r.granularity) not in replaced] + list(fresh)
+    # A model measured again replaces its record: the same bricks, or the same path cut otherwise.
+    replaced = {(record.key, record.granularity) for record in fresh} | {(r.path, r.granularity) for r in fresh}
+    records = [r for r in calibration if not {(r.key, r.granularity), (r.path, r.granularity)} & replaced]
+    records.extend(fresh)
     overall = fit(records, settings.granularity)
     models: list[ModelEntry | FailedModel] = [
         _calibrated(plan, entry, records, settings.granularity, call, references) for plan, entry in zip(plans, entries)
@@ -434,7 +436,7 @@ def _calibrated(
 ) -> ModelEntry:
     """``model`` with its calibrated estimate, from every calibration model but itself, and its ratio to the
     measured time when validated."""
-    calibration = fit(records, granularity, leave_out=model_key(plan.signatures))
+    calibration = fit(records, granularity, leave_out=model_key(plan.signatures), leave_out_path=plan.path)
     if calibration is None or model.sequential_s is None:
         return model
     call_s = model_costs(brick_calls(plan), overhead, references).of(*plan.io)

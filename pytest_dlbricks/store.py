@@ -367,7 +367,11 @@ class Shelf:
 
     def calibration(self) -> list[CalibrationRecord]:
         """The calibration models measured with this shelf's brick times; a damaged record counts as absent."""
-        found = []
+        return list(self._calibration_files().values())
+
+    def _calibration_files(self, *, count_damage: bool = True) -> dict[Path, CalibrationRecord]:
+        """The usable calibration records by file; damaged ones counted as discarded if ``count_damage``."""
+        found = {}
         for path in sorted((self.path / _CALIBRATION).glob("*.json")):
             try:
                 data = _read_record(path)
@@ -376,26 +380,29 @@ class Shelf:
                 moved, granularity = data["bytes"], data["granularity"]
                 if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (moved, granularity)):
                     raise ValueError("bytes or granularity is not a count")
-                found.append(
-                    CalibrationRecord(
-                        path=_text(data["path"]),
-                        key=_text(data["key"]),
-                        granularity=granularity,
-                        work_s=_seconds(data["work_s"]),
-                        bytes=moved,
-                        call_s=_seconds(data["call_s"]),
-                        measured_s=_seconds(data["measured_s"], positive=True),
-                    )
+                found[path] = CalibrationRecord(
+                    path=_text(data["path"]),
+                    key=_text(data["key"]),
+                    granularity=granularity,
+                    work_s=_seconds(data["work_s"]),
+                    bytes=moved,
+                    call_s=_seconds(data["call_s"]),
+                    measured_s=_seconds(data["measured_s"], positive=True),
                 )
             except (KeyError, TypeError, ValueError, AttributeError):
-                self.discarded["calibration model"] += 1
+                self.discarded["calibration model"] += count_damage
         return found
 
     def put_calibration(self, record: CalibrationRecord) -> None:
-        """Keep a calibration model's record, over the one the same model left at the same granularity."""
+        """Keep a calibration model's record, over those the same model left at the same granularity: the
+        same bricks, or the same path cut otherwise (by an older version, or before the file changed)."""
         self._identify()
+        folder = self.path / _CALIBRATION
+        for path, older in self._calibration_files(count_damage=False).items():
+            if (older.path, older.granularity) == (record.path, record.granularity):
+                path.unlink(missing_ok=True)
         name = f"{record.key}-g{record.granularity}.json"
-        write_json(self.path / _CALIBRATION / name, {"version": STORE_VERSION, **dataclasses.asdict(record)})
+        write_json(folder / name, {"version": STORE_VERSION, **dataclasses.asdict(record)})
 
     def bricks(self) -> dict[str, StoredBrick]:
         """Every usable brick time on this shelf, by signature."""

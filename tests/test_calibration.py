@@ -41,6 +41,14 @@ def test_a_model_never_calibrates_its_own_estimate() -> None:
     assert without.work_factor == pytest.approx(1.2, rel=1e-4)
 
 
+def test_a_model_cut_otherwise_since_never_calibrates_its_own_estimate_with_its_older_record() -> None:
+    """A new version, or a changed file, cuts a model into other bricks (another key): the record it left
+    at its path before is its own all the same."""
+    records = [record("a", 1000, 20), record("b", 200, 150), record("c", 5000, 60), record("d", 50, 10, factor=1.5)]
+    without = fit(records, 2, leave_out="key-d-cut-otherwise", leave_out_path="d")
+    assert without is not None and without.models == ("a", "b", "c")
+
+
 def test_one_model_far_off_does_not_pull_the_others() -> None:
     """The fit minimises absolute relative errors: a model measured 3x slower than the rest suggest is
     left with its error instead of shifting everyone's estimate."""
@@ -88,6 +96,21 @@ def test_store_keeps_calibration_records_and_counts_damaged_ones_as_absent(tmp_p
     data = json.loads(damaged.read_text())
     damaged.write_text(json.dumps({**data, "measured_s": -1}))
     assert len(shelf.calibration()) == 1
+    assert shelf.discarded["calibration model"] == 1
+
+
+def test_a_model_cut_otherwise_replaces_the_record_it_left_at_its_path(tmp_path: Path) -> None:
+    """Its older record would count it twice in every other model's calibration; one at another
+    granularity or of another model stays, and a damaged one is still counted once when read."""
+    shelf = BrickStore(tmp_path).shelf(Identity({"cpu": "test"}, {"onnxruntime": "x"}))
+    older, other, coarser = record("a", 100, 10), record("b", 200, 20), record("a", 100, 10)
+    coarser = CalibrationRecord(**{**coarser.__dict__, "granularity": 5})
+    for made in (older, other, coarser):
+        shelf.put_calibration(made)
+    (shelf.path / "calibration" / "damaged.json").write_text("{", encoding="utf-8")
+    recut = CalibrationRecord(**{**older.__dict__, "key": "key-a-cut-otherwise", "measured_s": 2 * older.measured_s})
+    shelf.put_calibration(recut)
+    assert sorted(shelf.calibration(), key=lambda r: (r.path, r.granularity)) == [recut, coarser, other]
     assert shelf.discarded["calibration model"] == 1
 
 
@@ -150,3 +173,27 @@ def test_a_calibration_run_corrects_later_estimates_beside_the_raw_ones(pytester
     expected = fitted["work_factor"] * work + fitted["per_byte_s"] * model["bytes"] + call
     assert model["calibrated_s"] == pytest.approx(expected)
     plain.stdout.fnmatch_lines(["*Sequential*Calibrated*"])
+
+
+def test_a_model_cut_otherwise_since_its_calibration_is_calibrated_by_the_others_alone(
+    pytester: pytest.Pytester,
+) -> None:
+    """A calibration model's record made when it was cut into other bricks (an older version) is still its
+    own: with only the fewest models a fit takes, the others are too few to calibrate it."""
+    _chains(pytester.path / "calibration", MIN_MODELS)
+    args = ("--dlbricks-granularity=2", "--dlbricks-validate", "--dlbricks-calibrate", "calibration")
+    assert run_dlbricks(pytester, *args, dims=()).ret == pytest.ExitCode.OK
+    stored = list(pytester.path.glob(".benchmarks/dlbricks/*/calibration/*.json"))
+    (stale,) = [p for p in stored if json.loads(p.read_text())["path"] == "calibration/c0.onnx"]
+    stale.write_text(json.dumps({**json.loads(stale.read_text()), "key": "cut-otherwise"}))
+    plain = run_dlbricks(
+        pytester, "--dlbricks-granularity=2", "--dlbricks-json=c0.json", "calibration/c0.onnx", dims=()
+    )
+    assert plain.ret == pytest.ExitCode.OK, plain.stdout.str()
+    (model,) = json.loads((pytester.path / "c0.json").read_text())["models"]
+    assert model["sequential_s"] and model["calibrated_s"] is None
+    again = run_dlbricks(pytester, *args, "--dlbricks-json=again.json", dims=())
+    assert again.ret == pytest.ExitCode.OK, again.stdout.str()
+    calibrated_on = json.loads((pytester.path / "again.json").read_text())["calibration"]["models"]
+    assert sorted(calibrated_on) == [f"calibration/c{i}.onnx" for i in range(MIN_MODELS)], "measured again: replaced"
+    assert len(list(pytester.path.glob(".benchmarks/dlbricks/*/calibration/*.json"))) == MIN_MODELS
