@@ -16,8 +16,9 @@ inside its brick. Per model it prints, in microseconds per call:
 - ``sized``: the file with its inputs' symbolic sizes written in, where onnxruntime folds what the file
   computes on sizes (shapes, masks, positions), / file: how much of the file's time those computations take
   (blank for a file with no symbolic size);
-- ``nodes``: the layers the bricks were cut into / the kernels the file runs per call (onnxruntime folds
-  shape computations at the concrete sizes the bricks are cut at, not in a file with symbolic ones);
+- ``nodes``: the layers the bricks were cut into / the kernels the file runs per call (a file whose
+  graph runs more nodes at its symbolic sizes than at concrete ones is cut from that graph; else
+  onnxruntime folds shape computations at the concrete sizes the bricks are cut at);
   ``kern@file``: the file's kernel time;
 - ``kern@model`` and ``kern@brick``: the kernel time of the layers both runs executed as the same
   nodes, inside the model and inside the bricks (summed over every occurrence), and their ratio: what
