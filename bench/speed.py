@@ -40,6 +40,7 @@ import argparse
 import functools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -357,7 +358,10 @@ def select_models(args: argparse.Namespace, folder: Path) -> list[Model]:
         for file in source.parent.iterdir():  # external data lies beside the model
             if _sample_inputs(file):
                 continue
-            (target / file.name).symlink_to(file.resolve(), target_is_directory=file.is_dir())
+            if file.is_dir():
+                (target / file.name).symlink_to(file.resolve(), target_is_directory=True)
+            else:  # copied: the plugin refuses external data whose link leads out of the model's folder
+                shutil.copy2(file, target / file.name)
         models.append(Model(name, target / source.name, dims))
     return models
 
