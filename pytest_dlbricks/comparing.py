@@ -99,6 +99,7 @@ def conditions_of(report: Mapping[str, Any]) -> dict[str, Any]:
             "granularity": report.get("granularity"),
             "dims": dict(sorted((settings.get("dims") or {}).items())),
             "cut": settings.get("cut"),
+            "cut_method": settings.get("cut_method"),
             "statistic": settings.get("statistic"),
         },
     }

@@ -28,6 +28,7 @@ from .budget import estimate_precision
 from .calibration import CalibrationRecord, fit, model_key, record_of
 from .composition import Estimate, ParallelExecutor, brick_calls, compose, model_costs
 from .cutting import ModelPlan
+from .identity import CUT_METHOD
 from .noise import HIGH_NOISE, margin_of_error, run_noise
 from .overhead import NO_OVERHEAD, CallOverhead
 from .probes import ExecutorDetection, RunMeasurements
@@ -373,7 +374,7 @@ def build_report(
     return RunReport(
         granularity=settings.granularity,
         partial=partial,
-        settings=settings.describe(),
+        settings={**settings.describe(), "cut_method": CUT_METHOD},
         summary=Summary(
             models=len(plans) + len(failed),
             failed_models=len(failed),

@@ -15,6 +15,7 @@ from conftest import QUICK_TIMING, SAMPLE_DIMS, SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks import engine
 from pytest_dlbricks.cli import main
 from pytest_dlbricks.comparing import INCONCLUSIVE_EXIT
+from pytest_dlbricks.identity import CUT_METHOD
 from pytest_dlbricks.noise import margin_of_error
 
 STORE = ".benchmarks/dlbricks"
@@ -474,8 +475,10 @@ def test_saved_runs_carry_the_estimates(pytester: pytest.Pytester, sample_models
         "granularity": 2,
         "dims": {"batch": 1, "seq": 16},
         "cut": "optimized",
+        "cut_method": CUT_METHOD,
         "statistic": "median",
     }
+    assert report["settings"]["cut_method"] == CUT_METHOD
     assert block["machine"]["cores"] == data["machine_info"]["cpu"]["count"]
     assert block["timing"]["onnxruntime"] == report["settings"]["onnxruntime"]
     assert block["report"]["models"] == report["models"]
@@ -637,6 +640,21 @@ def test_a_run_under_high_noise_is_marked_and_passed_over_as_a_baseline(
     named.stdout.fnmatch_lines(
         [f"dlbricks: */{second.name} measured under high noise; it is compared with only because*"]
     )
+
+
+def test_a_baseline_cut_by_an_older_version_is_not_compared_with(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    """Cut otherwise with the same file and settings, a model's estimate moves with no change of the model:
+    a gate would call it a regression of bricks that changed. It says what differs instead."""
+    run(pytester, "--dlbricks-granularity=2", "--benchmark-autosave", "models/mlp.onnx")
+    (saved,) = saved_runs(pytester)
+    data = read(saved)
+    del data["dlbricks"]["model"]["cut_method"]  # as saved before the cut method was a condition
+    saved.write_text(json.dumps(data))
+    refused = run(pytester, "--dlbricks-granularity=2", "models/mlp.onnx", "--dlbricks-compare")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines([f"*it ran under other conditions (cut method None then, {CUT_METHOD} now)*"])
 
 
 def test_incompatible_runs_are_refused_unless_asked(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
