@@ -29,6 +29,9 @@ BRICK_METHOD = 3
 #: holds more nodes (see :func:`.loading._declared_if_it_runs_more`).
 CUT_METHOD = 2
 
+#: Conditions that older versions did not record, as they were: a saved run or report without them ran so.
+_UNRECORDED = {("model", "cut_method"): 1}
+
 #: Readable names of the fields that must match for two runs to be compared.
 _FIELDS = {
     ("machine", "cpu"): "CPU model",
@@ -106,11 +109,15 @@ def differences(now: Mapping[str, Any], then: Mapping[str, Any]) -> list[str]:
     """What differs between two runs' conditions (see :meth:`Identity.conditions`), one readable phrase each."""
     found = []
     for (part, name), label in _FIELDS.items():
-        current = (now.get(part) or {}).get(name)
-        before = (then.get(part) or {}).get(name)
+        current, before = (_recorded(conditions, part, name) for conditions in (now, then))
         if current != before:
             found.append(f"{label} {_show(before)} then, {_show(current)} now")
     return found
+
+
+def _recorded(conditions: Mapping[str, Any], part: str, name: str) -> Any:
+    value = (conditions.get(part) or {}).get(name)
+    return _UNRECORDED.get((part, name)) if value is None else value
 
 
 def describe_machine(machine: Mapping[str, Any]) -> str:

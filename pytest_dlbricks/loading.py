@@ -175,6 +175,9 @@ def whole_model(
     if convert is None:
         return path, loader.feeds()
     converted = _converted(path, loader, convert)
+    # Run, as the file is, with its inputs as it declares them where onnxruntime loads them so: what the
+    # converted model computes from its sizes counts, as its cut counts it (see _declared_if_it_runs_more).
+    converted.accept_declared_sizes()
     return converted.on_runtime(converted.loaded), converted.feeds()
 
 
@@ -326,7 +329,7 @@ class _ModelLoader:
         try:
             return use(self.runnable_model())
         except RuntimeRefusal:
-            if not self._accept_declared_sizes():
+            if not self.accept_declared_sizes():
                 raise
         return use(self.runnable_model())
 
@@ -443,13 +446,14 @@ class _ModelLoader:
         if self.runtime_loads:
             return
         refusal = load_refusal(self.declared_model() if self.unsized else self.model, self.data_dir)
-        if refusal is not None and not self._accept_declared_sizes():
+        if refusal is not None and not self.accept_declared_sizes():
             raise ModelError(self.path, f"onnxruntime cannot load the model: {refusal}") from error
         self.runtime_loads = True
 
-    def _accept_declared_sizes(self) -> bool:
-        """Whether onnxruntime, refusing the model sized, loads it with its inputs as the file declares them;
-        if so, it is given them from now on (:attr:`unsized`)."""
+    def accept_declared_sizes(self) -> bool:
+        """Whether onnxruntime loads the model with its inputs as the file declares them (asked where it
+        refuses the model sized, or to run it as the file runs); if so, it is given them from now on
+        (:attr:`unsized`)."""
         if self.unsized or not self.declared_inputs:
             return False
         self.unsized = load_refusal(self.declared_model(), self.data_dir) is None

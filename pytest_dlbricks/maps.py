@@ -126,6 +126,10 @@ def compose_from_maps(
     settings = dict(results["settings"])
     if statistic is not None:
         settings["statistic"] = statistic
+    # The maps were cut by the version that exported them, not the one that timed their bricks.
+    methods = sorted({document["settings"].get("cut_method") or 1 for document in maps}, key=str)
+    if methods:
+        settings["cut_method"] = methods[0] if len(methods) == 1 else methods
     records = {str(record["signature"]): record for record in results["bricks"]}
     entries = [entry for document in maps for entry in document["entries"]]
     report = recomposed_report(

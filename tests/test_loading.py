@@ -21,7 +21,8 @@ from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.errors import ModelError, RuntimeRefusal
 from pytest_dlbricks.graph import ModelGraph, TensorSpec, nested_tensors, node_inputs, subgraph_outer_names
-from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.loading import load_model, whole_model
+from pytest_dlbricks.numerics import convert
 from pytest_dlbricks.running import BrickRunner
 from pytest_dlbricks.runtime import load_refusal
 from pytest_dlbricks.samples import SampleInputs
@@ -470,6 +471,21 @@ def test_what_a_file_computes_from_its_symbolic_sizes_is_cut_as_onnxruntime_runs
     for brick in bricks:
         assert isinstance(brick, BrickSpec) and brick.unsized
         BrickRunner(brick, settings, optimized=True).check()
+
+
+def test_a_converted_model_is_measured_with_its_inputs_as_the_file_declares_them(tmp_path: Path) -> None:
+    """Its cut keeps what it computes from its sizes (as above): the run it is validated against must too."""
+    path = tiny_models.symbolic_positions(tmp_path)
+    settings = Settings(granularity=2, dims={"n": 5})
+
+    def fp16(model: onnx.ModelProto, data_dir: Path) -> onnx.ModelProto:
+        return convert(model, "fp16", data_dir)
+
+    assert load_model(path, settings.dims, optimize=settings, convert=fp16).unsized
+    model, feeds = whole_model(path, settings.dims, fp16)
+    assert isinstance(model, onnx.ModelProto)
+    (declared,) = model.graph.input[0].type.tensor_type.shape.dim
+    assert declared.dim_param == "n" and feeds["x"].shape == (5,)
 
 
 def test_a_file_whose_symbolic_sizes_onnxruntime_computes_nothing_from_is_cut_at_its_sizes(tmp_path: Path) -> None:

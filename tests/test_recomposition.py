@@ -15,6 +15,7 @@ from test_reporting import distinct_bricks
 from conftest import plan_of
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import ModelPlan
+from pytest_dlbricks.identity import CUT_METHOD
 from pytest_dlbricks.maps import (
     MapError,
     check_results,
@@ -147,6 +148,21 @@ def test_compose_and_merge_give_the_parallel_estimates_of_the_run_that_timed_the
         assert [model["parallel_s"] for model in recomposed["models"]] == parallel
         assert recomposed["executor"] == report["executor"]
     assert warnings == []
+
+
+def test_a_composed_report_carries_the_cut_method_of_the_version_that_made_its_maps(
+    plans: list[ModelPlan], tmp_path: Path
+) -> None:
+    """The maps were cut by the version that exported them: a baseline is compared with on their terms."""
+    report = report_of(plans, results_for(distinct_bricks(plans)))
+    assert report["settings"]["cut_method"] == CUT_METHOD
+    older = {**report, "settings": {k: v for k, v in report["settings"].items() if k != "cut_method"}}
+    write_maps(tmp_path / "older", older, plans)
+    composed, _ = compose_from_maps(read_maps([tmp_path / "older"]), report)
+    assert composed["settings"]["cut_method"] == 1
+    write_maps(tmp_path / "newer", report, plans[:1])
+    composed, _ = compose_from_maps(read_maps([tmp_path / "older", tmp_path / "newer"]), report)
+    assert composed["settings"]["cut_method"] == [1, CUT_METHOD]
 
 
 def test_a_suite_run_without_the_executors_behaviour_gives_no_parallel_estimate(

@@ -20,6 +20,7 @@ from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cli import main
 from pytest_dlbricks.composition import ParallelExecutor, compose
 from pytest_dlbricks.cutting import plan_model
+from pytest_dlbricks.identity import CUT_METHOD
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.recomposition import brick_references, overhead_of
 from pytest_dlbricks.settings import Settings
@@ -408,6 +409,12 @@ def test_shards_with_and_without_the_store_merge_and_gate_like_a_direct_run(
     # The merged run's entries are a baseline like a saved run: compared with themselves, nothing changed.
     status, out, _ = cli("merge", "s1.json", "s2.json", "--compare", "m-bench.json", "--compare-fail=10%")
     assert status == 0 and "models/net.onnx" in out
+    # A baseline saved by a version that cut otherwise (before the cut method was recorded) is refused.
+    older = read(saved)
+    del older["dlbricks"]["model"]["cut_method"]
+    (pytester.path / "older.json").write_text(json.dumps(older))
+    status, out, err = cli("merge", "s1.json", "s2.json", "--compare", "older.json", "--compare-fail=10%")
+    assert status != 0 and f"cut method 1 then, {CUT_METHOD} now" in out + err
 
 
 @pytest.mark.parametrize(
