@@ -397,12 +397,12 @@ class Shelf:
         """Keep a calibration model's record, over those the same model left at the same granularity: the
         same bricks, or the same path cut otherwise (by an older version, or before the file changed)."""
         self._identify()
-        folder = self.path / _CALIBRATION
-        for path, older in self._calibration_files(count_damage=False).items():
-            if (older.path, older.granularity) == (record.path, record.granularity):
+        kept = self.path / _CALIBRATION / f"{record.key}-g{record.granularity}.json"
+        older = self._calibration_files(count_damage=False)
+        write_json(kept, {"version": STORE_VERSION, **dataclasses.asdict(record)})
+        for path, stale in older.items():
+            if path != kept and (stale.path, stale.granularity) == (record.path, record.granularity):
                 path.unlink(missing_ok=True)
-        name = f"{record.key}-g{record.granularity}.json"
-        write_json(folder / name, {"version": STORE_VERSION, **dataclasses.asdict(record)})
 
     def bricks(self) -> dict[str, StoredBrick]:
         """Every usable brick time on this shelf, by signature."""
