@@ -177,7 +177,8 @@ def whole_model(
     converted = _converted(path, loader, convert)
     # Run, as the file is, with its inputs as it declares them where onnxruntime loads them so: what the
     # converted model computes from its sizes counts, as its cut counts it (see _declared_if_it_runs_more).
-    converted.accept_declared_sizes()
+    if converted.accept_declared_sizes():  # onnxruntime loaded it so: not loaded again
+        return converted.runnable_model(), converted.feeds()
     return converted.on_runtime(converted.loaded), converted.feeds()
 
 

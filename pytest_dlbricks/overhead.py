@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -80,7 +80,8 @@ class CallOverhead:
             return self
         scale = reference_s / self.reference_s
         parallel = self.parallel_fixed_s
-        return CallOverhead(
+        return replace(
+            self,
             fixed_s=self.fixed_s * scale,
             per_input_s=self.per_input_s * scale,
             per_output_s=self.per_output_s * scale,

@@ -357,8 +357,9 @@ def build_report(
     if settings.calibrate:
         fresh = tuple(_calibration_records(plans, entries, settings.granularity, call, references))
     # A model measured again replaces its record: the same bricks, or the same path cut otherwise.
-    replaced = {(record.key, record.granularity) for record in fresh} | {(r.path, r.granularity) for r in fresh}
-    records = [r for r in calibration if not {(r.key, r.granularity), (r.path, r.granularity)} & replaced]
+    keys = {(record.key, record.granularity) for record in fresh}
+    paths = {(record.path, record.granularity) for record in fresh}
+    records = [r for r in calibration if (r.key, r.granularity) not in keys and (r.path, r.granularity) not in paths]
     records.extend(fresh)
     overall = fit(records, settings.granularity)
     models: list[ModelEntry | FailedModel] = [
