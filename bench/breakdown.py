@@ -47,7 +47,8 @@ gives numbers that mean little: run it on a quiet one.
 
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
 
-    python bench/breakdown.py [--zoo DIR] [--only NAMES] [--granularity 2] [--rounds 30] [--json OUT] [MODEL.onnx ...]
+    python bench/breakdown.py [--zoo DIR] [--only NAMES] [--granularity 2] [--rounds 30] [--threads N]
+                              [--json OUT] [MODEL.onnx ...]
 
 ``--json`` also writes, per model, each matched layer's operator, kernel time in the model and in its
 brick, FLOPs and bytes: the evidence a per-machine correction of context effects would be learned from.
@@ -116,8 +117,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30, help="timed rounds per model (default: %(default)s)")
     parser.add_argument("--profiled-runs", type=int, default=10, help="profiled calls per network")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
+    parser.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (default: its own choice)")
     args = parser.parse_args()
-    settings = Settings(granularity=args.granularity)
+    settings = Settings(granularity=args.granularity, intra_op_threads=args.threads)
     use_thread_pool(settings.thread_pool, settings.intra_op_threads)
     overhead = measure_call_overhead(settings)
     rows = []

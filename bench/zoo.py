@@ -21,6 +21,13 @@ others), and held out (calibrated on ``--calibration-models`` only, scored on th
 part in calibration). ``--from-reports DIR,...`` scores the reports kept by earlier runs (``--reports``)
 instead of running, so that a zoo timed in several sessions is scored as one.
 
+``--repeatability DIR,DIR,...`` reads the reports kept by runs of the same command, each folder one
+run, and prints the floor an estimate is scored against: how far the runs' measurements of the same
+model agree with each other (exp(-mean |ln ratio|) of each pair of runs, and the share within 10%),
+beside the estimates' agreement and each run's accuracy. An estimate cannot agree with a measurement
+better than the measurements agree with each other; on a machine where they agree to 0.76, an
+accuracy of 0.79 says nothing of the method.
+
 ``--check`` also runs every model that has no estimate in onnxruntime itself (the plugin's synthetic
 inputs at the manifest's dimensions, others at 1) and exits 1 when onnxruntime runs a
 model that the plugin gave no estimate: onnxruntime is the authority on what is runnable.
@@ -29,12 +36,13 @@ Run it from the repository root, in the environment where pytest-dlbricks is ins
 
     python bench/zoo.py [--cache DIR] [--subset ci|all] [--only NAMES] [--granularities 1,2,5]
                         [--validate both|on|off] [--max-time 0.05] [--reports DIR] [--check]
-                        [--calibration-models NAMES] [--from-reports DIR,...]
+                        [--calibration-models NAMES] [--from-reports DIR,...] [--repeatability DIR,DIR,...]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 import sys
@@ -68,6 +76,9 @@ def main() -> None:
         help="models the held-out score calibrates on (default: the onnx wheel's light CNNs, light_*)",
     )
     parser.add_argument("--from-reports", help="comma-separated folders of kept reports to score instead of running")
+    parser.add_argument(
+        "--repeatability", help="comma-separated folders of kept reports, one run of the same command each, to compare"
+    )
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments, after --")
     args = parser.parse_args()
     manifest_path = args.cache.expanduser() / "zoo.json"
@@ -89,6 +100,12 @@ def main() -> None:
     validations = {"both": (False, True), "on": (True,), "off": (False,)}[args.validate]
     results: dict[tuple[int, bool], dict[str, dict]] = {}
     noises: dict[tuple[int, bool], float | None] = {}
+    if args.repeatability:
+        for granularity in [int(g) for g in args.granularities.split(",")]:
+            for validate in validations:
+                label = f"g{granularity}-{'validate' if validate else 'plain'}"
+                print(_repeatability(cache, models, args.repeatability.split(","), label))
+        return
     if args.from_reports:
         for granularity in [int(g) for g in args.granularities.split(",")]:
             for validate in validations:
@@ -206,6 +223,53 @@ def _kept(cache: Path, models: list[dict], folders: list[str], label: str) -> tu
         rows.update({name: row for name, row in found.items() if row.get("loaded")})
         noises += [noise] if noise is not None else []
     return rows, max(noises) if noises else None
+
+
+def _repeatability(cache: Path, models: list[dict], folders: list[str], label: str) -> str:
+    """Per model its measured time in each run (``<folder>/<label>.json``) and its estimate / measured ratio;
+    then, for each pair of runs, how far their measurements and their estimates of the same models agree,
+    and each run's accuracy: the measurements' agreement is the floor of what an estimate can score."""
+    runs = [
+        (folder, _read_report(cache, models, Path(folder) / f"{label}.json", Path(folder) / f"{label}.xml")[0])
+        for folder in folders
+        if (Path(folder) / f"{label}.json").exists()
+    ]
+    if len(runs) < 2:
+        return f"{label}: fewer than two of the folders hold a kept report {label}.json"
+    measured = {model["name"]: [rows.get(model["name"], {}).get("measured_s") for _, rows in runs] for model in models}
+    estimated = {
+        model["name"]: [
+            rows.get(model["name"], {}).get("sequential_s") if rows.get(model["name"], {}).get("complete") else None
+            for _, rows in runs
+        ]
+        for model in models
+    }
+    width = max(len(model["name"]) for model in models)
+    lines = ["", f"{label}, {len(runs)} runs: measured_ms in each run (estimate / measured)", ""]
+    for model in models:
+        cells = [
+            f"{_ms(m):>9s} ({e / m:.3f})" if m and e else f"{_ms(m):>9s} (  -  )"
+            for m, e in zip(measured[model["name"]], estimated[model["name"]])
+        ]
+        lines.append(f"{model['name']:{width}s} " + "  ".join(cells))
+    lines.append("")
+    for (a, (folder_a, _)), (b, (folder_b, _)) in itertools.combinations(enumerate(runs), 2):
+        lines.append(f"{folder_a} against {folder_b}:")
+        for what, values in (("measured", measured), ("estimates", estimated)):
+            ratios = [x / y for x, y in ((v[a], v[b]) for v in values.values()) if x and y]
+            lines.append(f"  {what} agree: {_score(ratios)}")
+    for folder, rows in runs:
+        ratios = [
+            row["sequential_s"] / row["measured_s"]
+            for row in rows.values()
+            if row.get("complete") and row.get("sequential_s") and row.get("measured_s")
+        ]
+        lines.append(f"{folder}: estimate / measured {_score(ratios)}; plugin's noise {_noise(_run_noise(rows))}")
+    return "\n".join(lines)
+
+
+def _run_noise(rows: dict[str, dict]) -> float | None:
+    return next((row["noise"] for row in rows.values() if row.get("noise") is not None), None)
 
 
 def _failures(junit: Path) -> dict[str, str]:
