@@ -13,7 +13,10 @@ plugin's own noise figure and its speed trace (how far the machine's speed moved
 the same scores of the paired rounds' ratios, of the drift between the item and the paired
 estimates (how far the machine's speed moved between them), and of the item estimates composed again
 from the same report with each brick's call cost as measured, not scaled to the machine's speed around
-the brick's timing (what scaling it brings, paired within the run).
+the brick's timing (what scaling it brings, paired within the run). Where the parallel executor was
+validated, the accuracy of the parallel estimates, and the best it could reach had the run measured
+another slowdown of the layers that use the intra-op pool: the factor tuned on the very models it is
+scored on, so a ceiling of that way of estimating, not a result.
 
 With validation, it also scores the per-machine calibration (:mod:`pytest_dlbricks.calibration`)
 honestly, raw against calibrated: leave one model out (each model's estimate calibrated on all the
@@ -42,6 +45,7 @@ Run it from the repository root, in the environment where pytest-dlbricks is ins
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -52,8 +56,8 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from pytest_dlbricks.calibration import MIN_MODELS, Calibration, CalibrationRecord, fit, record_of
-from pytest_dlbricks.composition import compose_calls
-from pytest_dlbricks.recomposition import brick_times, calls_of, graph_of, overhead_of
+from pytest_dlbricks.composition import ParallelExecutor, compose_calls
+from pytest_dlbricks.recomposition import brick_references, brick_times, calls_of, graph_of, overhead_of
 from pytest_dlbricks.validation import accuracy
 
 DEFAULT_CACHE = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
@@ -192,6 +196,9 @@ def _read_report(cache: Path, models: list[dict], report: Path, junit: Path) -> 
     by_path = {(cache / model["path"]).resolve(): model for model in data["models"]}
     overhead = overhead_of(data["summary"])
     times = brick_times(data["bricks"], data["settings"].get("statistic", "median"))
+    executor = ParallelExecutor.from_report(data.get("executor"))
+    references = brick_references(data["bricks"])
+    layers = {brick["signature"]: len(brick["ops"]) for brick in data["bricks"]}
     noise = (data.get("accuracy") or {}).get("noise")
     rows = {}
     for model in models:
@@ -205,6 +212,26 @@ def _read_report(cache: Path, models: list[dict], report: Path, junit: Path) -> 
             ).sequential_s
             measured = found.get("measured_s")
             rows[model["name"]]["unscaled_ratio"] = unscaled / measured if unscaled and measured else None
+            measured_parallel = ((found.get("validation") or {}).get("parallel") or {}).get("measured_s")
+            if executor is not None and executor.pool_layer_s is not None and measured_parallel:
+                rows[model["name"]]["parallel_ratio"] = (found.get("parallel_s") or 0) / measured_parallel or None
+                rows[model["name"]]["parallel_at"] = {
+                    factor: (
+                        compose_calls(
+                            calls_of(composition),
+                            graph_of(composition),
+                            tuple(composition["io"]),
+                            times,
+                            overhead,
+                            dataclasses.replace(executor, pool_factor=factor),
+                            layers,
+                            references,
+                        ).parallel_s
+                        or 0
+                    )
+                    / measured_parallel
+                    for factor in POOL_FACTORS
+                }
         rows[model["name"]]["noise"] = noise
         rows[model["name"]]["speed_spread"] = (data["summary"].get("speed") or {}).get("spread")
     return rows, noise
@@ -347,7 +374,30 @@ def _render(models: list[dict], results: dict[tuple[int, bool], dict[str, dict]]
             values = [row[key] for row in rows.values() if row.get("complete") and row.get(key)]
             if values:
                 lines.append(f"  {what}: {_score(values)}")
+        lines += _parallel_ceiling(rows)
     return "\n".join(lines)
+
+
+#: Slowdowns of the layers that use the intra-op pool under the parallel executor tried for its ceiling.
+POOL_FACTORS = tuple(round(1 + step / 4, 2) for step in range(29))
+
+
+def _parallel_ceiling(rows: dict[str, dict]) -> list[str]:
+    """The parallel estimates' accuracy as the run measured them, and at the pool slowdown that would
+    have scored best on these models (a ceiling of estimating by one factor, tuned on what it scores)."""
+    validated = [row for row in rows.values() if row.get("complete") and row.get("parallel_at")]
+    if not validated:
+        return []
+
+    def scored(factor: float) -> float:
+        return (accuracy([row["parallel_at"][factor] for row in validated]) or {}).get("accuracy", 0.0)
+
+    best = max(POOL_FACTORS, key=scored)
+    return [
+        f"parallel estimates against the parallel executor: {_score([row.get('parallel_ratio') for row in validated])}",
+        f"  at the pool slowdown best for these models, x{best:.2f} (a ceiling tuned on them, not a result):"
+        f" {_score([row['parallel_at'][best] for row in validated])}",
+    ]
 
 
 def _calibration(models: list[dict], results: dict, noises: dict, calibration_models: list[str]) -> str:
