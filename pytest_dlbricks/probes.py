@@ -211,6 +211,12 @@ class PoolSlowdown:
     work waits for its share to be scheduled (on 2 cores with onnxruntime's defaults, such layers
     take two to five times as long); layers that run on one thread are not slowed. Which layers
     split their work, onnxruntime decides from their size: its profile says from which time on.
+
+    A session keeps the speed it starts with: of 12 fresh sessions of the parallel executor, each ran
+    the chain in 3.4-4.6 ms or in 7.4-8.0 ms, call after call, the share of slow ones 3 to 9 of 12 from
+    run to run (2 cores, onnxruntime 1.32; with the intra-op pool told not to spin,
+    ``session.intra_op.allow_spinning=0``, all ran in 3.6-4.2 ms). Hence fresh sessions, and their mean:
+    a model's one session may have either speed.
     """
 
     #: The chain's mean time under the parallel executor, over fresh sessions, over its median time under
