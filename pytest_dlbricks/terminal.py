@@ -424,6 +424,14 @@ def accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, 
     details = []
     if isinstance(noise, float):
         details.append(f"machine noise +-{noise / 2:.1%} (half the interquartile range of per-round ratios)")
+    speed = summary.get("speed")
+    spread = speed.get("spread") if isinstance(speed, Mapping) else None
+    if is_number(spread) and spread > max(noise / 2 if isinstance(noise, float) else 0.0, SPEED_MOVED):
+        # The first line compares bricks and models timed at other moments: the paired rounds' noise is not its own.
+        details.append(
+            f"the machine's speed +-{spread:.1%} through the run (the first line's bricks and models were timed"
+            " at other moments, and may differ by as much)"
+        )
     parallel_noise = accuracy.get("parallel_noise")
     if isinstance(parallel_noise, float):
         details.append(f"the parallel executor's rounds +-{parallel_noise / 2:.1%}")

@@ -394,6 +394,22 @@ def test_the_page_gives_the_terminal_s_closing_lines_on_speed_accuracy_and_noise
     assert "machine noise +-3.0%" in validation
 
 
+def test_the_accuracy_s_noise_line_names_the_speed_drift_where_it_exceeds_the_rounds_noise() -> None:
+    """The first accuracy line compares bricks and models timed at other moments: where the machine's speed
+    moved more than the paired rounds spread, the noise beside the figures says so."""
+    one = {"accuracy": 0.793, "geometric_mean_ratio": 0.86, "within_10_percent": 17, "models": 44}
+    accuracy = {"sequential": one, "noise": 0.15}
+    moved = accuracy_lines(accuracy, {"speed": {**SPEED, "spread": 0.227}})[-1]
+    assert moved.startswith("machine noise +-7.5% (half the interquartile range of per-round ratios);")
+    assert "; the machine's speed +-22.7% through the run (the first line's bricks and models were timed" in moved
+    for spread in (0.07, 0.04):  # within the rounds' noise; within 5% with no noise figure
+        settled = accuracy_lines(
+            {**accuracy, "noise": 0.15 if spread > 0.05 else None}, {"speed": {**SPEED, "spread": spread}}
+        )
+        assert "machine's speed" not in "\n".join(settled)
+    assert "machine's speed" not in "\n".join(accuracy_lines(accuracy, {}))
+
+
 def test_a_report_written_before_the_5_percent_band_was_counted_gives_the_10_percent_one() -> None:
     older = {"accuracy": 0.934, "geometric_mean_ratio": 1.071, "within_10_percent": 3, "models": 4}
     (line,) = accuracy_lines({"sequential": older}, {})
