@@ -178,12 +178,15 @@ CHAIN_LENGTH = 6
 CHAIN_SIZE = 128
 DETECTION_ROUNDS = 7
 #: Bump whenever the detection changes (its graphs, rounds, sessions, what it decides): detections kept
-#: in the brick store by the old way are then made again.
-DETECTION_METHOD = 2
+#: in the brick store by the old way are then made again. 3: onnxruntime's profile must show nodes at once.
+DETECTION_METHOD = 3
 #: Parallel over sequential time below which the parallel executor runs independent nodes at once.
 #: Two equal chains overlapped take half the time (0.5); one node at a time takes the sequential
-#: time plus the executor's own cost (1 or more). The margin between lies far outside the noise.
+#: time plus the executor's own cost (1 or more). On a quiet machine the margin between lies far outside
+#: the noise; on a shared one a detection of one node at a time read 0.81, so the profile has a say too.
 CONCURRENT_BELOW = 0.8
+#: Profiled runs of the branchy graph under the parallel executor, whose node times say whether any ran at once.
+PROFILED_RUNS = 3
 #: The chain the parallel executor's cost for layers using the intra-op pool is timed on: MatMuls of
 #: MIXED_ROWS rows whose widths cycle through MIXED_WIDTHS, layers of tens to hundreds of
 #: microseconds, as in a model. Its time under the parallel executor takes one of a few values that
@@ -235,8 +238,11 @@ class PoolSlowdown:
 class ExecutorDetection:
     """What onnxruntime's parallel executor does with independent nodes here, measured in the run.
 
-    The same branchy graph is timed under the sequential and the parallel executor, interleaved; the
-    median of the rounds' parallel / sequential ratios decides (see :data:`CONCURRENT_BELOW`).
+    The same branchy graph is timed under the sequential and the parallel executor, interleaved, and
+    profiled under the parallel one: it runs nodes at once where the median of the rounds' parallel /
+    sequential ratios is under :data:`CONCURRENT_BELOW` and its profile shows nodes running at once (the
+    ratio alone where the profile gives no node times). Timings alone are at the mercy of the machine's
+    speed between rounds; a profile is not.
     """
 
     concurrent: bool
@@ -249,6 +255,9 @@ class ExecutorDetection:
     graph: str
     #: Its cost for the layers that use the intra-op thread pool (None: not measured).
     pool: PoolSlowdown | None = None
+    #: Nodes onnxruntime's profile of :data:`PROFILED_RUNS` runs under the parallel executor shows starting
+    #: while another ran; None where the profile gave no node times (detections kept from older versions).
+    nodes_at_once: int | None = None
 
     def as_json(self) -> dict[str, object]:
         return {**dataclasses.asdict(self), "concurrent_below": CONCURRENT_BELOW}
@@ -272,7 +281,10 @@ def detect_executor(settings: Settings | None = None, rounds: int = DETECTION_RO
     # Released before the pool is measured: the parallel session's threads would compete with it.
     del sessions, session
     ratio = float(np.median([p / s for p, s in zip(times[True], times[False])]))
-    concurrent = ratio < CONCURRENT_BELOW
+    at_once = nodes_at_once(
+        profile(model, settings or Settings(granularity=1), feeds, parallel=True, runs=PROFILED_RUNS)
+    )
+    concurrent = runs_nodes_at_once(ratio, at_once)
     return ExecutorDetection(
         concurrent=concurrent,
         threads=inter_op_threads() if concurrent else 1,
@@ -282,7 +294,24 @@ def detect_executor(settings: Settings | None = None, rounds: int = DETECTION_RO
         rounds=rounds,
         graph=f"{BRANCHES} independent chains of {CHAIN_LENGTH} MatMuls {CHAIN_SIZE}x{CHAIN_SIZE} float32",
         pool=measure_pool_slowdown(settings),
+        nodes_at_once=at_once,
     )
+
+
+def runs_nodes_at_once(ratio: float, at_once: int | None) -> bool:
+    """The verdict: the parallel executor was faster by the margin, and its profile, where it gives node
+    times, shows nodes that ran at once."""
+    return ratio < CONCURRENT_BELOW and at_once != 0
+
+
+def nodes_at_once(events: list[dict[str, Any]]) -> int | None:
+    """How many of the profile's node kernels started before an earlier one ended (runs follow one another,
+    so only nodes of one run can overlap); None when the profile has no node times."""
+    spans = sorted((event["ts"], event["ts"] + event["dur"]) for event in _kernel_events(events))
+    if not spans:
+        return None
+    ends = itertools.accumulate((end for _, end in spans[:-1]), max)
+    return sum(1 for (start, _), latest_end in zip(spans[1:], ends, strict=True) if start < latest_end)
 
 
 def measure_pool_slowdown(settings: Settings | None = None, sessions: int = MIXED_SESSIONS) -> PoolSlowdown:
@@ -344,14 +373,17 @@ def _pool_layers(events: list[dict[str, Any]]) -> list[tuple[float, bool]]:
     onnxruntime's profile (a layer's thread scheduling says how it divided its work, if it did)."""
     durations: dict[str, list[float]] = {}
     pooled: dict[str, bool] = {}
-    for event in events:
-        if event.get("cat") != "Node" or not str(event.get("name", "")).endswith("_kernel_time"):
-            continue
+    for event in _kernel_events(events):
         name = event["name"]
         durations.setdefault(name, []).append(event["dur"] * 1e-6)
         stats = event.get("args", {}).get("thread_scheduling_stats") or {}
         pooled[name] = pooled.get(name, False) or bool((stats.get("main_thread") or {}).get("block_size"))
     return [(float(np.median(seconds)), pooled[name]) for name, seconds in durations.items()]
+
+
+def _kernel_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The profile's events of node kernels, one per node and run."""
+    return [e for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
 
 
 def detection_conditions() -> dict[str, int]:

@@ -239,6 +239,7 @@ class StoredExecutor:
             rounds=_count(found["rounds"]),
             graph=_text(found["graph"]),
             pool=pool,
+            nodes_at_once=_nodes_at_once(found.get("nodes_at_once")),
         )
         return cls(detection, _moment(data["measured_at"]), data["conditions"])
 
@@ -513,6 +514,13 @@ def _count(value: object) -> int:
     """A count of runs or threads: a whole number above zero."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{value!r} is not a count")
+    return value
+
+
+def _nodes_at_once(value: object) -> int | None:
+    """Nodes a profile showed running at once: a whole number, zero included, or None (not profiled)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{value!r} is not a number of nodes")
     return value
 
 

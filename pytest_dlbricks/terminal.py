@@ -297,19 +297,31 @@ def executor_line(executor: Mapping[str, Any] | None) -> str | None:
         f" {format_seconds(found['parallel_s'])} parallel; median of the rounds' parallel / sequential"
         f" {found['ratio']:.2f}"
     )
+    under = found["ratio"] < found["concurrent_below"]
+    figures += f", {'' if under else 'not '}under {found['concurrent_below']}{_profile_clause(found, under)}"
     if executor["model"] == "list schedule":
         how = (
-            f"onnxruntime's parallel executor ran independent nodes at once here ({figures}, under"
-            f" {found['concurrent_below']}), so Parallel is a list schedule of the bricks on"
-            f" {plural(executor['threads'], 'thread')}"
+            f"onnxruntime's parallel executor ran independent nodes at once here ({figures}), so Parallel is"
+            f" a list schedule of the bricks on {plural(executor['threads'], 'thread')}"
         )
     else:
         how = (
-            f"onnxruntime's parallel executor ran one node at a time here ({figures}, not under"
-            f" {found['concurrent_below']}), so Parallel is Sequential at the parallel executor's call cost"
-            f" ({format_seconds(executor['parallel_call_s'])} instead of {format_seconds(executor['call_s'])})"
+            f"onnxruntime's parallel executor ran one node at a time here ({figures}), so Parallel is Sequential"
+            f" at the parallel executor's call cost ({format_seconds(executor['parallel_call_s'])} instead of"
+            f" {format_seconds(executor['call_s'])})"
         )
     return f"Parallel{_detected(executor)}: {how}{_pool_clause(executor)}; Critical path: {executor['critical_path']}"
+
+
+def _profile_clause(found: Mapping[str, Any], under: bool) -> str:
+    """What onnxruntime's profile of the branchy graph showed, where the detection profiled it."""
+    at_once = found.get("nodes_at_once")
+    if at_once is None:
+        return ""
+    if at_once == 0:
+        seen = "in onnxruntime's profile no node started while another ran"
+        return f", but {seen}: the machine's speed moved between rounds" if under else f"; {seen}"
+    return f"; in onnxruntime's profile {plural(at_once, 'node')} started while another ran"
 
 
 def _detected(executor: Mapping[str, Any]) -> str:

@@ -20,6 +20,8 @@ from pytest_dlbricks.probes import (
     measure_peak,
     measure_pool_slowdown,
     measure_run,
+    nodes_at_once,
+    runs_nodes_at_once,
     time_session_creation,
 )
 from pytest_dlbricks.settings import Settings
@@ -70,7 +72,8 @@ def test_the_parallel_executor_is_tried_on_a_branchy_graph_and_decided_from_its_
     found = detect_executor(ONE_THREAD, rounds=3)
     assert time.perf_counter() - start < 5.0
     assert found.sequential_s > 0 and found.parallel_s > 0 and found.rounds == 3
-    assert found.concurrent == (found.ratio < CONCURRENT_BELOW)
+    assert found.concurrent == (found.ratio < CONCURRENT_BELOW and found.nodes_at_once != 0)
+    assert found.nodes_at_once is not None and found.nodes_at_once >= 0, "the CPU provider's profile has node times"
     assert found.threads >= 1 and (found.concurrent or found.threads == 1)
     assert "MatMul" in found.graph
     assert found.as_json()["concurrent_below"] == CONCURRENT_BELOW
@@ -150,3 +153,24 @@ def test_a_layer_uses_the_pool_when_its_thread_scheduling_shows_a_division_of_wo
         {"cat": "Session", "name": "model_run", "dur": 100},
     ]
     assert probes._pool_layers(events) == [(4e-6, False), (7e-6, True), (2e-6, False)]
+
+
+def kernel(name: str, start: int, duration: int) -> dict[str, object]:
+    """A node's kernel event as onnxruntime's profile writes it (microseconds)."""
+    return {"cat": "Node", "name": f"{name}_kernel_time", "ts": start, "dur": duration}
+
+
+def test_nodes_at_once_counts_kernels_that_started_before_an_earlier_one_ended() -> None:
+    one_by_one = [kernel("a", 0, 10), kernel("b", 10, 5), kernel("c", 20, 5)]
+    assert nodes_at_once(one_by_one) == 0
+    # b and c start while a (the longest) still runs; d starts after all of them.
+    overlapped = [kernel("a", 0, 30), kernel("b", 5, 5), kernel("c", 12, 5), kernel("d", 31, 2)]
+    assert nodes_at_once(overlapped) == 2
+    assert nodes_at_once([{"cat": "Session", "name": "model_run", "ts": 0, "dur": 40}]) is None
+
+
+def test_only_a_profile_that_shows_nodes_at_once_lets_a_faster_parallel_executor_count_as_concurrent() -> None:
+    assert runs_nodes_at_once(0.55, 4)
+    assert not runs_nodes_at_once(0.79, 0), "the machine's speed moved between rounds: the profile says no"
+    assert runs_nodes_at_once(0.55, None), "no node times in the profile: the ratio decides"
+    assert not runs_nodes_at_once(1.02, 4) and not runs_nodes_at_once(1.02, None)

@@ -536,6 +536,29 @@ def test_the_pool_slowdown_is_printed_with_the_times_it_follows_from() -> None:
 
 
 @pytest.mark.parametrize(
+    ("ratio", "at_once", "said"),
+    [
+        (1.0, 0, "1.00, not under 0.8; in onnxruntime's profile no node started while another ran)"),
+        (
+            0.79,
+            0,
+            "0.79, under 0.8, but in onnxruntime's profile no node started while another ran: the machine's speed"
+            " moved between rounds)",
+        ),
+        (1.0, 3, "1.00, not under 0.8; in onnxruntime's profile 3 nodes started while another ran)"),
+        (1.0, None, "1.00, not under 0.8)"),  # a detection kept from a version that did not profile
+    ],
+)
+def test_the_executor_line_says_what_the_profile_showed_beside_the_ratio(
+    ratio: float, at_once: int | None, said: str
+) -> None:
+    executor = one_at_a_time(3.0, [[1e-3, 2e-3]])
+    executor["detection"].update(ratio=ratio, nodes_at_once=at_once)
+    line = executor_line(executor)
+    assert line is not None and f"median of the rounds' parallel / sequential {said}, so Parallel is Sequential" in line
+
+
+@pytest.mark.parametrize(
     "sessions",
     [[[1e-3, 2e-3], [1e-3, 4e-3]], [[None, 1e-3], [None, 2e-3]], [], "damaged", [[1e-3]]],
     ids=["an older method's pairs", "damaged times", "none", "not a list", "not pairs"],

@@ -336,6 +336,25 @@ def test_the_executor_detection_is_kept_under_the_conditions_it_was_made_in(tmp_
     assert shelf.get_executor(conditions) == replace(stored, detection=replace(detection, pool=None))
 
 
+def test_the_nodes_a_profile_showed_at_once_are_kept_and_a_record_without_them_is_read(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    conditions = {"method": 3, "inter_op_threads": 2}
+    stored = StoredExecutor(
+        ExecutorDetection(False, 1, 3e-4, 3.1e-4, 1.03, 7, "2 chains", nodes_at_once=0), NOW, conditions
+    )
+    shelf.put_executor(stored)
+    assert shelf.get_executor(conditions) == stored
+    record = json.loads((shelf.path / "executor.json").read_text())
+    del record["detection"]["nodes_at_once"]
+    (shelf.path / "executor.json").write_text(json.dumps(record))
+    assert shelf.get_executor(conditions) == replace(stored, detection=replace(stored.detection, nodes_at_once=None))
+    for damaged in (-1, 1.5, True, "0"):
+        record["detection"]["nodes_at_once"] = damaged
+        (shelf.path / "executor.json").write_text(json.dumps(record))
+        assert shelf.get_executor(conditions) is None, damaged
+    assert shelf.discarded == {"executor detection": 4}
+
+
 def test_times_of_picks_one_statistic() -> None:
     bricks = {"a": brick("a", 1e-5), "b": brick("b", 3e-5)}
     assert times_of(bricks, "median") == {"a": 1e-5, "b": 3e-5}
