@@ -183,7 +183,8 @@ DETECTION_METHOD = 3
 #: Parallel over sequential time below which the parallel executor runs independent nodes at once.
 #: Two equal chains overlapped take half the time (0.5); one node at a time takes the sequential
 #: time plus the executor's own cost (1 or more). On a quiet machine the margin between lies far outside
-#: the noise; on a shared one a detection of one node at a time read 0.81, so the profile has a say too.
+#: the noise; on a shared one a detection of one node at a time came within 0.01 of it, so the profile has
+#: a say too.
 CONCURRENT_BELOW = 0.8
 #: Profiled runs of the branchy graph under the parallel executor, whose node times say whether any ran at once.
 PROFILED_RUNS = 3
@@ -256,7 +257,7 @@ class ExecutorDetection:
     #: Its cost for the layers that use the intra-op thread pool (None: not measured).
     pool: PoolSlowdown | None = None
     #: Nodes onnxruntime's profile of :data:`PROFILED_RUNS` runs under the parallel executor shows starting
-    #: while another ran; None where the profile gave no node times (detections kept from older versions).
+    #: while another ran; None where the profile gave no node times (reports of older versions lack it).
     nodes_at_once: int | None = None
 
     def as_json(self) -> dict[str, object]:

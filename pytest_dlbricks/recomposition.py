@@ -97,6 +97,9 @@ def executor_of(report: Mapping[str, Any]) -> dict[str, Any] | None:
     figures = ("sequential_s", "parallel_s", "ratio", "rounds", "concurrent_below")
     if not all(is_number(detection.get(key)) for key in figures):
         return None
+    at_once = detection.get("nodes_at_once")  # absent from reports of versions that did not profile
+    if at_once is not None and (isinstance(at_once, bool) or not isinstance(at_once, int) or at_once < 0):
+        return None
     pool = detection.get("pool")
     if entry.get("pool_layer_s") is not None and not (isinstance(pool, Mapping) and isinstance(pool.get("graph"), str)):
         return None

@@ -321,7 +321,8 @@ def _profile_clause(found: Mapping[str, Any], under: bool) -> str:
     if at_once == 0:
         seen = "in onnxruntime's profile no node started while another ran"
         return f", but {seen}: the machine's speed moved between rounds" if under else f"; {seen}"
-    return f"; in onnxruntime's profile {plural(at_once, 'node')} started while another ran"
+    seen = f"in onnxruntime's profile {plural(at_once, 'node')} started while another ran"
+    return f"; {seen}" if under else f", though {seen}: running them at once gained too little"
 
 
 def _detected(executor: Mapping[str, Any]) -> str:
@@ -439,10 +440,10 @@ def accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, 
     speed = summary.get("speed")
     spread = speed.get("spread") if isinstance(speed, Mapping) else None
     if is_number(spread) and spread > max(noise / 2 if isinstance(noise, float) else 0.0, SPEED_MOVED):
-        # The first line compares bricks and models timed at other moments: the paired rounds' noise is not its own.
+        # Sequential / Measured compares bricks and models timed at other moments: the rounds' noise is not its own.
         details.append(
-            f"the machine's speed +-{spread:.1%} through the run (the first line's bricks and models were timed"
-            " at other moments, and may differ by as much)"
+            f"the machine's speed +-{spread:.1%} through the run (the Sequential / Measured line's bricks and"
+            " models were timed at other moments, and may differ by as much)"
         )
     parallel_noise = accuracy.get("parallel_noise")
     if isinstance(parallel_noise, float):

@@ -187,6 +187,8 @@ def test_a_suite_run_without_the_executors_behaviour_gives_no_parallel_estimate(
         lambda entry: {**entry, "detection": {k: v for k, v in entry["detection"].items() if k != "rounds"}},
         lambda entry: {**entry, "detection": {**entry["detection"], "pool": None}},
         lambda entry: {**entry, "model": "every node at once"},
+        lambda entry: {**entry, "detection": {**entry["detection"], "nodes_at_once": -1}},
+        lambda entry: {**entry, "detection": {**entry["detection"], "nodes_at_once": True}},
     ],
 )
 def test_a_damaged_executor_entry_counts_as_absent_and_is_reported(

@@ -395,13 +395,13 @@ def test_the_page_gives_the_terminal_s_closing_lines_on_speed_accuracy_and_noise
 
 
 def test_the_accuracy_s_noise_line_names_the_speed_drift_where_it_exceeds_the_rounds_noise() -> None:
-    """The first accuracy line compares bricks and models timed at other moments: where the machine's speed
+    """Sequential / Measured compares bricks and models timed at other moments: where the machine's speed
     moved more than the paired rounds spread, the noise beside the figures says so."""
     one = {"accuracy": 0.793, "geometric_mean_ratio": 0.86, "within_10_percent": 17, "models": 44}
     accuracy = {"sequential": one, "noise": 0.15}
     moved = accuracy_lines(accuracy, {"speed": {**SPEED, "spread": 0.227}})[-1]
     assert moved.startswith("machine noise +-7.5% (half the interquartile range of per-round ratios);")
-    assert "; the machine's speed +-22.7% through the run (the first line's bricks and models were timed" in moved
+    assert "; the machine's speed +-22.7% through the run (the Sequential / Measured line's bricks and" in moved
     for spread in (0.07, 0.04):  # within the rounds' noise; within 5% with no noise figure
         settled = accuracy_lines(
             {**accuracy, "noise": 0.15 if spread > 0.05 else None}, {"speed": {**SPEED, "spread": spread}}
@@ -545,7 +545,12 @@ def test_the_pool_slowdown_is_printed_with_the_times_it_follows_from() -> None:
             "0.79, under 0.8, but in onnxruntime's profile no node started while another ran: the machine's speed"
             " moved between rounds)",
         ),
-        (1.0, 3, "1.00, not under 0.8; in onnxruntime's profile 3 nodes started while another ran)"),
+        (
+            1.0,
+            3,
+            "1.00, not under 0.8, though in onnxruntime's profile 3 nodes started while another ran: running them"
+            " at once gained too little)",
+        ),
         (1.0, None, "1.00, not under 0.8)"),  # a detection kept from a version that did not profile
     ],
 )
