@@ -390,7 +390,8 @@ def _parallel_ceiling(rows: dict[str, dict]) -> list[str]:
         return []
 
     def scored(factor: float) -> float:
-        return (accuracy([row["parallel_at"][factor] for row in validated]) or {}).get("accuracy", 0.0)
+        ratios = [row["parallel_at"][factor] for row in validated if row["parallel_at"][factor]]
+        return (accuracy(ratios) or {}).get("accuracy", 0.0)
 
     best = max(POOL_FACTORS, key=scored)
     return [
