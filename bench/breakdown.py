@@ -75,6 +75,7 @@ from pytest_dlbricks.composition import compose
 from pytest_dlbricks.cutting import ModelPlan, plan_model
 from pytest_dlbricks.loading import load_model, whole_model
 from pytest_dlbricks.overhead import CallOverhead, measure_call_overhead
+from pytest_dlbricks.placement import kernel_events
 from pytest_dlbricks.running import BrickRunner, ModelRunner
 from pytest_dlbricks.runtime import create_session, use_thread_pool
 from pytest_dlbricks.samples import find_samples
@@ -329,7 +330,7 @@ def _file_profile(file: object, feeds: dict, path: Path, settings: Settings, run
             session.run(None, feeds)
         events = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
     calls = [e["dur"] for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
-    kernels = [e["dur"] for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")]
+    kernels = [e["dur"] for e in kernel_events(events)]
     return round(len(kernels) / len(calls)), sum(kernels) / sum(calls)
 
 

@@ -171,6 +171,11 @@ def is_number(value: object) -> TypeGuard[float]:
         return False
 
 
+def is_count(value: object) -> TypeGuard[int]:
+    """A whole number of things read from JSON, zero included (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def list_schedule(graph: nx.DiGraph, brick_times: Sequence[float], threads: int) -> float:
     """When the last brick ends if ``threads`` run the bricks, each taking the ready brick with the
     heaviest path still ahead of it as soon as one is free (list scheduling by bottom level).

@@ -63,12 +63,15 @@ def read_profile(path: Path) -> Placement:
     return placement_of(json.loads(path.read_text(encoding="utf-8")))
 
 
+def kernel_events(events: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """An onnxruntime profile's events of node kernels, one per node and run."""
+    return [e for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
+
+
 def placement_of(events: Sequence[Mapping[str, Any]]) -> Placement:
     """The executed nodes of an onnxruntime profile's trace events."""
     nodes = []
-    for event in events:
-        if event.get("cat") != "Node" or not str(event.get("name", "")).endswith("_kernel_time"):
-            continue
+    for event in kernel_events(events):
         args = event.get("args", {})
         types = tuple(next(iter(entry)) for entry in args.get("input_type_shape", []) if entry)
         nodes.append(

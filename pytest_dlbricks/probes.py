@@ -28,6 +28,7 @@ from onnx import helper, numpy_helper
 
 from .errors import describe_error
 from .graph import MIN_IR_VERSION
+from .placement import kernel_events
 from .runtime import create_session, profile
 from .settings import Settings
 from .wording import plural
@@ -308,7 +309,7 @@ def runs_nodes_at_once(ratio: float, at_once: int | None) -> bool:
 def nodes_at_once(events: list[dict[str, Any]]) -> int | None:
     """How many of the profile's node kernels started before an earlier one ended (runs follow one another,
     so only nodes of one run can overlap); None when the profile has no node times."""
-    spans = sorted((event["ts"], event["ts"] + event["dur"]) for event in _kernel_events(events))
+    spans = sorted((event["ts"], event["ts"] + event["dur"]) for event in kernel_events(events))
     if not spans:
         return None
     ends = itertools.accumulate((end for _, end in spans[:-1]), max)
@@ -374,17 +375,12 @@ def _pool_layers(events: list[dict[str, Any]]) -> list[tuple[float, bool]]:
     onnxruntime's profile (a layer's thread scheduling says how it divided its work, if it did)."""
     durations: dict[str, list[float]] = {}
     pooled: dict[str, bool] = {}
-    for event in _kernel_events(events):
+    for event in kernel_events(events):
         name = event["name"]
         durations.setdefault(name, []).append(event["dur"] * 1e-6)
         stats = event.get("args", {}).get("thread_scheduling_stats") or {}
         pooled[name] = pooled.get(name, False) or bool((stats.get("main_thread") or {}).get("block_size"))
     return [(float(np.median(seconds)), pooled[name]) for name, seconds in durations.items()]
-
-
-def _kernel_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The profile's events of node kernels, one per node and run."""
-    return [e for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
 
 
 def detection_conditions() -> dict[str, int]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import networkx as nx
 
-from .composition import BrickCall, ParallelExecutor, compose_calls, is_number
+from .composition import BrickCall, ParallelExecutor, compose_calls, is_count, is_number
 from .overhead import CallOverhead
 from .report import ONE_AT_A_TIME, REPORT_VERSION, SCHEDULE, unsupported_windows
 
@@ -98,7 +98,7 @@ def executor_of(report: Mapping[str, Any]) -> dict[str, Any] | None:
     if not all(is_number(detection.get(key)) for key in figures):
         return None
     at_once = detection.get("nodes_at_once")  # absent from reports of versions that did not profile
-    if at_once is not None and (isinstance(at_once, bool) or not isinstance(at_once, int) or at_once < 0):
+    if at_once is not None and not is_count(at_once):
         return None
     pool = detection.get("pool")
     if entry.get("pool_layer_s") is not None and not (isinstance(pool, Mapping) and isinstance(pool.get("graph"), str)):

@@ -45,7 +45,7 @@ from typing import Any
 import networkx as nx
 
 from .calibration import CalibrationRecord
-from .composition import BrickCall
+from .composition import BrickCall, is_count
 from .identity import Identity, digest
 from .noise import margin_of_error
 from .overhead import MEASUREMENT_METHOD, CallOverhead
@@ -519,7 +519,7 @@ def _count(value: object) -> int:
 
 def _nodes_at_once(value: object) -> int | None:
     """Nodes a profile showed running at once: a whole number, zero included, or None (not profiled)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+    if value is not None and not is_count(value):
         raise ValueError(f"{value!r} is not a number of nodes")
     return value
 

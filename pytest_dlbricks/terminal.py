@@ -227,6 +227,12 @@ def count_line(summary: Mapping[str, Any]) -> str:
     return line + (f", {reused} reused from the brick store" if reused else "")
 
 
+def _speed_moved(spread: float, noise: float) -> bool:
+    """Whether the machine's speed moved through the run by more than ``noise`` (half a spread) and
+    :data:`SPEED_MOVED`: estimates then compare times taken at moments that differ by as much."""
+    return spread > max(noise, SPEED_MOVED)
+
+
 def speed_line(summary: Mapping[str, Any]) -> str | None:
     """How far the machine's speed moved through the run, beside how far the bricks' own rounds spread
     (both half an interquartile range over a median)."""
@@ -242,7 +248,7 @@ def speed_line(summary: Mapping[str, Any]) -> str | None:
     if not is_number(noise):
         return line
     line += f"; the bricks' own rounds typically +-{noise / 2:.1%}"
-    if spread > max(noise / 2, SPEED_MOVED):
+    if _speed_moved(spread, noise / 2):
         line += (
             ": each brick is timed within a moment, so estimates of bricks timed at other moments may be off"
             " by about as much as the speed moved"
@@ -439,7 +445,7 @@ def accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, 
         details.append(f"machine noise +-{noise / 2:.1%} (half the interquartile range of per-round ratios)")
     speed = summary.get("speed")
     spread = speed.get("spread") if isinstance(speed, Mapping) else None
-    if is_number(spread) and spread > max(noise / 2 if isinstance(noise, float) else 0.0, SPEED_MOVED):
+    if is_number(spread) and _speed_moved(spread, noise / 2 if isinstance(noise, float) else 0.0):
         # Sequential / Measured compares bricks and models timed at other moments: the rounds' noise is not its own.
         details.append(
             f"the machine's speed +-{spread:.1%} through the run (the Sequential / Measured line's bricks and"
