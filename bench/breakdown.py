@@ -10,7 +10,9 @@ keeps its index as its node name, so each kernel's time inside the model is matc
 inside its brick. Per model it prints, in microseconds per call:
 
 - ``file``: the user's file as validation measures it (real weights, the inputs the bricks were cut
-  for); ``model``: the whole graph the bricks were cut from, built by the same synthesis as the bricks;
+  for), but outside pytest-benchmark's round, which adds a little to a call (``bench/round_cost.py``
+  measures it; it matters to models of microseconds); ``model``: the whole graph the bricks were cut
+  from, built by the same synthesis as the bricks;
   ``composed``: the bricks' times less their call cost plus the model's, as the plugin composes them;
   ``ratio``: composed / file (what the zoo scores), ``syn``: model / file (what synthesis changes);
 - ``sized``: the file with its inputs' symbolic sizes written in, where onnxruntime folds what the file
@@ -125,7 +127,7 @@ def main() -> None:
     overhead = measure_call_overhead(settings)
     rows = []
     print(_header(), flush=True)
-    for name, path, dims in _models(args):
+    for name, path, dims in zoo_models(args):
         try:
             rows.append(breakdown(name, path, dims, settings, overhead, args.rounds, args.profiled_runs))
         except Exception as error:  # one model that cannot be broken down does not stop the others
@@ -138,7 +140,8 @@ def main() -> None:
     print(_parts(rows))
 
 
-def _models(args: argparse.Namespace) -> list[tuple[str, Path, dict[str, int]]]:
+def zoo_models(args: argparse.Namespace) -> list[tuple[str, Path, dict[str, int]]]:
+    """The model files given, else the zoo's (``--only`` some), each with its name and manifest sizes."""
     if args.models:
         return [(path.stem, path, {}) for path in args.models]
     manifest = json.loads((args.zoo / "zoo.json").read_text())
