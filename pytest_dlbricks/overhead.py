@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
-from .clock import PausableClock
+from .clock import PausableClock, time_calls
 from .graph import MIN_IR_VERSION
 from .runtime import bind, create_session, input_rewriter
 from .settings import Settings
@@ -197,14 +197,9 @@ def _interleaved_times(families: dict[str, list[_Call]], rounds: int, calls: int
 
 
 def _time_alone(call: _Call, calls: int) -> float:
-    """Median seconds of a call timed alone, as a whole model's call is timed."""
+    """Median seconds of a call timed alone, back to back, after one untimed call."""
     call()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return float(np.median(time_calls(call, calls)))
 
 
 def _time_as_bricks(call: _Call, calls: int) -> float:

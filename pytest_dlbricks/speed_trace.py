@@ -19,11 +19,12 @@ timing (:meth:`SpeedTrace.now`), and that brick's call cost scaled to it (see :m
 from __future__ import annotations
 
 import time
-import timeit
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from .clock import time_calls
 
 #: Seconds between samples at least: the machine's speed states last seconds, a sample costs a few
 #: hundred microseconds, so the trace costs a fraction of a percent of the run.
@@ -82,7 +83,8 @@ class SpeedTrace:
         return float(np.median(timings[1:])) if timings is not None else None
 
     def _time(self, calls: int) -> list[float] | None:
-        """Seconds of ``calls`` calls of the reference, timed one by one; None once it failed."""
+        """Seconds of ``calls`` calls of the reference, timed back to back as the call cost's chains are
+        (see :func:`.clock.time_calls`); None once it failed."""
         if self.error is not None:
             return None
         try:
@@ -90,7 +92,7 @@ class SpeedTrace:
                 self._call = self.make_call()
                 for _ in range(WARM_CALLS):
                     self._call()
-            return timeit.repeat(self._call, repeat=calls, number=1, timer=self.clock)
+            return time_calls(self._call, calls, self.clock)
         except Exception as error:  # onnxruntime's exception types are not part of its API
             self.error = f"{type(error).__name__}: {error}"
             return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from pytest_dlbricks.clock import PausableClock
+from pytest_dlbricks.clock import PausableClock, time_calls
 
 
 def test_time_spent_untimed_is_left_out() -> None:
@@ -19,3 +19,13 @@ def test_time_spent_untimed_is_left_out() -> None:
 
 def test_it_is_named_after_the_timer_it_wraps() -> None:
     assert repr(PausableClock(time.perf_counter)) == "time.perf_counter"
+
+
+def test_each_call_is_timed_alone_by_the_clock_given() -> None:
+    now = [0.0]
+    durations = iter([3.0, 1.0, 2.0])
+
+    def call() -> None:
+        now[0] += next(durations)
+
+    assert time_calls(call, 3, lambda: now[0]) == [3.0, 1.0, 2.0]

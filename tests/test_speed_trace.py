@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import statistics
 from collections.abc import Callable, Iterable
 
@@ -89,6 +90,34 @@ def test_the_reference_now_is_the_median_of_its_calls_after_an_untimed_one_and_n
     assert trace.now() == pytest.approx(statistics.median(timed))
     assert trace.now() == pytest.approx(statistics.median(timed))
     assert trace.samples == [] and machine.built == 1
+
+
+def test_the_reference_is_timed_as_the_call_costs_chains_are() -> None:
+    """Back to back, nothing between the calls but the clock's reads, the garbage collector left as it is:
+    read through ``timeit`` (which turns it off and runs its own code between calls), the reference read
+    4-7% longer than the call cost's chains, and every brick's call cost was scaled up with it."""
+    machine = StubMachine(warm_then([10e-6] * (MOMENT_CALLS + 1)))
+    reads = [0]
+    seen: list[tuple[bool, int]] = []
+
+    def counting_clock() -> float:
+        reads[0] += 1
+        return machine.clock()
+
+    def watched() -> Callable[[], None]:
+        call = machine.make_call()
+
+        def run() -> None:
+            seen.append((gc.isenabled(), reads[0]))
+            call()
+
+        return run
+
+    trace = SpeedTrace(watched, "stub", clock=counting_clock, every_s=10.0)
+    assert trace.now() == pytest.approx(10e-6)
+    timed = seen[WARM_CALLS:]
+    assert all(enabled for enabled, _ in timed)
+    assert [count for _, count in timed] == [1 + 2 * index for index in range(MOMENT_CALLS + 1)]
 
 
 def test_a_reference_that_cannot_run_stops_the_trace_not_the_run() -> None:
