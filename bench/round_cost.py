@@ -2,22 +2,24 @@
 
 Validation measures the whole model as a user's pytest-benchmark test would: one call per round of
 ``benchmark.pedantic``, after the round's setup (which times the model's bricks again, calls the model
-untimed and writes its inputs again). A brick's calls are timed back to back. Between the setup and the
+untimed and writes its inputs again). A brick's calls are timed one after the other, each after its
+inputs are written again. Between the setup and the
 model's timed call pytest-benchmark runs a little Python of its own (it makes the round's runner, pauses
 tracers, reads the clock): if the model's call is slower after it, the bricks cannot show it, and on
 models of microseconds it decides their estimate.
 
 For each model (the user's file with its sample inputs, or synthetic ones at the zoo manifest's sizes,
 as validation runs it), in one pytest session, block after block alternating: each round's setup calls
-the model five times untimed, then times three calls back to back (their median is the round's
-``back-to-back`` time), calls it five times more and writes its inputs again; pytest-benchmark then times
+the model five times untimed, then times three calls one after the other, each after its inputs are
+written again, as validation times a brick (their median is the round's ``back-to-back`` time), calls it
+five times more and writes its inputs again; pytest-benchmark then times
 the round's one call (``in round``). Per model it prints the medians over rounds, their difference in
 microseconds and ratio, and the ratio's range over the blocks (how far the machine moved); models
 whose call takes longer than ``--max-ms`` are left out (a microsecond does not matter to them).
 
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
 
-    python bench/round_cost.py [--zoo DIR] [--only NAMES] [--blocks 3] [--rounds 300] [--max-ms 1]
+    python bench/round_cost.py [--zoo DIR] [--only NAMES] [--blocks 3] [--rounds 300] [--max-ms 2]
                                [MODEL.onnx ...]
 """
 
@@ -50,8 +52,8 @@ BACK_TO_BACK = 3
 TEST_MODULE = """
 import pytest
 
-@pytest.mark.parametrize("block", range({blocks}))
 @pytest.mark.parametrize("name", {names!r})
+@pytest.mark.parametrize("block", range({blocks}))
 def test_round(name, block, benchmark, round_cost):
     round_cost(name, benchmark)
 """
@@ -100,7 +102,7 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated zoo model names")
     parser.add_argument("--blocks", type=int, default=3, help="blocks of rounds per model, alternated")
     parser.add_argument("--rounds", type=int, default=300, help="rounds per block (default: %(default)s)")
-    parser.add_argument("--max-ms", type=float, default=1.0, help="leave out models slower than this")
+    parser.add_argument("--max-ms", type=float, default=2.0, help="leave out models slower than this")
     args = parser.parse_args()
     settings = Settings(granularity=1)  # the whole model only: no brick is cut
     use_thread_pool(settings.thread_pool, settings.intra_op_threads)

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 
 def time_calls(call: Callable[[], object], calls: int, clock: Callable[[], float] = time.perf_counter) -> list[float]:
-    """Seconds of each of ``calls`` calls, timed one by one, back to back, nothing run between them but the
-    clock: a call of microseconds takes longer after other code ran (through ``timeit``, whose own code
+    """Seconds of each of ``calls`` calls, timed one by one, each right after the one before, no other code
+    run between them: a call of microseconds takes longer after other code ran (through ``timeit``, whose own code
     runs between calls, a chain of 16 one-element Adds read 4% to 7% longer). The call cost and the
     reference call it is scaled by are both read so (see :mod:`.overhead`), so that they compare."""
     times = []

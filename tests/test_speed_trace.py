@@ -93,9 +93,11 @@ def test_the_reference_now_is_the_median_of_its_calls_after_an_untimed_one_and_n
 
 
 def test_the_reference_is_timed_as_the_call_costs_chains_are() -> None:
-    """Back to back, nothing between the calls but the clock's reads, the garbage collector left as it is:
-    read through ``timeit`` (which turns it off and runs its own code between calls), the reference read
-    4-7% longer than the call cost's chains, and every brick's call cost was scaled up with it."""
+    """Each call read by the clock right before and after it, the garbage collector left as it is, as the
+    call cost's chains are timed: read through ``timeit`` (which switches the collector off and runs code
+    of its own between calls), the reference read 4-7% longer than the chains, and every brick's call
+    cost was scaled up with it."""
+    collecting = gc.isenabled()
     machine = StubMachine(warm_then([10e-6] * (MOMENT_CALLS + 1)))
     reads = [0]
     seen: list[tuple[bool, int]] = []
@@ -116,7 +118,7 @@ def test_the_reference_is_timed_as_the_call_costs_chains_are() -> None:
     trace = SpeedTrace(watched, "stub", clock=counting_clock, every_s=10.0)
     assert trace.now() == pytest.approx(10e-6)
     timed = seen[WARM_CALLS:]
-    assert all(enabled for enabled, _ in timed)
+    assert all(enabled == collecting for enabled, _ in timed)
     assert [count for _, count in timed] == [1 + 2 * index for index in range(MOMENT_CALLS + 1)]
 
 
