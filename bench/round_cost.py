@@ -9,11 +9,12 @@ tracers, reads the clock): if the model's call is slower after it, the bricks ca
 models of microseconds it decides their estimate.
 
 For each model (the user's file with its sample inputs, or synthetic ones at the zoo manifest's sizes,
-as validation runs it), in one pytest session, block after block alternating: each round's setup calls
-the model five times untimed, then times three calls one after the other, each after its inputs are
-written again, as validation times a brick (their median is the round's ``back-to-back`` time), calls it
-five times more and writes its inputs again; pytest-benchmark then times
-the round's one call (``in round``). Per model it prints the medians over rounds, their difference in
+as validation runs it), in one pytest session, block after block alternating: each round's setup is
+validation's own (:class:`~pytest_dlbricks.validation.BrickRounds`), with the model as its one brick: it
+calls the model five times untimed (fewer once they took 10 ms), times three calls one after the other,
+each after its inputs are written again (their median is the round's ``back-to-back`` time), calls it
+untimed as often again and writes its inputs again; pytest-benchmark then times the round's one call
+(``in round``). Per model it prints the medians over rounds, their difference in
 microseconds and ratio, and the ratio's range over the blocks (how far the machine moved); models
 whose call takes longer than ``--max-ms`` are left out (a microsecond does not matter to them).
 
@@ -43,11 +44,7 @@ from pytest_dlbricks.running import ModelRunner
 from pytest_dlbricks.runtime import use_thread_pool
 from pytest_dlbricks.samples import find_samples
 from pytest_dlbricks.settings import Settings
-
-#: Untimed calls of the model before its timed ones, as validation's rounds warm it.
-WARM_CALLS = 5
-#: Calls timed back to back in each round's setup, as validation's rounds time a brick.
-BACK_TO_BACK = 3
+from pytest_dlbricks.validation import BrickRounds
 
 TEST_MODULE = """
 import pytest
@@ -72,24 +69,10 @@ class RoundCost:
     def round_cost(self):
         def measure(name: str, benchmark) -> None:
             run = self.runners[name]
-            back_to_back: list[float] = []
-
-            def setup() -> None:
-                for _ in range(WARM_CALLS):
-                    run()
-                calls = []
-                for _ in range(BACK_TO_BACK):
-                    run.rewrite_inputs()
-                    start = time.perf_counter()
-                    run()
-                    calls.append(time.perf_counter() - start)
-                back_to_back.append(statistics.median(calls))
-                for _ in range(WARM_CALLS):
-                    run()
-                run.rewrite_inputs()
-
+            setup = BrickRounds({name: run}, run)  # validation's own round, the model as its one brick
             benchmark.pedantic(run, setup=setup, rounds=self.rounds, warmup_rounds=1)
             in_round = list(benchmark.stats.stats.data)
+            back_to_back = [times[name] for times in setup.rounds]
             self.blocks[name].append((back_to_back[-len(in_round) :], in_round))
 
         return measure
