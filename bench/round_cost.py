@@ -33,12 +33,12 @@ import statistics
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 from breakdown import DEFAULT_ZOO, zoo_models  # the same models, by the same names
 
+from pytest_dlbricks.clock import time_calls
 from pytest_dlbricks.loading import whole_model
 from pytest_dlbricks.running import ModelRunner
 from pytest_dlbricks.runtime import use_thread_pool
@@ -98,7 +98,7 @@ def main() -> None:
         except Exception as error:  # one model that cannot run does not stop the others
             print(f"{name}: {type(error).__name__}: {error}", file=sys.stderr)
             continue
-        if _first_calls_s(runner) <= args.max_ms / 1e3:
+        if min(time_calls(runner, 5)) <= args.max_ms / 1e3:  # tells microseconds from milliseconds
             runners[name] = runner
     if not runners:
         sys.exit(f"no model runs within {args.max_ms} ms")
@@ -115,16 +115,6 @@ def main() -> None:
     if code != 0:
         sys.exit(f"the timing session failed (pytest exit {code}):\n{output.getvalue()}")
     print(_table(plugin.blocks))
-
-
-def _first_calls_s(runner: ModelRunner) -> float:
-    """The fastest of a few calls: enough to tell a model of microseconds from one of milliseconds."""
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        runner()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def _table(blocks: dict[str, list[tuple[list[float], list[float]]]]) -> str:
