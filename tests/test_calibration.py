@@ -123,11 +123,14 @@ def test_calibration_as_json_names_its_models() -> None:
 
 
 def _chains(folder: Path, count: int) -> None:
+    """Calibration models whose bricks' work is tens of microseconds: a fit takes only models whose work
+    exceeds their call cost, and a Conv of 4 channels on 6x6 pixels read no more than its call in a slow
+    stretch of a shared machine, leaving a fit of the fewest models one model short."""
     import tiny_models
 
     folder.mkdir(parents=True, exist_ok=True)
     for index in range(count):
-        tiny_models.chain(folder, f"c{index}.onnx", blocks=index + 1, channels=4 + 2 * index, seed=index)
+        tiny_models.chain(folder, f"c{index}.onnx", blocks=index + 1, channels=8 + 2 * index, size=16, seed=index)
 
 
 def test_calibrating_needs_validation(pytester: pytest.Pytester) -> None:
