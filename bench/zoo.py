@@ -56,7 +56,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from pytest_dlbricks.calibration import MIN_MODELS, Calibration, CalibrationRecord, fit, record_of
-from pytest_dlbricks.composition import ParallelExecutor, compose_calls
+from pytest_dlbricks.composition import ParallelExecutor, compose_calls, model_costs
 from pytest_dlbricks.recomposition import brick_references, brick_times, calls_of, graph_of, overhead_of
 from pytest_dlbricks.validation import accuracy
 
@@ -206,7 +206,12 @@ def _read_report(cache: Path, models: list[dict], report: Path, junit: Path) -> 
         rows[model["name"]] = _row(found, model["name"], data, failures)
         if "composition" in found:
             composition = found["composition"]
-            rows[model["name"]].update(bytes=found["bytes"], call_s=overhead.of(*composition["io"]))
+            rows[model["name"]].update(
+                bytes=found["bytes"],
+                call_s=model_costs(calls_of(composition), overhead, references).of(*composition["io"]),
+                layers=found["layers"],
+                layer_bound_s=overhead.per_layer_s,
+            )
             unscaled = compose_calls(
                 calls_of(composition), graph_of(composition), tuple(composition["io"]), times, overhead
             ).sequential_s
@@ -409,17 +414,25 @@ def _calibration(models: list[dict], results: dict, noises: dict, calibration_mo
     for (granularity, validate), rows in results.items():
         records = {
             name: record_of(
-                name, name, granularity, row["sequential_s"], row["bytes"], row["call_s"], row["measured_s"]
+                name,
+                name,
+                granularity,
+                row["sequential_s"],
+                row["bytes"],
+                row["call_s"],
+                row["measured_s"],
+                row["layers"],
             )
             for name, row in rows.items()
             if validate and row.get("complete") and row.get("measured_s") and row.get("sequential_s") and "bytes" in row
         }
         if len(records) < 4:
             continue
+        bound = next(rows[name]["layer_bound_s"] for name in records)
         everything = list(records.values())
-        loo = {name: fit(everything, granularity, leave_out=name) for name in records}
+        loo = {name: fit(everything, granularity, layer_bound_s=bound, leave_out=name) for name in records}
         calibrators = [records[name] for name in calibration_models if name in records]
-        held_out = fit(calibrators, granularity)
+        held_out = fit(calibrators, granularity, layer_bound_s=bound)
         scored = [name for name in records if name not in calibration_models]
         width = max(len(name) for name in records)
         lines += ["", f"Calibration, G={granularity}: raw and calibrated estimate / measured", ""]
@@ -438,7 +451,8 @@ def _calibration(models: list[dict], results: dict, noises: dict, calibration_mo
             )
         noise = _noise(noises.get((granularity, validate)))
         lines.append("")
-        lines.append(f"leave one model out, {len(records)} models (plugin's noise {noise}):")
+        fitted = _fitted(everything, bound)
+        lines.append(f"leave one model out, {len(records)} models (plugin's noise {noise}){fitted}:")
         lines.append(f"  raw        {_score([_raw(r) for r in everything])}")
         lines.append(f"  calibrated {_score([_calibrated(loo[name], r) for name, r in records.items()])}")
         if held_out is None:
@@ -446,7 +460,8 @@ def _calibration(models: list[dict], results: dict, noises: dict, calibration_mo
             continue
         lines.append(
             f"held out, calibrated on {len(calibrators)} models ({', '.join(held_out.models)}):"
-            f" work x{held_out.work_factor:.3f}, {held_out.per_byte_s * 1e12:.2f} us per MB moved;"
+            f" work x{held_out.work_factor:.3f}, {held_out.per_byte_s * 1e12:.2f} us per MB moved,"
+            f" {_per_layer(held_out)};"
             f" scored on the {len(scored)} others"
         )
         lines.append(f"  raw        {_score([_raw(records[name]) for name in scored])}")
@@ -466,7 +481,26 @@ def _raw(record: CalibrationRecord) -> float:
 def _calibrated(calibration: Calibration | None, record: CalibrationRecord) -> float | None:
     if calibration is None:
         return None
-    return calibration.apply(record.work_s, record.bytes, record.call_s) / record.measured_s
+    return calibration.apply(record.work_s, record.bytes, record.layers or 0, record.call_s) / record.measured_s
+
+
+def _fitted(records: list[CalibrationRecord], bound: float | None) -> str:
+    """The coefficients fitted on every model, which those left out one at a time are close to."""
+    calibration = fit(records, records[0].granularity, layer_bound_s=bound)
+    if calibration is None:
+        return ""
+    return (
+        f"; fitted on all: work x{calibration.work_factor:.3f}, {calibration.per_byte_s * 1e12:.2f} us per MB"
+        f" moved, {_per_layer(calibration)}"
+    )
+
+
+def _per_layer(calibration: Calibration) -> str:
+    if calibration.per_layer_bound_s is None:
+        return "no cost per layer (what running a layer costs here is not in the report)"
+    if not calibration.per_layer_fitted:
+        return "no cost per layer (too few of its models would show one)"
+    return f"{calibration.per_layer_s * 1e6:.2f} us per layer"
 
 
 def _ratio(ratio: float | None) -> str:

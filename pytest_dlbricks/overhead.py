@@ -59,6 +59,14 @@ class CallOverhead:
     #: proportion (see :meth:`of_brick`). None in records of runs that did not measure it.
     reference_s: float | None = None
 
+    @property
+    def per_layer_s(self) -> float | None:
+        """What running one trivial layer costs beyond the call: the reference chain's time less the fixed
+        cost, per layer of it; None where the reference was not measured."""
+        if not self.reference_s:
+            return None
+        return max(self.reference_s - self.fixed_s, 0.0) / REFERENCE_SIZE
+
     def of(self, inputs: int, outputs: int, *, parallel: bool = False) -> float:
         """The cost of a call with these many inputs and outputs (``parallel``: under the parallel
         executor, whose fixed cost must have been measured)."""

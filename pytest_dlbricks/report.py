@@ -361,7 +361,7 @@ def build_report(
     paths = {(record.path, record.granularity) for record in fresh}
     records = [r for r in calibration if (r.key, r.granularity) not in keys and (r.path, r.granularity) not in paths]
     records.extend(fresh)
-    overall = fit(records, settings.granularity)
+    overall = fit(records, settings.granularity, layer_bound_s=call.per_layer_s)
     models: list[ModelEntry | FailedModel] = [
         _calibrated(plan, entry, records, settings.granularity, call, references) for plan, entry in zip(plans, entries)
     ]
@@ -422,6 +422,7 @@ def _calibration_records(
             model.analysis.bytes,
             model_costs(brick_calls(plan), overhead, references).of(*plan.io),
             measured,
+            plan.layers,
         )
         for plan, model in zip(plans, models)
         if model.complete and model.sequential_s and isinstance(measured := model.validation.get("measured_s"), float)
@@ -438,11 +439,17 @@ def _calibrated(
 ) -> ModelEntry:
     """``model`` with its calibrated estimate, from every calibration model but itself, and its ratio to the
     measured time when validated."""
-    calibration = fit(records, granularity, leave_out=model_key(plan.signatures), leave_out_path=plan.path)
+    calibration = fit(
+        records,
+        granularity,
+        layer_bound_s=overhead.per_layer_s,
+        leave_out=model_key(plan.signatures),
+        leave_out_path=plan.path,
+    )
     if calibration is None or model.sequential_s is None:
         return model
     call_s = model_costs(brick_calls(plan), overhead, references).of(*plan.io)
-    calibrated = calibration.apply(max(model.sequential_s - call_s, 0.0), model.analysis.bytes, call_s)
+    calibrated = calibration.apply(max(model.sequential_s - call_s, 0.0), model.analysis.bytes, plan.layers, call_s)
     validation = dict(model.validation)
     if "measured_s" in validation:
         validation["calibrated_ratio"] = _ratio(calibrated, validation["measured_s"])

@@ -9,8 +9,9 @@ a reader, or a run interrupted at any point, never sees half a file::
         overhead.json           {"version", "method", "overhead"}: the inference call's cost composition takes off
         executor.json           {"version", "conditions", "measured_at", "detection"}: what the parallel
                                 executor does here (see :func:`.probes.detect_executor`)
-        calibration/<key>.json  {"version", "path", "key", "granularity", "work_s", "bytes", "call_s", "measured_s"}:
-                                a calibration model as this machine timed it (see :mod:`.calibration`)
+        calibration/<key>.json  {"version", "path", "key", "granularity", "work_s", "bytes", "call_s", "measured_s",
+                                "layers"}: a calibration model as this machine timed it (see :mod:`.calibration`;
+                                records kept before ``layers`` was lack it)
         bricks/<signature>.json {"version", "signature", "label", "stats", "provider", "measured_at", "precision",
                                 "timed_out_s", "probe_s", "reference_s"}
       models/<key>.json         {"version", "path", "granularity", "dims", "layers", "windows", "edges", "io"}
@@ -378,9 +379,10 @@ class Shelf:
                 data = _read_record(path)
                 if data["version"] != STORE_VERSION:
                     raise ValueError(f"store version {data['version']!r}")
-                moved, granularity = data["bytes"], data["granularity"]
-                if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (moved, granularity)):
-                    raise ValueError("bytes or granularity is not a count")
+                moved, granularity, layers = data["bytes"], data["granularity"], data.get("layers")
+                counts = (moved, granularity) if layers is None else (moved, granularity, layers)
+                if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+                    raise ValueError("bytes, granularity or layers is not a count")
                 found[path] = CalibrationRecord(
                     path=_text(data["path"]),
                     key=_text(data["key"]),
@@ -389,6 +391,7 @@ class Shelf:
                     bytes=moved,
                     call_s=_seconds(data["call_s"]),
                     measured_s=_seconds(data["measured_s"], positive=True),
+                    layers=layers,
                 )
             except (KeyError, TypeError, ValueError, AttributeError):
                 self.discarded["calibration model"] += count_damage

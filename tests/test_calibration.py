@@ -8,19 +8,30 @@ from pathlib import Path
 import pytest
 
 from conftest import run_dlbricks
-from pytest_dlbricks.calibration import MIN_MODELS, Calibration, CalibrationRecord, fit, record_of
+from pytest_dlbricks.calibration import MIN_MODELS, NOTICEABLE, Calibration, CalibrationRecord, fit, record_of
 from pytest_dlbricks.composition import model_costs
 from pytest_dlbricks.identity import Identity
+from pytest_dlbricks.overhead import REFERENCE_SIZE, CallOverhead
 from pytest_dlbricks.recomposition import brick_references, calls_of, overhead_of
 from pytest_dlbricks.store import BrickStore
 
 US = 1e-6
 
 
-def record(name: str, work_us: float, mb: float, *, factor: float = 1.2, us_per_mb: float = 2.0) -> CalibrationRecord:
-    """A model measured as a machine with this work factor and cost per MB moved would measure it (call: 5 us)."""
-    measured = factor * work_us + us_per_mb * mb + 5.0
-    return CalibrationRecord(name, f"key-{name}", 2, work_us * US, round(mb * 1e6), 5 * US, measured * US)
+def record(
+    name: str,
+    work_us: float,
+    mb: float,
+    *,
+    factor: float = 1.2,
+    us_per_mb: float = 2.0,
+    layers: int | None = 10,
+    us_per_layer: float = 0.0,
+) -> CalibrationRecord:
+    """A model measured as a machine with this work factor, cost per MB moved and cost per layer would
+    measure it (call: 5 us)."""
+    measured = factor * work_us + us_per_mb * mb + us_per_layer * (layers or 0) + 5.0
+    return CalibrationRecord(name, f"key-{name}", 2, work_us * US, round(mb * 1e6), 5 * US, measured * US, layers)
 
 
 def test_fit_recovers_the_work_factor_and_cost_per_byte_of_the_machine() -> None:
@@ -29,7 +40,65 @@ def test_fit_recovers_the_work_factor_and_cost_per_byte_of_the_machine() -> None
     assert calibration is not None
     assert calibration.work_factor == pytest.approx(1.2, rel=1e-4)
     assert calibration.per_byte_s == pytest.approx(2.0 * US / 1e6, rel=1e-4)
-    assert calibration.apply(300 * US, 40_000_000, 5 * US) == pytest.approx((1.2 * 300 + 2.0 * 40 + 5) * US, rel=1e-4)
+    expected = (1.2 * 300 + 2.0 * 40 + 5) * US
+    assert calibration.apply(300 * US, 40_000_000, 10, 5 * US) == pytest.approx(expected, rel=1e-4)
+
+
+#: Models of tens of microseconds with tens to hundreds of layers (a transformer block, a scikit-learn
+#: pipeline), where a cost per layer of a microsecond is a good share of the time.
+SMALL = [("s1", 40, 0.5, 60), ("s2", 15, 0.1, 30), ("s3", 90, 2.0, 200), ("s4", 25, 0.3, 120)]
+#: CNNs of milliseconds and few layers, where it is lost.
+LARGE = [("c1", 30_000, 200, 20), ("c2", 8_000, 40, 60), ("c3", 60_000, 700, 550), ("c4", 5_000, 80, 180)]
+
+
+def test_fit_recovers_a_cost_per_layer_the_models_can_show() -> None:
+    records = [record(*model[:3], layers=model[3], us_per_layer=0.6) for model in SMALL + LARGE]
+    calibration = fit(records, 2, layer_bound_s=1 * US)
+    assert calibration is not None and calibration.per_layer_fitted
+    assert calibration.per_layer_s == pytest.approx(0.6 * US, rel=1e-3)
+    assert calibration.work_factor == pytest.approx(1.2, rel=1e-3)
+    assert calibration.per_byte_s == pytest.approx(2.0 * US / 1e6, rel=1e-2)
+    assert calibration.apply(20 * US, 0, 100, 5 * US) == pytest.approx((1.2 * 20 + 0.6 * 100 + 5) * US, rel=1e-3)
+    assert calibration.as_json()["per_layer_s"] == calibration.per_layer_s
+    assert calibration.per_layer_bound_s == 1 * US
+
+
+def test_no_cost_per_layer_from_models_that_cannot_show_it() -> None:
+    """Calibrated on CNNs of milliseconds, a cost per layer would be a fraction of their noise and could
+    come out anything; a model of microseconds then keeps the calibration without it."""
+    cnns = [record(*model[:3], layers=model[3], us_per_layer=0.6) for model in LARGE]
+    assert all(r.layers * 1 * US < NOTICEABLE * r.measured_s for r in cnns if r.layers)
+    calibration = fit(cnns, 2, layer_bound_s=1 * US)
+    assert calibration is not None
+    assert (calibration.per_layer_fitted, calibration.per_layer_s) == (False, 0.0)
+    assert calibration.work_factor == pytest.approx(1.2, rel=0.02)  # with what the layers cost folded in
+
+
+def test_no_cost_per_layer_without_the_machine_s_bound_or_with_a_record_kept_without_layers() -> None:
+    records = [record(*model[:3], layers=model[3], us_per_layer=0.6) for model in SMALL + LARGE]
+    without_bound = fit(records, 2)
+    assert without_bound is not None and not without_bound.per_layer_fitted
+    older = [*records, record("old", 300, 5, layers=None)]
+    with_older = fit(older, 2, layer_bound_s=1 * US)
+    assert with_older is not None and not with_older.per_layer_fitted
+
+
+def test_the_cost_per_layer_stays_within_what_running_a_layer_costs() -> None:
+    """Models that take 3 us a layer more than their bricks show (something else the layers do not
+    explain) get no more than the machine's cost of running a layer, and none less than nothing."""
+    dear = [record(*model[:3], layers=model[3], us_per_layer=3.0) for model in SMALL + LARGE]
+    bounded = fit(dear, 2, layer_bound_s=1 * US)
+    assert bounded is not None and bounded.per_layer_s == pytest.approx(1 * US)
+    cheap = [record(*model[:3], layers=model[3], us_per_layer=-0.2) for model in SMALL + LARGE]
+    floored = fit(cheap, 2, layer_bound_s=1 * US)
+    assert floored is not None and floored.per_layer_fitted and floored.per_layer_s == 0.0
+
+
+def test_the_machine_s_cost_of_running_a_layer_is_read_from_the_reference_chain() -> None:
+    assert CallOverhead(fixed_s=5 * US, reference_s=(5 + REFERENCE_SIZE * 0.5) * US).per_layer_s == pytest.approx(
+        0.5 * US
+    )
+    assert CallOverhead(fixed_s=5 * US).per_layer_s is None
 
 
 def test_a_model_never_calibrates_its_own_estimate() -> None:
@@ -78,9 +147,9 @@ def test_coefficients_the_data_would_make_negative_stay_neutral() -> None:
 
 
 def test_record_of_takes_the_call_off_the_composed_estimate() -> None:
-    made = record_of("m.onnx", "k", 2, sequential_s=105 * US, moved=7000, call_s=5 * US, measured_s=130 * US)
+    made = record_of("m.onnx", "k", 2, sequential_s=105 * US, moved=7000, call_s=5 * US, measured_s=130 * US, layers=12)
     assert made.work_s == pytest.approx(100 * US)
-    assert (made.path, made.key, made.granularity, made.bytes) == ("m.onnx", "k", 2, 7000)
+    assert (made.path, made.key, made.granularity, made.bytes, made.layers) == ("m.onnx", "k", 2, 7000, 12)
     assert (made.call_s, made.measured_s) == (5 * US, 130 * US)
 
 
@@ -97,6 +166,22 @@ def test_store_keeps_calibration_records_and_counts_damaged_ones_as_absent(tmp_p
     damaged.write_text(json.dumps({**data, "measured_s": -1}))
     assert len(shelf.calibration()) == 1
     assert shelf.discarded["calibration model"] == 1
+    damaged.write_text(json.dumps({**data, "layers": -3}))
+    assert len(shelf.calibration()) == 1
+    assert shelf.discarded["calibration model"] == 2
+
+
+def test_a_calibration_record_kept_before_layers_were_is_read_without_them(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(Identity({"cpu": "test"}, {"onnxruntime": "x"}))
+    shelf.put_calibration(record("a", 100, 10))
+    (kept,) = (shelf.path / "calibration").glob("*.json")
+    data = json.loads(kept.read_text())
+    assert data["layers"] == 10
+    del data["layers"]
+    kept.write_text(json.dumps(data))
+    (read,) = shelf.calibration()
+    assert read == record("a", 100, 10, layers=None)
+    assert not shelf.discarded["calibration model"]
 
 
 def test_a_model_cut_otherwise_replaces_the_record_it_left_at_its_path(tmp_path: Path) -> None:
@@ -115,9 +200,12 @@ def test_a_model_cut_otherwise_replaces_the_record_it_left_at_its_path(tmp_path:
 
 
 def test_calibration_as_json_names_its_models() -> None:
-    assert Calibration(1.1, 2e-12, ("a", "b")).as_json() == {
+    assert Calibration(1.1, 2e-12, ("a", "b"), 4e-7, True, 6e-7).as_json() == {
         "work_factor": 1.1,
         "per_byte_s": 2e-12,
+        "per_layer_s": 4e-7,
+        "per_layer_fitted": True,
+        "per_layer_bound_s": 6e-7,
         "models": ["a", "b"],
     }
 
@@ -173,7 +261,8 @@ def test_a_calibration_run_corrects_later_estimates_beside_the_raw_ones(pytester
     costs = model_costs(calls_of(model["composition"]), overhead_of(mine["summary"]), brick_references(mine["bricks"]))
     call = costs.of(*model["composition"]["io"])
     work = model["sequential_s"] - call
-    expected = fitted["work_factor"] * work + fitted["per_byte_s"] * model["bytes"] + call
+    layers = fitted["per_layer_s"] * model["layers"]
+    expected = fitted["work_factor"] * work + fitted["per_byte_s"] * model["bytes"] + layers + call
     assert model["calibrated_s"] == pytest.approx(expected)
     plain.stdout.fnmatch_lines(["*Sequential*Calibrated*"])
 

@@ -353,15 +353,41 @@ def test_text_from_the_report_is_escaped(report: dict[str, Any]) -> None:
 def test_calibration_adds_its_columns_and_names_its_models(report: dict[str, Any]) -> None:
     chain = report["models"][0]  # sequential_s 15 us
     chain.update(measured_s=14e-6, ratio=15 / 14, calibrated_s=14.5e-6, calibrated_ratio=14.5 / 14)
-    report["calibration"] = {"work_factor": 1.04, "per_byte_s": 2.4e-12, "models": ["light/a.onnx", "light/b.onnx"]}
+    report["calibration"] = {
+        "work_factor": 1.04,
+        "per_byte_s": 2.4e-12,
+        "per_layer_s": 4.2e-7,
+        "per_layer_fitted": True,
+        "models": ["light/a.onnx", "light/b.onnx"],
+    }
     page = render_html(report)
     assert_every_number_matches(page, report)
     assert '<th class="num">Calibrated</th><th class="num">Calibrated ratio</th>' in page
-    line = "Calibrated on 2 models (light/a.onnx, light/b.onnx): bricks' work x1.040 + 2.4 us per MB its layers move."
+    line = (
+        "Calibrated on 2 models (light/a.onnx, light/b.onnx): bricks' work x1.040 + 2.4 us per MB its layers move"
+        " + 0.42 us per layer."
+    )
     assert escape(line) in page
     table = render_table(report)
     assert "Calibrated  Calibrated ratio" in table
     assert line[1:-1] in table
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"per_layer_fitted": False, "per_layer_bound_s": 5e-7}, "fewer than 3 of its models are known to spend 5%"),
+        ({"per_layer_fitted": False, "per_layer_bound_s": None}, "what running a layer costs on this machine is not"),
+        ({}, "what running a layer costs on this machine is not known"),  # a version that fitted none
+    ],
+)
+def test_a_calibration_without_a_cost_per_layer_says_why(
+    report: dict[str, Any], fields: dict[str, Any], why: str
+) -> None:
+    report["calibration"] = {"work_factor": 1.04, "per_byte_s": 2.4e-12, "models": ["light/a.onnx"], **fields}
+    line = "calibrated on 1 model (light/a.onnx): bricks' work x1.040 + 2.4 us per MB its layers move (no cost per"
+    assert f"{line} layer: {why}" in render_table(report)
+    assert escape(f"{line[1:]} layer: {why}") in render_html(report)
 
 
 def test_validation_adds_columns_and_a_ratio_chart(report: dict[str, Any]) -> None:
