@@ -48,6 +48,7 @@ import argparse
 import dataclasses
 import itertools
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -210,7 +211,7 @@ def _read_report(cache: Path, models: list[dict], report: Path, junit: Path) -> 
                 bytes=found["bytes"],
                 call_s=model_costs(calls_of(composition), overhead, references).of(*composition["io"]),
                 layers=found["layers"],
-                layer_bound_s=overhead.per_layer_s,
+                layer_bound_s=overhead.trivial_layer_s,
             )
             unscaled = compose_calls(
                 calls_of(composition), graph_of(composition), tuple(composition["io"]), times, overhead
@@ -428,7 +429,9 @@ def _calibration(models: list[dict], results: dict, noises: dict, calibration_mo
         }
         if len(records) < 4:
             continue
-        bound = next(rows[name]["layer_bound_s"] for name in records)
+        # The machine's cost of a trivial layer, the median over the reports the rows come from.
+        bounds = [rows[name]["layer_bound_s"] for name in records if rows[name]["layer_bound_s"]]
+        bound = statistics.median(bounds) if bounds else None
         everything = list(records.values())
         loo = {name: fit(everything, granularity, layer_bound_s=bound, leave_out=name) for name in records}
         calibrators = [records[name] for name in calibration_models if name in records]
@@ -496,10 +499,8 @@ def _fitted(records: list[CalibrationRecord], bound: float | None) -> str:
 
 
 def _per_layer(calibration: Calibration) -> str:
-    if calibration.per_layer_bound_s is None:
-        return "no cost per layer (what running a layer costs here is not in the report)"
-    if not calibration.per_layer_fitted:
-        return "no cost per layer (too few of its models would show one)"
+    if calibration.per_layer_missing is not None:
+        return f"no cost per layer ({calibration.per_layer_missing})"
     return f"{calibration.per_layer_s * 1e6:.2f} us per layer"
 
 

@@ -14,17 +14,17 @@ others.
 **The cost per layer only where the calibration models can show it.** It is about a microsecond: in
 CNNs of milliseconds it is lost in the noise, and fitted there it takes any value, which ruins the
 estimates of models of microseconds (calibrated on the onnx wheel's CNNs, the zoo's other models
-scored 0.04 to 0.86 against 0.72 to 0.83 without it). So it is fitted only when at least
-:data:`MIN_MODELS` calibration models would spend :data:`NOTICEABLE` of their time on it at its
-largest, and kept between nothing and that largest, taken as what running a trivial layer costs on the
-machine (see :attr:`.overhead.CallOverhead.per_layer_s`): what a layer adds in the model beyond its
-brick's work is the executor's doing, as running the layer at all is.
+scored 0.04 to 0.86 against 0.72 to 0.83 without it). So it is fitted only from more models than
+coefficients, when at least :data:`MIN_MODELS` of them could spend :data:`NOTICEABLE` of their time on
+it at its largest, and kept between nothing and that largest, taken as what running a trivial layer
+costs on the machine (see :attr:`.overhead.CallOverhead.trivial_layer_s`): what a layer adds in the
+model beyond its brick's work is the executor's doing, as running the layer at all is.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,10 +61,11 @@ class Calibration:
     work_factor: float
     per_byte_s: float
     models: tuple[str, ...]
-    #: Nothing where the models could not show it (``per_layer_fitted``) or showed none.
+    #: Nothing where the models could not show it, or showed none.
     per_layer_s: float = 0.0
-    per_layer_fitted: bool = False
-    #: The most a layer can cost: the machine's cost of running one; None where it was not measured.
+    #: Why no cost per layer was fitted (see :func:`fit`); None where one was.
+    per_layer_missing: str | None = None
+    #: The most a layer can cost: what running a trivial one costs on the machine; None where not measured.
     per_layer_bound_s: float | None = None
 
     def apply(self, work_s: float, moved: int, layers: int, call_s: float) -> float:
@@ -77,7 +78,7 @@ class Calibration:
             "work_factor": self.work_factor,
             "per_byte_s": self.per_byte_s,
             "per_layer_s": self.per_layer_s,
-            "per_layer_fitted": self.per_layer_fitted,
+            "per_layer_missing": self.per_layer_missing,
             "per_layer_bound_s": self.per_layer_bound_s,
             "models": list(self.models),
         }
@@ -119,8 +120,8 @@ def fit(
     cost in the model beyond its work; without it no cost per layer is fitted.
 
     A coefficient the data would make negative (a context that speeds work up beyond what the bricks
-    show, bytes or layers that cost less than nothing) is left at its neutral value: 1 for the work
-    factor, 0 for the others.
+    show, bytes or layers that cost less than nothing) is held at its neutral value, 1 for the work
+    factor and 0 for the others, and a cost per layer above its bound at the bound.
     """
     used = [
         r
@@ -134,37 +135,65 @@ def fit(
     if len(used) < MIN_MODELS:
         return None
     measured = np.array([r.measured_s for r in used])
-    work = np.array([r.work_s for r in used]) / measured
-    moved = np.array([r.bytes for r in used], dtype=float) / measured
+    columns = {
+        "bytes": np.array([r.bytes for r in used], dtype=float) / measured,
+        "work": np.array([r.work_s for r in used]) / measured,
+    }
+    allowed: dict[str, Callable[[float], float]] = {
+        "bytes": lambda per_byte: max(per_byte, 0.0),
+        "work": lambda factor: factor if factor > 0 else 1.0,
+    }
+    missing = _why_no_cost_per_layer(used, layer_bound_s)
+    if missing is None and layer_bound_s is not None:
+        columns["layers"] = np.array([r.layers for r in used], dtype=float) / measured
+        allowed["layers"] = lambda per_layer: min(max(per_layer, 0.0), layer_bound_s)
     target = 1.0 - np.array([r.call_s for r in used]) / measured
-    layers = _layers_if_noticeable(used, layer_bound_s)
-    per_layer = 0.0
-    if layers is not None and layer_bound_s is not None:
-        (*_, fitted) = _least_absolute(np.column_stack([work, moved, layers / measured]), target)
-        per_layer = min(max(fitted, 0.0), layer_bound_s)
-        target = target - per_layer * layers / measured
-    factor, per_byte = _least_absolute(np.column_stack([work, moved]), target)
-    if per_byte < 0:
-        (factor,) = _least_absolute(work[:, None], target)
-        per_byte = 0.0
-    if factor <= 0:
-        factor = 1.0
-        (per_byte,) = _least_absolute(moved[:, None], target - work)
-        per_byte = max(per_byte, 0.0)
+    fitted = _fit_within(columns, allowed, target)
     return Calibration(
-        float(factor), float(per_byte), tuple(r.path for r in used), float(per_layer), layers is not None, layer_bound_s
+        fitted["work"],
+        fitted["bytes"],
+        tuple(r.path for r in used),
+        fitted.get("layers", 0.0),
+        missing,
+        layer_bound_s,
     )
 
 
-def _layers_if_noticeable(used: Sequence[CalibrationRecord], bound_s: float | None) -> np.ndarray | None:
-    """The models' layer counts where enough of them would spend a noticeable share of their time on their
-    layers at the most a layer can cost (see the module's description); else None."""
-    counts = [r.layers for r in used]
-    if not bound_s or bound_s <= 0 or any(count is None for count in counts):
-        return None
-    layers = np.array(counts, dtype=float)
-    noticeable = layers * bound_s >= NOTICEABLE * np.array([r.measured_s for r in used])
-    return layers if np.count_nonzero(noticeable) >= MIN_MODELS else None
+def _why_no_cost_per_layer(used: Sequence[CalibrationRecord], bound_s: float | None) -> str | None:
+    """Why the models cannot show a cost per layer (see the module's description); None where they can."""
+    if not bound_s or bound_s <= 0:
+        return "what running a layer costs on this machine is not known"
+    unrecorded = [r.path for r in used if r.layers is None]
+    if unrecorded:
+        return f"{unrecorded[0]} was calibrated by an older version, without its layer count: calibrate it again"
+    if len(used) <= 3:  # the work factor, the cost per byte and the cost per layer
+        return f"{len(used)} models fit three coefficients exactly, noise and all"
+    noticeable = sum(1 for r in used if (r.layers or 0) * bound_s >= NOTICEABLE * r.measured_s)
+    if noticeable < MIN_MODELS:
+        return (
+            f"fewer than {MIN_MODELS} of its models could spend {NOTICEABLE:.0%} of their time on their layers"
+            f" at {bound_s * 1e6:.2f} us each"
+        )
+    return None
+
+
+def _fit_within(
+    columns: Mapping[str, np.ndarray], allowed: Mapping[str, Callable[[float], float]], target: np.ndarray
+) -> dict[str, float]:
+    """Least-absolute coefficients of ``columns``, each where ``allowed`` keeps it: the first the data would
+    put elsewhere is held where it is allowed, and the others are fitted again without it (so that a
+    coefficient held at its limit does not leave its share to be taken up by another)."""
+    held: dict[str, float] = {}
+    while True:
+        free = [name for name in columns if name not in held]
+        rest = target - sum((value * columns[name] for name, value in held.items()), np.zeros_like(target))
+        fitted = dict(zip(free, _least_absolute(np.column_stack([columns[name] for name in free]), rest)))
+        wrong = next((name for name in free if allowed[name](fitted[name]) != fitted[name]), None)
+        if wrong is None:
+            return {**held, **fitted}
+        held[wrong] = allowed[wrong](fitted[wrong])
+        if len(held) == len(columns):
+            return held
 
 
 def _least_absolute(features: np.ndarray, target: np.ndarray) -> list[float]:

@@ -60,12 +60,12 @@ class CallOverhead:
     reference_s: float | None = None
 
     @property
-    def per_layer_s(self) -> float | None:
+    def trivial_layer_s(self) -> float | None:
         """What running one trivial layer costs beyond the call: the reference chain's time less the fixed
-        cost, per layer of it; None where the reference was not measured."""
-        if not self.reference_s:
+        cost, per layer of it; None where the reference was not measured or reads no more than the call."""
+        if not self.reference_s or self.reference_s <= self.fixed_s:
             return None
-        return max(self.reference_s - self.fixed_s, 0.0) / REFERENCE_SIZE
+        return (self.reference_s - self.fixed_s) / REFERENCE_SIZE
 
     def of(self, inputs: int, outputs: int, *, parallel: bool = False) -> float:
         """The cost of a call with these many inputs and outputs (``parallel``: under the parallel

@@ -361,7 +361,7 @@ def build_report(
     paths = {(record.path, record.granularity) for record in fresh}
     records = [r for r in calibration if (r.key, r.granularity) not in keys and (r.path, r.granularity) not in paths]
     records.extend(fresh)
-    overall = fit(records, settings.granularity, layer_bound_s=call.per_layer_s)
+    overall = fit(records, settings.granularity, layer_bound_s=call.trivial_layer_s)
     models: list[ModelEntry | FailedModel] = [
         _calibrated(plan, entry, records, settings.granularity, call, references) for plan, entry in zip(plans, entries)
     ]
@@ -442,7 +442,7 @@ def _calibrated(
     calibration = fit(
         records,
         granularity,
-        layer_bound_s=overhead.per_layer_s,
+        layer_bound_s=overhead.trivial_layer_s,
         leave_out=model_key(plan.signatures),
         leave_out_path=plan.path,
     )

@@ -10,7 +10,6 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .calibration import MIN_MODELS, NOTICEABLE
 from .composition import is_number
 from .settings import DEFAULT_DIM
 from .wording import plural
@@ -418,15 +417,12 @@ def calibration_line(calibration: Mapping[str, Any] | None) -> str | None:
     if not calibration:
         return None
     models: Sequence[str] = calibration["models"]
-    if calibration.get("per_layer_fitted"):
+    if calibration.get("per_layer_missing"):
+        per_layer = f" (no cost per layer: {calibration['per_layer_missing']})"
+    elif "per_layer_s" in calibration:  # not in reports of versions that fitted none
         per_layer = f" + {calibration['per_layer_s'] * 1e6:.2f} us per layer"
-    elif calibration.get("per_layer_bound_s"):
-        per_layer = (
-            f" (no cost per layer: fewer than {MIN_MODELS} of its models are known to spend {NOTICEABLE:.0%} of"
-            " their time on one)"
-        )
-    else:  # also in reports of versions that fitted no cost per layer
-        per_layer = " (no cost per layer: what running a layer costs on this machine is not known)"
+    else:
+        per_layer = ""
     return (
         f"calibrated on {plural(len(models), 'model')} ({', '.join(models)}): bricks' work x"
         f"{calibration['work_factor']:.3f} + {format_seconds(calibration['per_byte_s'] * 1e6)} per MB its layers move"
