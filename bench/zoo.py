@@ -463,9 +463,7 @@ def _calibration(models: list[dict], results: dict, noises: dict, calibration_mo
             continue
         lines.append(
             f"held out, calibrated on {len(calibrators)} models ({', '.join(held_out.models)}):"
-            f" work x{held_out.work_factor:.3f}, {held_out.per_byte_s * 1e12:.2f} us per MB moved,"
-            f" {_per_layer(held_out)};"
-            f" scored on the {len(scored)} others"
+            f" {_coefficients(held_out)}; scored on the {len(scored)} others"
         )
         lines.append(f"  raw        {_score([_raw(records[name]) for name in scored])}")
         lines.append(f"  calibrated {_score([_calibrated(held_out, records[name]) for name in scored])}")
@@ -492,16 +490,18 @@ def _fitted(records: list[CalibrationRecord], bound: float | None) -> str:
     calibration = fit(records, records[0].granularity, layer_bound_s=bound)
     if calibration is None:
         return ""
-    return (
-        f"; fitted on all: work x{calibration.work_factor:.3f}, {calibration.per_byte_s * 1e12:.2f} us per MB"
-        f" moved, {_per_layer(calibration)}"
-    )
+    return f"; fitted on all: {_coefficients(calibration)}"
 
 
-def _per_layer(calibration: Calibration) -> str:
+def _coefficients(calibration: Calibration) -> str:
+    """The fitted coefficients, or why the fit leaves estimates raw."""
+    if calibration.declined is not None:
+        return calibration.declined
     if calibration.per_layer_missing is not None:
-        return f"no cost per layer ({calibration.per_layer_missing})"
-    return f"{calibration.per_layer_s * 1e6:.2f} us per layer"
+        per_layer = f"no cost per layer ({calibration.per_layer_missing})"
+    else:
+        per_layer = f"{calibration.per_layer_s * 1e6:.2f} us per layer"
+    return f"work x{calibration.work_factor:.3f}, {calibration.per_byte_s * 1e12:.2f} us per MB moved, {per_layer}"
 
 
 def _ratio(ratio: float | None) -> str:

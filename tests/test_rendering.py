@@ -389,6 +389,14 @@ def test_a_calibration_without_a_cost_per_layer_says_why(
     assert escape(f"C{line[1:]}.") in render_html(report)
 
 
+def test_a_declined_calibration_says_so_instead_of_its_coefficients(report: dict[str, Any]) -> None:
+    why = "left out one at a time, its models scored 84.0% calibrated against 86.0% raw: estimates are left raw"
+    report["calibration"] = {"work_factor": 1.0, "per_byte_s": 0.0, "models": ["a.onnx"], "declined": why}
+    line = f"calibrated on 1 model (a.onnx): {why}"
+    assert line in render_table(report).splitlines()
+    assert escape(f"C{line[1:]}.") in render_html(report)
+
+
 def test_validation_adds_columns_and_a_ratio_chart(report: dict[str, Any]) -> None:
     chain = report["models"][0]  # sequential_s 15 us
     chain.update(measured_s=14e-6, ratio=15 / 14, paired_ratio=1.02)
