@@ -427,7 +427,7 @@ def _calibration(models: list[dict], results: dict, noises: dict, calibration_mo
             for name, row in rows.items()
             if validate and row.get("complete") and row.get("measured_s") and row.get("sequential_s") and "bytes" in row
         }
-        if len(records) < 4:
+        if len(records) <= MIN_MODELS:  # each left out, the others must still calibrate it
             continue
         # The machine's cost of a trivial layer, the median over the reports the rows come from.
         bounds = [rows[name]["layer_bound_s"] for name in records if rows[name]["layer_bound_s"]]

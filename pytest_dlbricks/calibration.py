@@ -14,15 +14,16 @@ others.
 **The cost per layer only where the calibration models can show it.** It is about a microsecond: in
 CNNs of milliseconds it is lost in the noise, and fitted there it takes any value, which ruins the
 estimates of models of microseconds (calibrated on the onnx wheel's CNNs, the zoo's other models
-scored 0.04 to 0.86 against 0.72 to 0.83 without it). So it is fitted only from more models than
-coefficients, when at least :data:`SHOWING_LAYERS` of them could spend :data:`NOTICEABLE` of their time on
-it at its largest, and kept between nothing and that largest, taken as what running a trivial layer
-costs on the machine (see :attr:`.overhead.CallOverhead.trivial_layer_s`): what a layer adds in the
-model beyond its brick's work is the executor's doing, as running the layer at all is.
+scored 0.04 to 0.86 against 0.72 to 0.83 without it). So it is fitted only from five models or more
+(each left out, four still outnumber the coefficients), when at least :data:`SHOWING_LAYERS` of them
+could spend :data:`NOTICEABLE` of their time on it at its largest, and kept between nothing and that
+largest, taken as what running a trivial layer costs on the machine (see
+:attr:`.overhead.CallOverhead.trivial_layer_s`): what a layer adds in the model beyond its brick's
+work is the executor's doing, as running the layer at all is.
 
 **Only a calibration that beats the raw estimates on its own models.** Fitted on a few models, the
 coefficients follow their noise: calibrated on 4 random models of the zoo, the others' estimates lost
-0.042 of accuracy on average, and on the onnx wheel's 9 CNNs 0.009 (worse in 8 of 12 runs). So each
+0.044 of accuracy on average, and on the onnx wheel's 9 CNNs 0.009 (worse in 8 of 12 runs). So each
 calibration model is left out in turn and estimated from a fit on the others; where those estimates
 are no closer to the measured times than the raw ones, the calibration leaves every estimate raw, and
 says why (see :attr:`Calibration.declined`).
@@ -33,7 +34,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -152,24 +153,25 @@ def fit(
     return _unless_raw_is_closer(tuple(used), layer_bound_s)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def _unless_raw_is_closer(used: tuple[CalibrationRecord, ...], layer_bound_s: float | None) -> Calibration:
     """The fit on ``used``, or estimates left raw where it does not beat them on these models. Kept for the
     next call: every model that is not a calibration model of a run is calibrated on the same models, and
     the check fits them as many times as there are."""
-    fitted = _fitted(used, layer_bound_s)
-    calibrated, raw = _left_out_accuracy(used, layer_bound_s)
+    missing = _why_no_cost_per_layer(used, layer_bound_s)
+    per_layer_bound_s = layer_bound_s if missing is None else None
+    fitted = replace(_fitted(used, per_layer_bound_s), per_layer_missing=missing, per_layer_bound_s=layer_bound_s)
+    calibrated, raw = _left_out_accuracy(used, per_layer_bound_s)
     if calibrated > raw:
         return fitted
-    declined = (
-        f"left out one at a time, its models scored {calibrated:.1%} calibrated against {raw:.1%} raw:"
-        " estimates are left raw"
-    )
-    return Calibration(1.0, 0.0, fitted.models, per_layer_bound_s=layer_bound_s, declined=declined)
+    declined = f"each estimated from the others, they scored {calibrated:.1%}, no better than {raw:.1%} raw"
+    return replace(fitted, work_factor=1.0, per_byte_s=0.0, per_layer_s=0.0, declined=declined)
 
 
-def _fitted(used: Sequence[CalibrationRecord], layer_bound_s: float | None) -> Calibration:
-    """The coefficients that fit the ``used`` models' times best, each within its bounds."""
+def _fitted(used: Sequence[CalibrationRecord], per_layer_bound_s: float | None) -> Calibration:
+    """The coefficients that fit the ``used`` models' times best, each within its bounds; a cost per layer
+    only with ``per_layer_bound_s``, where all of ``used`` can show it (the left-out fits of a check take
+    the decision made for all)."""
     measured = np.array([r.measured_s for r in used])
     columns = {
         "bytes": np.array([r.bytes for r in used], dtype=float) / measured,
@@ -179,28 +181,20 @@ def _fitted(used: Sequence[CalibrationRecord], layer_bound_s: float | None) -> C
         "bytes": lambda per_byte: max(per_byte, 0.0),
         "work": lambda factor: factor if factor > 0 else 1.0,
     }
-    missing = _why_no_cost_per_layer(used, layer_bound_s)
-    if missing is None and layer_bound_s is not None:
+    if per_layer_bound_s is not None:
         columns["layers"] = np.array([r.layers for r in used], dtype=float) / measured
-        allowed["layers"] = lambda per_layer: min(max(per_layer, 0.0), layer_bound_s)
+        allowed["layers"] = lambda per_layer: min(max(per_layer, 0.0), per_layer_bound_s)
     target = 1.0 - np.array([r.call_s for r in used]) / measured
     fitted = _fit_within(columns, allowed, target)
-    return Calibration(
-        fitted["work"],
-        fitted["bytes"],
-        tuple(r.path for r in used),
-        fitted.get("layers", 0.0),
-        missing,
-        layer_bound_s,
-    )
+    return Calibration(fitted["work"], fitted["bytes"], tuple(r.path for r in used), fitted.get("layers", 0.0))
 
 
-def _left_out_accuracy(used: Sequence[CalibrationRecord], layer_bound_s: float | None) -> tuple[float, float]:
+def _left_out_accuracy(used: Sequence[CalibrationRecord], per_layer_bound_s: float | None) -> tuple[float, float]:
     """The accuracy (exp of minus the mean absolute log ratio) of the ``used`` models' estimates, each
-    calibrated on the others, and of their raw estimates."""
+    calibrated on the others with the same terms, and of their raw estimates."""
     calibrated, raw = [], []
     for record in used:
-        others = _fitted([r for r in used if r is not record], layer_bound_s)
+        others = _fitted([r for r in used if r is not record], per_layer_bound_s)
         estimate = others.apply(record.work_s, record.bytes, record.layers or 0, record.call_s)
         calibrated.append(abs(np.log(estimate / record.measured_s)))
         raw.append(abs(np.log((record.work_s + record.call_s) / record.measured_s)))
@@ -214,8 +208,8 @@ def _why_no_cost_per_layer(used: Sequence[CalibrationRecord], bound_s: float | N
     unrecorded = [r.path for r in used if r.layers is None]
     if unrecorded:
         return f"{unrecorded[0]} was calibrated by an older version, without its layer count: calibrate it again"
-    if len(used) <= 3:  # the work factor, the cost per byte and the cost per layer
-        return f"{len(used)} models fit three coefficients exactly, noise and all"
+    if len(used) <= MIN_MODELS:  # each left out, three would fit the three coefficients exactly
+        return f"{len(used)} models: each left out, the others would fit three coefficients exactly, noise and all"
     noticeable = sum(1 for r in used if (r.layers or 0) * bound_s >= NOTICEABLE * r.measured_s)
     if noticeable < SHOWING_LAYERS:
         return (

@@ -418,7 +418,8 @@ def calibration_line(calibration: Mapping[str, Any] | None) -> str | None:
         return None
     models: Sequence[str] = calibration["models"]
     if calibration.get("declined"):
-        return f"calibrated on {plural(len(models), 'model')} ({', '.join(models)}): {calibration['declined']}"
+        named = f"{plural(len(models), 'model')} ({', '.join(models)})"
+        return f"calibration on {named} not applied: {calibration['declined']}"
     if calibration.get("per_layer_missing"):
         per_layer = f" (no cost per layer: {calibration['per_layer_missing']})"
     elif "per_layer_s" in calibration:  # not in reports of versions that fitted none

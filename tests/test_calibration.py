@@ -100,6 +100,11 @@ def test_no_cost_per_layer_without_the_machine_s_bound_or_with_a_record_without_
     assert with_older.per_layer_missing == (
         "old was calibrated by an older version, without its layer count: calibrate it again"
     )
+    four = [record(*model[:3], layers=model[3], us_per_layer=0.6) for model in SMALL]
+    assert (fitted := fit(four, 2, layer_bound_s=1 * US)) is not None
+    assert fitted.per_layer_missing == (
+        "4 models: each left out, the others would fit three coefficients exactly, noise and all"
+    )
 
 
 def test_the_cost_per_layer_stays_within_what_running_a_layer_costs() -> None:
@@ -184,8 +189,8 @@ def test_a_fit_that_does_not_beat_the_raw_estimates_of_its_own_models_leaves_est
     noisy = [replace(r, measured_s=r.measured_s * n) for r, n in zip(records, noise)]
     calibration = fit(noisy, 2)
     assert calibration is not None and calibration.declined is not None
-    assert calibration.declined.startswith("left out one at a time, its models scored ")
-    assert calibration.declined.endswith("raw: estimates are left raw")
+    assert calibration.declined.startswith("each estimated from the others, they scored ")
+    assert calibration.declined.endswith("% raw") and ", no better than " in calibration.declined
     assert calibration.models == ("a", "b", "c", "d", "e")
     assert calibration.apply(200 * US, 40_000_000, 30, 5 * US) == pytest.approx(205 * US)
     assert calibration.as_json()["declined"] == calibration.declined
@@ -319,7 +324,7 @@ def test_a_calibration_run_corrects_later_estimates_beside_the_raw_ones(pytester
         assert model["calibrated_s"] > 0
         assert model["calibrated_ratio"] == pytest.approx(model["calibrated_s"] / model["measured_s"])
     calibrating.stdout.fnmatch_lines(
-        ["*Calibrated*Calibrated ratio*", f"calibrated on {MIN_MODELS + 1} models (calibration/c0.onnx*"]
+        ["*Calibrated*Calibrated ratio*", f"calibrat* on {MIN_MODELS + 1} models (calibration/c0.onnx*"]
     )
 
     plain = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-json=mine.json", "mine", dims=())
