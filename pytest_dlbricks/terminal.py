@@ -417,8 +417,8 @@ def calibration_line(calibration: Mapping[str, Any] | None) -> str | None:
     if not calibration:
         return None
     models: Sequence[str] = calibration["models"]
+    named = f"{plural(len(models), 'model')} ({', '.join(models)})"
     if calibration.get("declined"):
-        named = f"{plural(len(models), 'model')} ({', '.join(models)})"
         return f"calibration on {named} not applied: {calibration['declined']}"
     if calibration.get("per_layer_missing"):
         per_layer = f" (no cost per layer: {calibration['per_layer_missing']})"
@@ -427,7 +427,7 @@ def calibration_line(calibration: Mapping[str, Any] | None) -> str | None:
     else:
         per_layer = ""
     return (
-        f"calibrated on {plural(len(models), 'model')} ({', '.join(models)}): bricks' work x"
+        f"calibrated on {named}: bricks' work x"
         f"{calibration['work_factor']:.3f} + {format_seconds(calibration['per_byte_s'] * 1e6)} per MB its layers move"
         f"{per_layer}"
     )
