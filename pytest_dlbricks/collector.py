@@ -45,6 +45,13 @@ class ModelFile(pytest.File):
         except ModelError as error:
             yield FailingItem.from_parent(self, name=f"load{suffix}", message=f"{self.nodeid}{suffix}: {error.cause}")
             return
+        except Exception as error:  # an input no check foresaw: it fails this model alone, never the session
+            yield FailingItem.from_parent(
+                self,
+                name=f"load{suffix}",
+                message=f"{self.nodeid}{suffix}: cannot be read ({type(error).__name__}: {error})",
+            )
+            return
         for name, value in plan.guessed_dims.items() if warn else ():
             self.warn(
                 DLBricksWarning(

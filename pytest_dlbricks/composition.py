@@ -139,13 +139,21 @@ def compose_calls(
         return Estimate(None, None, len(work), len(calls))
     own = model_costs(calls, overhead, references)
     model_call = own.of(*io)
+    # The critical path bounds every executor from below: at the cheaper call of the two, and never above
+    # the parallel estimate (whose pool factor may read under 1).
+    cheapest_call = model_call
     parallel_s = None
     if parallel is not None and own.parallel_fixed_s is not None:
         layers = layers or {}
         slowed = [parallel.brick_s(seconds, layers.get(signature, 1)) for seconds, signature in zip(work, signatures)]
         span = sum(slowed) if parallel.threads == 1 else list_schedule(graph, slowed, parallel.threads)
-        parallel_s = span + own.of(*io, parallel=True)
-    return Estimate(sum(work) + model_call, _longest_path(graph, work) + model_call, len(work), len(calls), parallel_s)
+        parallel_call = own.of(*io, parallel=True)
+        parallel_s = span + parallel_call
+        cheapest_call = min(model_call, parallel_call)
+    critical_path_s = _longest_path(graph, work) + cheapest_call
+    if parallel_s is not None:
+        critical_path_s = min(critical_path_s, parallel_s)
+    return Estimate(sum(work) + model_call, critical_path_s, len(work), len(calls), parallel_s)
 
 
 def model_costs(

@@ -795,7 +795,7 @@ def _stated_dims(model: onnx.ModelProto) -> dict[str, int]:
         image = _IMAGE_SIZE.fullmatch(value) if entry.key == "imgsz" else None
         if value.isdecimal() and len(value) <= _MAX_DIGITS and int(value) > 0:
             stated[entry.key] = int(value)
-        elif image is not None:
+        elif image is not None and all(len(size) <= _MAX_DIGITS for size in image.groups()):
             stated.setdefault("height", int(image[1]))
             stated.setdefault("width", int(image[2]))
     return stated

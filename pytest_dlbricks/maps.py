@@ -94,7 +94,7 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise MapError(f"cannot read {path}: {error.strerror or error}") from error
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # nested deeper than the parser goes: not JSON either
         raise MapError(f"{path} is not JSON: {error}") from error
 
 

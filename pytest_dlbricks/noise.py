@@ -44,6 +44,12 @@ def margin_of_error(stats: Mapping[str, float]) -> float | None:
     return Z * stddev / math.sqrt(rounds) / mean
 
 
+def at_confidence(margin: float, confidence: float) -> float:
+    """A margin of error asked at ``confidence`` (pytest-benchmark's ``--benchmark-confidence``), as the
+    margin at :data:`CONFIDENCE` that is as strict: stored margins are at 95%."""
+    return margin * Z / statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
 def median_error(stats: Mapping[str, float]) -> float:
     """Standard error of a brick's median in seconds, from its interquartile range and rounds (0 when unknown)."""
     rounds = int(stats.get("rounds", 0) or 0)

@@ -341,8 +341,8 @@ def read_settings(config: pytest.Config) -> Settings | None:
         dims={name: sizes[0] for name, sizes in dims.items() if len(sizes) == 1},
         model_dims=model_dims,
         command_line_dims=command_line_dims,
-        json_path=_resolved(config, config.getoption("dlbricks_json")),
-        html_path=_resolved(config, config.getoption("dlbricks_html")),
+        json_path=_report_file(config, "dlbricks_json"),
+        html_path=_report_file(config, "dlbricks_html"),
         intra_op_threads=_flag_or_ini(config, "dlbricks_threads", parse_threads) or 0,
         thread_pool=_flag_or_ini(config, "dlbricks_thread_pool", _parse_thread_pool) or "shared",
         optimization=_flag_or_ini(config, "dlbricks_optimization", _parse_optimization) or "all",
@@ -484,6 +484,20 @@ def _store(config: pytest.Config) -> Path | None:
     if text:
         return (config.inipath.parent if config.inipath else config.rootpath) / text
     return config.rootpath / DEFAULT_STORE
+
+
+def _report_file(config: pytest.Config, name: str) -> Path | None:
+    """A report's file, refused before anything is timed where it cannot be written: a folder, or below a file."""
+    path = _resolved(config, config.getoption(name))
+    if path is None:
+        return None
+    flag = f"--{name.replace('_', '-')}"
+    if path.is_dir():
+        raise pytest.UsageError(f"{flag}: {path} is a folder; name the file to write the report to")
+    existing = next(folder for folder in path.parents if folder.exists())
+    if not existing.is_dir():
+        raise pytest.UsageError(f"{flag}: cannot write {path}: {existing} is a file, not a folder")
+    return path
 
 
 def _resolved(config: pytest.Config, path: Path | None) -> Path | None:

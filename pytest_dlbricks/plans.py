@@ -49,8 +49,21 @@ from .sweeps import SweepPoint
 ONE_POINT = SweepPoint()
 
 PLAN_VERSION = 3
-#: What reading a damaged plan may raise: from JSON, base64, protobuf, numpy's format, or a wrong type.
-_DAMAGE = (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, EOFError, OverflowError, DecodeError)
+#: What reading a damaged plan may raise: from JSON (nested deeper than the parser goes too), base64,
+#: protobuf, numpy's format (a header claiming more memory than there is), or a wrong type.
+_DAMAGE = (
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    IndexError,
+    AttributeError,
+    EOFError,
+    OverflowError,
+    DecodeError,
+    RecursionError,
+    MemoryError,
+)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,11 @@ def pytest_configure(config: pytest.Config) -> None:
     from .session import DLBricksSession
     from .tracking import Tracking
 
+    if not config.pluginmanager.has_plugin("benchmark"):
+        raise pytest.UsageError(
+            "dlbricks times its bricks with pytest-benchmark, which this run disabled (-p no:benchmark)"
+            " or cannot load: enable it, or run without --dlbricks-granularity (and its ini value)"
+        )
     try:
         use_thread_pool(settings.thread_pool, settings.intra_op_threads)
     except ThreadPoolConflict as error:

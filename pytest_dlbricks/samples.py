@@ -127,8 +127,16 @@ def _read_test_data_set(model_path: Path, folder: Path) -> SampleInputs:
         tensor = onnx.TensorProto()
         try:
             tensor.ParseFromString(file.read_bytes())
+        except Exception as error:  # protobuf's DecodeError
+            raise ModelError(
+                model_path, f"sample input {shown} is not a readable TensorProto: {describe_error(error)}"
+            ) from None
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            # onnx would read it from a path relative to where pytest runs, wherever that leads.
+            raise ModelError(model_path, f"sample input {shown} keeps its values in another file; write them in it")
+        try:
             value = _as_input(numpy_helper.to_array(tensor))
-        except Exception as error:  # protobuf's DecodeError, onnx's ValueError/TypeError on bad data
+        except Exception as error:  # onnx's ValueError/TypeError on bad data
             raise ModelError(
                 model_path, f"sample input {shown} is not a readable TensorProto: {describe_error(error)}"
             ) from None
@@ -172,6 +180,8 @@ def _check_type(model_path: Path, where: str, name: str, value: np.ndarray, decl
     if not declared.HasField("tensor_type"):
         raise ModelError(model_path, f"sample input {name!r} in {where}: the model's input is not a tensor")
     tensor_type = declared.tensor_type
+    if tensor_type.elem_type not in onnx.helper.get_all_tensor_dtypes():
+        raise ModelError(model_path, f"input {name!r} has no element type onnx knows ({tensor_type.elem_type})")
     expected = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
     if (value.dtype.kind == "O") != (expected.kind == "O") or (expected.kind != "O" and value.dtype != expected):
         wanted = onnx.TensorProto.DataType.Name(tensor_type.elem_type).lower()

@@ -38,6 +38,8 @@ class DLBricksSession:
         self.config = config
         self.settings = settings
         self.run = DLBricksRun(settings, benchmark_timer(config))
+        #: Whether the terminal summary was written (see :meth:`summarize`).
+        self.summarized = False
 
     def compose(self, session: pytest.Session) -> dict[str, Any] | None:
         """The run's report, built once; None when nothing was collected, or when xdist distributes the
@@ -134,6 +136,15 @@ class DLBricksSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        self.summarize(terminalreporter)
+
+    def summarize(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """The table and what follows it, once: after the other summaries, or, when one of them raised
+        (pytest-benchmark's ``--benchmark-compare-fail`` on a regression, where the table matters most) and
+        so skipped this hook, from :class:`.tracking.Tracking`'s summary, which runs whatever happened."""
+        if self.summarized:
+            return
+        self.summarized = True
         run, report = self.run, self.run.report
         if report is None:
             if is_controller_without_estimates(self.config):

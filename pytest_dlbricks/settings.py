@@ -135,6 +135,10 @@ class Settings:
         }
 
 
+#: The largest size an ONNX model can hold (a signed 64-bit integer).
+LARGEST_NUMBER = 2**63 - 1
+
+
 def parse_granularity(text: str) -> int:
     """A positive number of layers per brick."""
     return _whole_number(text, "granularity", minimum=1)
@@ -239,6 +243,8 @@ def _whole_number(text: str, what: str, minimum: int) -> int:
         raise argparse.ArgumentTypeError(f"{what} must be a whole number, not {text.strip()!r}") from None
     if value < minimum:
         raise argparse.ArgumentTypeError(f"{what} must be at least {minimum}, not {value}")
+    if value > LARGEST_NUMBER:
+        raise argparse.ArgumentTypeError(f"{what} must be at most {LARGEST_NUMBER} (an ONNX size), not {value}")
     return value
 
 
@@ -293,7 +299,8 @@ def parse_age(text: str) -> float:
 
 
 def parse_percentage(text: str) -> float:
-    """A percentage such as ``10%`` (the sign may be left out), as a fraction."""
+    """A percentage such as ``10%`` (the sign may be left out from 1 up), as a fraction. Without its sign,
+    a number under 1 is refused: a precision reads 0.1 as a tenth, and a gate at 0.1% fails on noise."""
     value = text.strip().removesuffix("%").strip()
     try:
         percent = float(value)
@@ -301,4 +308,8 @@ def parse_percentage(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a percentage such as 10%, not {text!r}") from None
     if not math.isfinite(percent) or percent < 0:
         raise argparse.ArgumentTypeError(f"percentage must be zero or more, not {text!r}")
+    if 0 < percent < 1 and not text.strip().endswith("%"):
+        raise argparse.ArgumentTypeError(
+            f"is {text.strip()} a fraction or a percentage? write {percent * 100:g}% or {percent:g}%"
+        )
     return percent / 100

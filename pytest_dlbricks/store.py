@@ -484,7 +484,7 @@ def references_of(bricks: Mapping[str, StoredBrick]) -> dict[str, float]:
 def _read(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # nested deeper than the parser goes: damaged too
         return None
 
 
@@ -504,7 +504,10 @@ def _read_record(path: Path) -> Any:
         return None
     except OSError as error:
         raise ValueError(f"cannot read {path}: {error}") from None
-    return json.loads(text)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{path} is nested deeper than JSON is read") from None
 
 
 def _text(value: object) -> str:

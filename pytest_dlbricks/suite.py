@@ -186,7 +186,7 @@ def read_manifest(folder: Path) -> dict[str, dict[str, Any]] | None:
         return None
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         raise SuiteError(f"{path} cannot be read as JSON: {error}") from error
     if not isinstance(manifest, dict) or manifest.get("kind") != KIND:
         return None

@@ -29,7 +29,7 @@ from .cutting import ModelPlan
 from .estimates import PREFIX, SPREAD, EstimateCheck, HistoryEntry, model_estimates, reused_brick
 from .identity import Identity, differences, identify
 from .items import signature_of
-from .noise import HIGH_NOISE, margin_of_error
+from .noise import CONFIDENCE, HIGH_NOISE, at_confidence, margin_of_error
 from .overhead import CallOverhead
 from .plans import PlanCache
 from .probes import detection_conditions
@@ -40,6 +40,10 @@ from .settings import Settings
 from .store import BrickStore, ModelManifest, Shelf, StoredBrick, StoredExecutor
 from .terminal import table_width
 from .wording import counted, plural
+
+#: Saved runs searched, beyond the latest, for one that estimated every model of this run (see
+#: :meth:`Tracking._covering`): a long history is not read whole for a model that is new.
+COVER_LOOKBACK = 20
 
 
 class Tracking:
@@ -74,8 +78,8 @@ class Tracking:
         self.reused_at: list[datetime] = []
         #: pytest-benchmark's entries for the bricks reused from the store, so their histories have no holes.
         self.reused_entries: list[HistoryEntry] = []
-        #: Saved runs passed over as baselines because they measured under high noise.
-        self.noisy_runs: list[str] = []
+        #: Saved runs passed over as the latest baseline, with why (see :func:`_no_baseline_because`).
+        self.passed_over: list[tuple[str, str]] = []
         #: The gate found nothing to compare with: this run, saved, becomes the baseline.
         self.first_baseline = False
         #: Spread statistics that pytest-benchmark's --benchmark-compare-fail checks, which estimates do not have.
@@ -102,7 +106,7 @@ class Tracking:
             self._identity = identify(info, self.settings, timer)
         return self._identity
 
-    @pytest.hookimpl(tryfirst=True)
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
     def pytest_benchmark_generate_machine_info(self) -> dict[str, Any] | None:
         """The machine info generated for the identity, so py-cpuinfo runs once when pytest-benchmark saves too."""
         return copy.deepcopy(self._machine_info)
@@ -156,15 +160,16 @@ class Tracking:
         usable = ((str(name), data["dlbricks"]) for name, data in runs if isinstance(data.get("dlbricks"), Mapping))
         baseline = None
         for name, block in usable:
-            if which == "latest" and _high_noise(block):
-                self.noisy_runs.append(name)
+            reason = _no_baseline_because(block) if which == "latest" else None
+            if reason is not None:
+                self.passed_over.append((name, reason))
                 continue
             baseline = name, block
             break
         if baseline is None:
             runs_named = "no saved run" if which == "latest" else f"no saved run {which}"
-            quiet = " measured under low noise" if self.noisy_runs else ""
-            message = f"{runs_named}{quiet} with dlbricks estimates in {storage}"
+            usable_runs = " fit to be a baseline" if self.passed_over else ""
+            message = f"{runs_named}{usable_runs} with dlbricks estimates in {storage}"
             if self.settings.compare_fail is not None and which != "latest":
                 raise pytest.UsageError(f"--dlbricks-compare-fail cannot gate anything: {message}.")
             if self.settings.compare_fail is not None and not self._saving():
@@ -321,6 +326,8 @@ class Tracking:
 
     def _compare(self, report: dict[str, Any], session: pytest.Session) -> None:
         assert self.baseline is not None
+        if self.settings.compare == "latest":
+            self.baseline = self._covering(self.baseline, report)
         name, block = self.baseline
         now = make_block(report, self.identity.conditions(self.settings))
         statistic, threshold = self.settings.statistic, self.settings.compare_fail
@@ -341,6 +348,49 @@ class Tracking:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             elif self.comparison.inconclusive:
                 session.exitstatus = INCONCLUSIVE_EXIT
+
+    def _covering(
+        self, baseline: tuple[str, Mapping[str, Any]], report: Mapping[str, Any]
+    ) -> tuple[str, Mapping[str, Any]]:
+        """The latest baseline that has an estimate of every model this run estimated: a run of some of the
+        models (``-k``, a sub-folder), saved, would leave the others new or incomplete in the comparison, and
+        ungated. Where the latest lacks some, older runs fit to be baselines are read, up to
+        :data:`COVER_LOOKBACK`, and the newest that has every model any of them has is taken (a model none
+        of them has is new)."""
+        estimated = _complete(report)
+        if estimated <= _complete(baseline[1].get("report") or {}):
+            return baseline
+        candidates = [(baseline, _complete(baseline[1].get("report") or {}))]
+        for older in self._older_baselines(baseline[0]):
+            candidates.append((older, _complete(older[1].get("report") or {})))
+        known = estimated & set().union(*(has for _, has in candidates))
+        for candidate, has in candidates:
+            if known <= has:
+                if candidate is not baseline:
+                    missing = sorted(known - candidates[0][1])
+                    self.passed_over.append((baseline[0], f"no estimate of {', '.join(missing)}"))
+                return candidate
+        return baseline
+
+    def _older_baselines(self, latest: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """Saved runs older than ``latest`` that are fit to be baselines, newest first, at most
+        :data:`COVER_LOOKBACK`."""
+        benchmarks = self.config.pluginmanager.get_plugin("pytest-benchmark")
+        assert benchmarks is not None  # a baseline was loaded through it
+        conditions, older, found = self.identity.conditions(self.settings), False, 0
+        for name, data in _newest_first(benchmarks.storage):
+            block = data.get("dlbricks")
+            if not older:
+                older = str(name) == latest
+                continue
+            if not isinstance(block, Mapping) or _no_baseline_because(block):
+                continue
+            if block.get("version") != BLOCK_VERSION or differences(conditions, block):
+                continue
+            yield str(name), block
+            found += 1
+            if found >= COVER_LOOKBACK:
+                return
 
     def _save_models(self, store: BrickStore, shelf: Shelf) -> None:
         """Keep each model's bricks in the store, so that its estimate can be composed for any machine later,
@@ -368,6 +418,7 @@ class Tracking:
         """What a stored detection must have been made under, besides the shelf's machine and settings."""
         return {"identity": self.identity.key, **detection_conditions()}
 
+    @pytest.hookimpl(optionalhook=True)
     def pytest_benchmark_update_json(self, output_json: dict[str, Any]) -> None:
         """Put the ``dlbricks`` block (conditions and report) into every run pytest-benchmark saves."""
         if self.run.report is not None:
@@ -379,6 +430,7 @@ class Tracking:
         try:
             return (yield)
         finally:
+            self.dlbricks.summarize(terminalreporter)
             self._summarize(terminalreporter)
 
     def _summarize(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -392,8 +444,10 @@ class Tracking:
             write(f"dlbricks: {self.store_error}", yellow=True)
         for note in self.notes:
             write(f"dlbricks: {note}", yellow=True)
-        if self.noisy_runs:
-            write(f"dlbricks: passed over as baselines, measured under high noise: {', '.join(self.noisy_runs)}")
+        if self.passed_over:
+            write(
+                f"dlbricks: passed over as baselines: {'; '.join(f'{name} ({why})' for name, why in self.passed_over)}"
+            )
         self._summarize_noise(write)
         if self.spread_checks and any(model.get("complete") for model in (self.run.report or {}).get("models", [])):
             write(
@@ -464,17 +518,18 @@ class Tracking:
         )
 
     def _precision(self, signature: str, stats: Mapping[str, float], probe_s: float | None) -> float | None:
-        """The precision a stored brick must have reached to be reused: pytest-benchmark's own when given, for
-        every brick; else dlbricks', loosened by the brick's part in its models (see :mod:`.budget`) as when it
-        was timed: sized from the same time (``probe_s``, see :func:`.items._budget_rounds`; else its fastest
-        round), its models' other bricks known as far as this run has come, or all of them, whichever asks
-        less. Asked otherwise, a brick that had just met its precision fell short of it and re-runs timed it
-        again: sized from its mean, which outliers raise, every re-run; from its fastest round, which averages
-        a round's calls, and with every brick known, which for a model's first brick dilutes the part of the
-        model's own call (a cost without error), one re-run in three or four."""
+        """The precision a stored brick must have reached to be reused: pytest-benchmark's own when given (at
+        its confidence), for every brick; else dlbricks', loosened by the brick's part in its models (see
+        :mod:`.budget`) as when it was timed: sized from the same time (``probe_s``, see
+        :func:`.items._budget_rounds`; else its fastest round), its models' other bricks known as far as this
+        run has come, or all of them, whichever asks less. Asked otherwise, a brick that had just met its
+        precision fell short of it and re-runs timed it again: sized from its mean, which outliers raise, every
+        re-run; from its fastest round, which averages a round's calls, and with every brick known, which for
+        a model's first brick dilutes the part of the model's own call (a cost without error), one re-run in
+        three or four."""
         own = self.config.getoption("benchmark_precision", None)
         if own is not None:
-            return float(own)
+            return at_confidence(float(own), float(self.config.getoption("benchmark_confidence", None) or CONFIDENCE))
         target, fastest = self.settings.precision, probe_s or stats.get("min", stats.get("mean"))
         if target is None or fastest is None:
             return target
@@ -541,9 +596,31 @@ def manifest_of(plan: ModelPlan, settings: Settings) -> ModelManifest:
     )
 
 
+def _complete(report: Mapping[str, Any]) -> set[str]:
+    """The models of a report with a complete estimate."""
+    return {str(model["path"]) for model in report.get("models", []) if model.get("complete")}
+
+
 def _high_noise(block: Mapping[str, Any]) -> bool:
     """Whether a saved run was marked as measured under high noise."""
     return bool((block.get("report") or {}).get("summary", {}).get("high_noise"))
+
+
+def _no_baseline_because(block: Mapping[str, Any]) -> str | None:
+    """Why a saved run is no latest baseline, or None: the gate compares with the last run that passed it. A run
+    that failed the gate or could not tell, saved as CI saves every run, would otherwise let the next run pass
+    the same regression; a run stopped early holds only what it measured until then."""
+    report = block.get("report") or {}
+    comparison = report.get("comparison") or {}
+    if comparison.get("failed"):
+        return "failed the gate"
+    if comparison.get("inconclusive"):
+        return "the gate was inconclusive"
+    if report.get("partial"):
+        return "stopped early"
+    if _high_noise(block):
+        return "measured under high noise"
+    return None
 
 
 def _newest_first(storage: Any) -> Iterator[tuple[Any, dict[str, Any]]]:

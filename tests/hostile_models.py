@@ -451,6 +451,14 @@ def _sparse_weights(folder: Path, name: str) -> None:
     tiny_models.sparse_weights(folder).rename(folder / f"{name}.onnx")
 
 
+def _unknown_element_type_with_sample(folder: Path, name: str) -> None:
+    """An input of element type 99 (none onnx knows), with a sample input for it beside the model."""
+    model = _relu()
+    model.graph.input[0].type.tensor_type.elem_type = 99
+    (folder / f"{name}.onnx").write_bytes(model.SerializeToString())
+    np.savez(folder / f"{name}.npz", x=np.zeros((2, 4), np.float32))
+
+
 def _model_without_graph() -> onnx.ModelProto:
     model = onnx.ModelProto(ir_version=tiny_models.IR_VERSION)
     model.opset_import.append(helper.make_opsetid("", tiny_models.OPSET))
@@ -478,6 +486,13 @@ CASES: tuple[Case, ...] = (
     Case("over_protobuf_limit", _over_protobuf_limit, "load", "the file holds 2.0 GiB*protobuf*; refused, the file*"),
     # Links: followed to regular files, as pytest follows them; never into the system's special files.
     Case("link_outside_the_tree", _link(_model_outside), "runs"),
+    # A type no check of onnx's own catches.
+    Case(
+        "unknown_element_type_with_sample",
+        _unknown_element_type_with_sample,
+        "load",
+        "input 'x' has no element type onnx knows (99)",
+    ),
     Case("link_to_proc", _link(lambda folder: "/proc/self/environ"), "load", "*a file of the system's /proc*not read"),
     # Graphs that cannot execute.
     Case("cycle", _model_bytes(_cycle()), "load", "the graph has a cycle*"),

@@ -103,7 +103,7 @@ def test_inputs_and_outputs_beyond_the_first_cost_extra(tmp_path: Path) -> None:
 
 
 def test_the_parallel_executors_call_cost_enters_only_the_parallel_estimate(tmp_path: Path) -> None:
-    """The critical path, a lower bound, pays a call as the sequential executor does."""
+    """The critical path, a lower bound, pays the cheaper of the two calls, here the sequential one."""
     diamond = plan_of(tiny_models.diamond(tmp_path), 1)
     times = times_by_op(diamond, {"Relu": 3.0, "Sigmoid": 3.0, "Tanh": 3.0, "Neg": 3.0, "Add": 3.0})
     measured = CallOverhead(fixed_s=1.0, parallel_fixed_s=10.0)
@@ -117,6 +117,16 @@ def test_the_parallel_executors_call_cost_enters_only_the_parallel_estimate(tmp_
     assert branchless.critical_path_s == pytest.approx(branchless.sequential_s), "no branches: nothing overlaps"
     assert branchless.sequential_s is not None
     assert branchless.parallel_s == pytest.approx(branchless.sequential_s - 1.0 + 10.0)
+
+
+def test_the_critical_path_takes_the_cheaper_call_and_stays_below_both_estimates(tmp_path: Path) -> None:
+    """A parallel executor whose call reads cheaper than the sequential one's: the lower bound still bounds it."""
+    chain = plan_of(tiny_models.chain(tmp_path), 2)
+    (signature,) = chain.signatures
+    estimate = compose(chain, {signature: 5.0}, CallOverhead(fixed_s=1.0, parallel_fixed_s=0.5), ParallelExecutor(1))
+    assert estimate.sequential_s is not None and estimate.parallel_s is not None
+    assert estimate.parallel_s == pytest.approx(estimate.sequential_s - 1.0 + 0.5)
+    assert estimate.critical_path_s == pytest.approx(estimate.parallel_s), "no branches: the sum at the cheaper call"
 
 
 def test_a_parallel_executor_running_nodes_at_once_gets_a_schedule_on_its_threads(tmp_path: Path) -> None:

@@ -13,12 +13,14 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
 from pathlib import Path
 
+import onnx
 import pytest
+import tiny_models
 from hostile_models import write_corpus
 from test_plugin import read_report, run
 
 from conftest import SAMPLE_MODELS
-from pytest_dlbricks import runtime
+from pytest_dlbricks import engine, runtime
 
 
 def junit_items(path: Path) -> dict[str, tuple[str, str]]:
@@ -109,3 +111,41 @@ def test_a_model_file_name_that_is_not_utf8_is_reported_readably(
 
 def _refuse(constant: str) -> None:
     raise ValueError(f"{constant} is not JSON")
+
+
+def test_an_image_size_no_onnx_dimension_holds_is_ignored(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]]
+) -> None:
+    """Ultralytics' ``imgsz`` metadata read as the sizes of ``height`` and ``width``: a size beyond 64 bits
+    failed the collection, and with it every model beside."""
+    copy_models(SAMPLE_MODELS / "mlp.onnx")
+    node = onnx.helper.make_node("Relu", ["x"], ["y"])
+    model = tiny_models.finish(
+        [node], [tiny_models.tensor("x", [1, "height", "width"])], [tiny_models.tensor("y", [1, "height", "width"])]
+    )
+    model.metadata_props.add(key="imgsz", value="[99999999999999999999, 640]")
+    onnx.save(model, pytester.path / "models" / "huge_imgsz.onnx")
+    quiet = ("-W", "ignore::pytest_dlbricks.warning_types.DLBricksWarning")  # sizes left at 1 are warned of
+    result = run(pytester, *quiet, "--dlbricks-granularity=2", "--dlbricks-store=none", "models", dims=())
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["models/huge_imgsz.onnx * yes *height, width", "models/mlp.onnx * yes*"])
+
+
+def test_an_error_no_check_foresaw_fails_its_model_alone(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy_models(SAMPLE_MODELS / "mlp.onnx", SAMPLE_MODELS / "tiny_resnet.onnx")
+    add_model = engine.DLBricksRun.add_model
+
+    def unforeseen(self: engine.DLBricksRun, path: Path, *args: object, **kwargs: object) -> object:
+        if path.name == "tiny_resnet.onnx":
+            raise RecursionError("maximum recursion depth exceeded")
+        return add_model(self, path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine.DLBricksRun, "add_model", unforeseen)
+    result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-store=none", "models")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["models/tiny_resnet.onnx: cannot be read (RecursionError: maximum recursion depth exceeded)"]
+    )
+    result.stdout.fnmatch_lines(["models/mlp.onnx * yes*"])

@@ -287,6 +287,17 @@ def test_benchmark_disable_reports_incomplete_without_crashing(
     result.stdout.fnmatch_lines(["models/mlp.onnx * no (0/*)", "5 models, * 0 measured"])
 
 
+def test_the_table_is_printed_when_another_summary_raises(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]]
+) -> None:
+    """pytest-benchmark's --benchmark-compare-fail raises from its summary on a regression."""
+    copy_models(SAMPLE_MODELS / "mlp.onnx")
+    pytester.makeconftest("def pytest_terminal_summary():\n    raise RuntimeError('a summary that raises')\n")
+    result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-store=none", "models")
+    assert "a summary that raises" in result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["*dlbricks: granularity 2, median brick times*", "models/mlp.onnx *"])
+
+
 def test_broken_model_fails_alone(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     (pytester.path / "models" / "broken.onnx").write_bytes(b"this is not a protobuf \xff\xfe")
     (pytester.path / "models" / "empty.onnx").write_bytes(b"")
@@ -410,6 +421,24 @@ def test_bad_options_are_usage_errors(pytester: pytest.Pytester, args: list[str]
     result = pytester.runpytest(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+def test_dlbricks_without_pytest_benchmark_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("-p", "no:benchmark", "--dlbricks-granularity=2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*dlbricks times its bricks with pytest-benchmark, which this run disabled*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_report_file_that_cannot_be_written_is_refused_before_timing(pytester: pytest.Pytester) -> None:
+    pytester.mkdir("reports")
+    pytester.makefile(".txt", afile="")
+    result = pytester.runpytest("--dlbricks-granularity=2", "--dlbricks-json=reports")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dlbricks-json: */reports is a folder; name the file to write the report to*"])
+    result = pytester.runpytest("--dlbricks-granularity=2", "--dlbricks-html=afile.txt/report.html")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dlbricks-html: cannot write */afile.txt/report.html: */afile.txt is a file*"])
 
 
 def test_bad_ini_value_is_usage_error(pytester: pytest.Pytester) -> None:
@@ -700,19 +729,24 @@ def test_html_report_is_one_self_contained_file(pytester: pytest.Pytester, sampl
     assert sorted(p.name for p in (pytester.path / "out").iterdir()) == ["report.html"]
 
 
-def test_an_unwritable_html_path_is_reported_and_the_json_still_written(
-    pytester: pytest.Pytester, sample_models: list[Path]
+def test_an_html_report_that_fails_to_write_is_reported_and_the_json_still_written(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (pytester.path / "blocker").write_text("a file where a folder should be")
+    """A disk that fills up during the run (a path that cannot be written is refused before, see above)."""
+
+    def disk_full(path: Path, text: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(engine, "write_text", disk_full)
     result = run(
         pytester,
         "--dlbricks-granularity=3",
-        "--dlbricks-html=blocker/report.html",
+        "--dlbricks-html=report.html",
         "--dlbricks-json=r.json",
         "models/mlp.onnx",
     )
     result.stdout.fnmatch_lines(
-        ["dlbricks: cannot write *blocker/report.html: *", "dlbricks: report written to *r.json"]
+        ["dlbricks: cannot write *report.html: No space left on device", "dlbricks: report written to *r.json"]
     )
     assert read_report(pytester.path / "r.json")["models"][0]["complete"] is True
 

@@ -119,6 +119,13 @@ def test_unreadable_outside_and_oversized_sample_files_are_refused(
     with pytest.raises(ModelError, match=r"input_1\.pb lies outside the model's folder"):
         find_samples(model)
     (folder / "input_1.pb").unlink()
+    external = numpy_helper.from_array(np.array(1, np.int64), "sr")
+    external.data_location = onnx.TensorProto.EXTERNAL
+    external.external_data.add(key="location", value="sr.bin")
+    external.ClearField("raw_data")
+    (folder / "input_1.pb").write_bytes(external.SerializeToString())
+    with pytest.raises(ModelError, match=r"input_1\.pb keeps its values in another file; write them in it"):
+        find_samples(model)
     write_test_data_set(model, rate_values(16000))
     monkeypatch.setattr("pytest_dlbricks.samples.memory_limit", lambda: 1000)
     with pytest.raises(

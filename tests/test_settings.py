@@ -206,7 +206,10 @@ def test_default_age_is_the_settings_default() -> None:
     assert parse_age(DEFAULT_MAX_AGE) == Settings(granularity=1).max_age_s
 
 
-@pytest.mark.parametrize(("text", "fraction"), [("10%", 0.1), ("2.5", 0.025), (" 0 % ", 0.0), ("150%", 1.5)])
+@pytest.mark.parametrize(
+    ("text", "fraction"),
+    [("10%", 0.1), ("2.5", 0.025), (" 0 % ", 0.0), ("150%", 1.5), ("0.5%", 0.005), ("1", 0.01)],
+)
 def test_percentage_is_a_fraction(text: str, fraction: float) -> None:
     assert parse_percentage(text) == pytest.approx(fraction)
 
@@ -217,6 +220,7 @@ def test_percentage_is_a_fraction(text: str, fraction: float) -> None:
         ("ten", "expected a percentage such as 10%, not 'ten'"),
         ("-5%", "percentage must be zero or more, not '-5%'"),
         ("nan", "percentage must be zero or more, not 'nan'"),
+        ("0.1", "is 0.1 a fraction or a percentage? write 10% or 0.1%"),
     ],
 )
 def test_percentage_rejects_with_a_message(text: str, message: str) -> None:

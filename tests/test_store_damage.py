@@ -103,6 +103,8 @@ MUTATIONS: dict[str, Callable[[random.Random, bytes], bytes]] = {
     "nan": _edit(_nan),
     "negative": _edit(_negative),
     "missing_key": _edit(_missing_key),
+    # Valid JSON nested deeper than Python's parser goes (it raises RecursionError, no ValueError).
+    "nested_too_deep": lambda rng, data: b"[" * 100_000 + b"]" * 100_000,
 }
 
 

@@ -17,6 +17,7 @@ from conftest import plan_of
 from pytest_dlbricks.bricks import BrickSpec, brick_signature
 from pytest_dlbricks.cutting import plan_model
 from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.maps import MapError, read_json
 from pytest_dlbricks.running import BrickRunner
 from pytest_dlbricks.runtime import new_options
 from pytest_dlbricks.settings import Settings
@@ -254,3 +255,13 @@ def test_a_brick_file_referring_to_external_data_is_refused_unread(tmp_path: Pat
     path.write_bytes(model.SerializeToString())
     with pytest.raises(SuiteError, match="refers to external data, which no exported brick does; refused, not read"):
         read_brick(path, (read_manifest(suite) or {})[path.name])
+
+
+def test_a_manifest_or_map_nested_deeper_than_json_is_read_is_an_error_naming_it(tmp_path: Path) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / MANIFEST).write_text(deep)
+    with pytest.raises(SuiteError, match=r"manifest\.json cannot be read as JSON"):
+        read_manifest(tmp_path)
+    (tmp_path / "model.map.json").write_text(deep)
+    with pytest.raises(MapError, match=r"model\.map\.json is not JSON"):
+        read_json(tmp_path / "model.map.json")
