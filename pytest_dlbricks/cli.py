@@ -29,6 +29,7 @@ from .comparing import (
     render_inconclusive,
     render_regressions,
 )
+from .errors import describe_error
 from .estimates import model_estimates
 from .html import render_html
 from .identity import differences
@@ -137,6 +138,21 @@ def _add_outputs(command: argparse.ArgumentParser) -> None:
     )
 
 
+#: What reading a map or report whose insides were damaged raises.
+_DAMAGE = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, ZeroDivisionError)
+
+
+def _damaged(arguments: argparse.Namespace, error: Exception) -> str:
+    """The files given to compose or merge, named as damaged, with what was wrong."""
+    given = [*arguments.maps, arguments.results] if arguments.command == "compose" else arguments.reports
+    files = ", ".join(str(path) for path in given)
+    return f"the files given are damaged or were not written by pytest-dlbricks ({files}): {_described(error)}"
+
+
+def _described(error: Exception) -> str:
+    return f"{type(error).__name__}: {describe_error(error)}"
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run the command line ``argv``; returns the exit status."""
     out = out or sys.stdout
@@ -152,6 +168,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     except (MapError, IncompatibleReports) as error:
         print(f"{PROG} {arguments.command}: error: {error}", file=err)
         return 1
+    except _DAMAGE as error:  # a file of the right kind whose insides were damaged or edited
+        print(f"{PROG} {arguments.command}: error: {_damaged(arguments, error)}", file=err)
+        return 1
     for warning in warnings:
         print(f"{PROG} {arguments.command}: warning: {warning}", file=err)
     comparison = None
@@ -161,8 +180,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         except MapError as error:
             print(f"{PROG} {arguments.command}: error: {error}", file=err)
             return 1
+        except _DAMAGE as error:
+            print(f"{PROG} {arguments.command}: error: {arguments.compare} is damaged ({_described(error)})", file=err)
+            return 1
         report["comparison"] = comparison.as_dict()
-    status = _emit(report, arguments, out, err)
+    try:
+        status = _emit(report, arguments, out, err)
+    except _DAMAGE as error:
+        print(f"{PROG} {arguments.command}: error: {_damaged(arguments, error)}", file=err)
+        return 1
     if comparison is None or status:
         return status
     print(f"estimates compared with {comparison.baseline}:", file=out)

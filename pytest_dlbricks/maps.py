@@ -60,9 +60,18 @@ def write_maps(folder: Path, report: Mapping[str, Any], plans: Sequence[ModelPla
         write_json(folder / name, document)
         written.add(name)
     for stale in folder.glob(f"*{MAP_SUFFIX}"):
-        if stale.name not in written:
+        if stale.name not in written and _is_map(stale):  # another tool's file of the same suffix stays
             stale.unlink()
     return len(written)
+
+
+def _is_map(path: Path) -> bool:
+    """Whether ``path`` is a map file of pytest-dlbricks (of any version)."""
+    try:
+        document = read_json(path)
+    except MapError:
+        return False
+    return isinstance(document, dict) and document.get("kind") == KIND
 
 
 def read_maps(paths: Iterable[Path]) -> list[dict[str, Any]]:

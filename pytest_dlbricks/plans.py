@@ -41,7 +41,7 @@ from .cutting import Brick, BrokenBrick, ModelPlan
 from .graph import TensorSpec, nested_tensors
 from .identity import digest
 from .screening import check_model_file
-from .settings import Settings
+from .settings import LARGEST_NUMBER, Settings
 from .store import is_brick_graph, write_json
 from .sweeps import SweepPoint
 
@@ -220,6 +220,8 @@ def cut_model_from_json(data: Mapping[str, Any], display_path: str, point: Sweep
         raise ValueError("the bricks do not match their signatures and graph")
     if not set(plan.signatures) <= set(work):
         raise ValueError("the work of a brick is missing")
+    if any(isinstance(brick, BrokenBrick) and brick.layer_index >= plan.layers for brick in bricks):
+        raise ValueError("a broken brick's layer is not one of the model's")
     return CutModel(plan, work)
 
 
@@ -297,9 +299,10 @@ def _specs(data: list[list[Any]]) -> tuple[tuple[str, TensorSpec], ...]:
 
 
 def _count(value: Any) -> int:
-    """A count, index, size or version as a plan holds it: a whole number, never negative."""
+    """A count, index, size or version as a plan holds it: a whole number, never negative, at most what an
+    ONNX size can hold (a larger one overflowed the arithmetic of the report)."""
     number = int(value)
-    if number < 0 or number != value:
+    if number < 0 or number != value or number > LARGEST_NUMBER:
         raise ValueError(f"{value!r} is not a count")
     return number
 

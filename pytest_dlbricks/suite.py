@@ -163,8 +163,9 @@ def export_suite(
         "bricks": entries,
     }
     write_json(folder / MANIFEST, manifest)
-    for stale in set(previous) - {str(entry["file"]) for entry in entries}:
-        (folder / stale).unlink(missing_ok=True)
+    for stale in set(previous) - {str(entry["file"]) for entry in entries} - {MANIFEST}:
+        if (folder / stale).is_file():  # a damaged manifest may name a folder
+            (folder / stale).unlink()
     return len(entries)
 
 

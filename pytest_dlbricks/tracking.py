@@ -160,10 +160,13 @@ class Tracking:
         usable = ((str(name), data["dlbricks"]) for name, data in runs if isinstance(data.get("dlbricks"), Mapping))
         baseline = None
         for name, block in usable:
-            reason = _no_baseline_because(block) if which == "latest" else None
+            reason = _no_baseline_because(block, self.settings.statistic) if which == "latest" else None
             if reason is not None:
                 self.passed_over.append((name, reason))
                 continue
+            damage = _damage_of(block, self.settings.statistic)
+            if damage is not None:
+                raise pytest.UsageError(f"--dlbricks-compare: {name} is damaged ({damage}); name another run")
             baseline = name, block
             break
         if baseline is None:
@@ -383,7 +386,7 @@ class Tracking:
             if not older:
                 older = str(name) == latest
                 continue
-            if not isinstance(block, Mapping) or _no_baseline_because(block):
+            if not isinstance(block, Mapping) or _no_baseline_because(block, self.settings.statistic):
                 continue
             if block.get("version") != BLOCK_VERSION or differences(conditions, block):
                 continue
@@ -596,6 +599,24 @@ def manifest_of(plan: ModelPlan, settings: Settings) -> ModelManifest:
     )
 
 
+#: What comparing with a damaged ``dlbricks`` block (edited, or written by a broken tool) raises.
+_BLOCK_DAMAGE = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, ZeroDivisionError)
+
+
+def _damage_of(block: Mapping[str, Any], statistic: str) -> str | None:
+    """What makes a saved run's ``dlbricks`` block unreadable to the comparison, or None: it is compared with
+    itself, which reads every model and brick the way a comparison does."""
+    if block.get("version") != BLOCK_VERSION:
+        return None  # refused as another version's, which says more
+    try:
+        if not isinstance(block.get("report"), Mapping):
+            raise TypeError("no report")
+        compare(block, block, baseline="", statistic=statistic, threshold=None)
+    except _BLOCK_DAMAGE as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
 def _complete(report: Mapping[str, Any]) -> set[str]:
     """The models of a report with a complete estimate."""
     return {str(model["path"]) for model in report.get("models", []) if model.get("complete")}
@@ -606,10 +627,14 @@ def _high_noise(block: Mapping[str, Any]) -> bool:
     return bool((block.get("report") or {}).get("summary", {}).get("high_noise"))
 
 
-def _no_baseline_because(block: Mapping[str, Any]) -> str | None:
+def _no_baseline_because(block: Mapping[str, Any], statistic: str) -> str | None:
     """Why a saved run is no latest baseline, or None: the gate compares with the last run that passed it. A run
     that failed the gate or could not tell, saved as CI saves every run, would otherwise let the next run pass
-    the same regression; a run stopped early holds only what it measured until then."""
+    the same regression; a run stopped early holds only what it measured until then; a damaged one cannot be
+    read."""
+    damage = _damage_of(block, statistic)
+    if damage is not None:
+        return f"damaged: {damage}"
     report = block.get("report") or {}
     comparison = report.get("comparison") or {}
     if comparison.get("failed"):

@@ -127,6 +127,30 @@ def test_an_unreadable_plan_is_a_miss(tmp_path: Path, content: str) -> None:
     assert cache.get(path, "chain.onnx") is None
 
 
+@pytest.mark.parametrize("damage", ["bytes", "flops", "layers", "broken_layer"])
+def test_a_plan_with_numbers_no_cut_makes_is_a_miss(tmp_path: Path, damage: str) -> None:
+    """Sizes beyond 64 bits overflowed the report's arithmetic; a broken brick beyond the model's layers
+    named an error of a layer that is not there."""
+    path = tiny_models.chain(tmp_path)
+    cache = PlanCache(tmp_path / "plans", SETTINGS)
+    cache.put(path, ONE_POINT, cut(path))
+    (saved,) = (tmp_path / "plans").iterdir()
+    data = json.loads(saved.read_text())
+    layer = next(iter(data["work"].values()))["layers"][0]
+    if damage == "bytes":
+        layer[2] = 10**400
+    elif damage == "flops":
+        layer[1] = 10**30
+    elif damage == "layers":
+        data["layers"] = 2**63
+    else:
+        data["bricks"].append({"broken": [data["layers"], "Relu", "no kernel"]})
+        data["edges"] = []
+    saved.write_text(json.dumps(data))
+    assert cache.get(path, "chain.onnx") is None
+    assert cache.discarded == 1
+
+
 def test_a_missing_or_broken_model_file_is_a_miss(tmp_path: Path) -> None:
     cache = PlanCache(tmp_path / "plans", SETTINGS)
     assert cache.get(tmp_path / "gone.onnx", "gone.onnx") is None

@@ -232,10 +232,13 @@ def test_compose_warns_when_no_brick_was_measured_or_settings_differ(plans: list
 
 
 def test_stale_maps_are_removed_and_bad_ones_refused(plans: list[ModelPlan], tmp_path: Path) -> None:
-    (tmp_path / "old.onnx.map.json").write_text("{}")
-    (tmp_path / "notes.txt").write_text("mine")
     write_maps(tmp_path, report_of(plans, {}), plans)
-    assert not (tmp_path / "old.onnx.map.json").exists() and (tmp_path / "notes.txt").exists()
+    (tmp_path / "bundle.map.json").write_text("{}")  # another tool's file of the same suffix
+    (tmp_path / "notes.txt").write_text("mine")
+    write_maps(tmp_path, report_of(plans[:1], {}), plans[:1])
+    maps = sorted(path.name for path in tmp_path.glob("*.map.json"))
+    assert maps == sorted([map_file_name(plans[0].path), "bundle.map.json"]) and (tmp_path / "notes.txt").exists()
+    (tmp_path / "bundle.map.json").unlink()
     (tmp_path / "bad.map.json").write_text('{"kind": "something else"}')
     with pytest.raises(MapError, match=r"bad\.map\.json is not a pytest-dlbricks map"):
         read_maps([tmp_path])

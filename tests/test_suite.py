@@ -184,6 +184,18 @@ def test_a_new_export_replaces_the_old_one(tmp_path: Path) -> None:
     assert sorted(path.name for path in suite.iterdir()) == sorted([brick_file_name(chain), MANIFEST])
 
 
+def test_a_previous_manifest_naming_the_manifest_or_a_folder_removes_neither(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    (chain,) = distinct(tiny_models.chain(tmp_path))
+    export_suite(suite, [chain], SETTINGS.describe())
+    manifest = json.loads((suite / MANIFEST).read_text())
+    manifest["bricks"] += [dict(manifest["bricks"][0], file=MANIFEST), dict(manifest["bricks"][0], file="kept")]
+    (suite / MANIFEST).write_text(json.dumps(manifest))
+    (suite / "kept").mkdir()
+    export_suite(suite, [chain], SETTINGS.describe())
+    assert read_manifest(suite) is not None and (suite / "kept").is_dir()
+
+
 def test_only_a_new_empty_or_suite_folder_takes_an_export(tmp_path: Path) -> None:
     assert check_export_folder(tmp_path / "new") is None
     (tmp_path / "empty").mkdir()

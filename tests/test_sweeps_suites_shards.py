@@ -371,6 +371,16 @@ def test_three_shards_merge_into_the_single_run_composition(pytester: pytest.Pyt
     )
     assert status == 0 and "2 of 3 shards given: models are incomplete" in err
 
+    # Damaged insides: an error naming the files, no traceback.
+    whole = read(pytester.path / "s2.json")
+    for key in ("settings", "models"):
+        damaged = dict(whole)
+        del damaged[key]
+        (pytester.path / "s2.json").write_text(json.dumps(damaged))
+        status, out, err = cli("merge", *(str(pytester.path / f"s{k}.json") for k in (1, 2, 3)))
+        assert status == 1 and "error: the files given are damaged or were not written by pytest-dlbricks" in err, key
+        assert "s2.json" in err and "Traceback" not in out + err, key
+
 
 def test_shards_with_and_without_the_store_merge_and_gate_like_a_direct_run(
     pytester: pytest.Pytester, copy_models: Callable[..., list[Path]]

@@ -635,6 +635,30 @@ def test_pytest_benchmarks_precision_is_met_at_its_own_confidence(
     run(pytester, precision, *args).assert_outcomes(passed=3)
 
 
+def test_a_damaged_saved_run_is_passed_over_or_refused_by_name(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    args = ("--dlbricks-granularity=2", "--benchmark-autosave", "models/mlp.onnx")
+    run(pytester, *args).assert_outcomes(passed=3)
+    run(pytester, *args).assert_outcomes(skipped=3)
+    first, second = saved_runs(pytester)
+    data = read(second)
+    data["dlbricks"]["report"]["models"][0]["sequential_s"] = "fast"
+    second.write_text(json.dumps(data))
+    result = run(pytester, "--dlbricks-compare", "--dlbricks-json=r.json", *args)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            f"dlbricks: passed over as baselines: */{second.name} (damaged: ValueError: could not convert*)",
+            f"*compared with */{first.name} -*",
+        ]
+    )
+    assert read(pytester.path / "r.json")["comparison"]["baseline"].endswith(first.name)
+    named = run(pytester, "--dlbricks-compare=2", *args)
+    assert named.ret == pytest.ExitCode.USAGE_ERROR
+    named.stderr.fnmatch_lines([f"*--dlbricks-compare: */{second.name} is damaged (ValueError: *); name another run"])
+
+
 def test_unchanged_bricks_timed_slower_pass_the_gate(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     """Every brick of the model comes back 50% slower, as from a busy machine: the same bricks cannot regress."""
     args = ("--dlbricks-granularity=2", "models/mlp.onnx")
