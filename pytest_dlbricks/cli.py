@@ -181,7 +181,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             print(f"{PROG} {arguments.command}: error: {error}", file=err)
             return 1
         except _DAMAGE as error:
-            print(f"{PROG} {arguments.command}: error: {arguments.compare} is damaged ({_described(error)})", file=err)
+            print(
+                f"{PROG} {arguments.command}: error: cannot compare with {arguments.compare}: it or the files"
+                f" given are damaged ({_described(error)})",
+                file=err,
+            )
             return 1
         report["comparison"] = comparison.as_dict()
     try:

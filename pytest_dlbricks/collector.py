@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from .bricks import BrickSpec
-from .engine import DLBricksRun
+from .engine import DLBricksRun, unforeseen
 from .errors import ModelError
 from .items import brick_mark, brick_test, e2e_test
 from .suite import SuiteError, read_brick
@@ -45,11 +45,11 @@ class ModelFile(pytest.File):
         except ModelError as error:
             yield FailingItem.from_parent(self, name=f"load{suffix}", message=f"{self.nodeid}{suffix}: {error.cause}")
             return
+        except pytest.exit.Exception:
+            raise
         except Exception as error:  # an input no check foresaw: it fails this model alone, never the session
             yield FailingItem.from_parent(
-                self,
-                name=f"load{suffix}",
-                message=f"{self.nodeid}{suffix}: cannot be read ({type(error).__name__}: {error})",
+                self, name=f"load{suffix}", message=f"{self.nodeid}{suffix}: {unforeseen(error)}"
             )
             return
         for name, value in plan.guessed_dims.items() if warn else ():

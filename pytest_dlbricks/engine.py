@@ -58,6 +58,11 @@ def readable(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+def unforeseen(error: Exception) -> str:
+    """Why a model failed with an error no check foresaw, in the words of its ``::load`` item and report."""
+    return f"cannot be read ({type(error).__name__}: {describe_error(error)})"
+
+
 class DLBricksRun:
     """Created by :class:`~pytest_dlbricks.session.DLBricksSession` for one pytest session.
 
@@ -166,6 +171,18 @@ class DLBricksRun:
         display_path = readable(display_path)
         point = point or self.points[0]
         point = dataclasses.replace(point, dims=self.settings.dims_for(display_path, point.dims))
+        name = display_path + point.suffix
+        try:
+            return self._add_model(path, display_path, point, hooked)
+        except ModelError:
+            raise
+        except Exception as error:  # an input no check foresaw: the report lists the model with it, as any
+            self.failed.append(FailedModel(name, unforeseen(error)))
+            raise
+
+    def _add_model(
+        self, path: Path, display_path: str, point: SweepPoint, hooked: object
+    ) -> tuple[ModelPlan, list[BrickSpec]]:
         name = display_path + point.suffix
         try:
             sample = self._sample_inputs(path, hooked)

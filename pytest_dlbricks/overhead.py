@@ -17,8 +17,9 @@ the proportion of the reference's time then to its time when the costs were meas
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -153,12 +154,21 @@ def measure_parallel_fixed_cost(settings: Settings, rounds: int = 5, calls: int 
     """The fixed cost of a call under the parallel executor, as the intercept of chains' calls timed alone.
 
     Fewer calls than for the sequential costs: where the executor's threads compete with the intra-op
-    ones for the cores, one of its calls can take milliseconds.
+    ones for the cores, one of its calls can take milliseconds. Each chain has a session of its own, and
+    a session of this executor may land in a slow state (8 ms a call where others take 10 us), so the line
+    is fitted robustly (the median of the pairwise slopes, then of the intercepts): fitted by least
+    squares through one slow session among fast ones, the cost read 6.3 ms or 3.6 us from run to run.
     """
     sessions = {"parallel": [_Call(_tiny_model(size, 1, 1), settings, parallel=True) for size in _SIZES]}
     times = _interleaved_times(sessions, rounds, calls)["parallel"]
-    _, fixed_s = np.polyfit(_SIZES, [float(np.median(member)) for member in times], 1)
-    return max(float(fixed_s), 0.0)
+    return max(_robust_intercept(_SIZES, [float(np.median(member)) for member in times]), 0.0)
+
+
+def _robust_intercept(sizes: Sequence[int], seconds: Sequence[float]) -> float:
+    """The intercept of the line through (size, seconds) that most points follow (Theil and Sen's)."""
+    pairs = itertools.combinations(zip(sizes, seconds), 2)
+    slope = float(np.median([(b_s - a_s) / (b - a) for (a, a_s), (b, b_s) in pairs]))
+    return float(np.median([time - slope * size for size, time in zip(sizes, seconds)]))
 
 
 _SIZES = (1, 2, 4, 8, 16)

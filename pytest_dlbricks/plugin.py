@@ -40,10 +40,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from .session import DLBricksSession
     from .tracking import Tracking
 
-    if not config.pluginmanager.has_plugin("benchmark"):
+    if not hasattr(config.option, "benchmark_disable"):  # pytest-benchmark's options: loaded under any name
         raise pytest.UsageError(
             "dlbricks times its bricks with pytest-benchmark, which this run disabled (-p no:benchmark)"
-            " or cannot load: enable it, or run without --dlbricks-granularity (and its ini value)"
+            " or cannot load: enable it, or leave dlbricks out (-p no:dlbricks)"
         )
     try:
         use_thread_pool(settings.thread_pool, settings.intra_op_threads)

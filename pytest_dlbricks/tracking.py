@@ -334,17 +334,23 @@ class Tracking:
         name, block = self.baseline
         now = make_block(report, self.identity.conditions(self.settings))
         statistic, threshold = self.settings.statistic, self.settings.compare_fail
-        first = compare(now, block, baseline=name, statistic=statistic, threshold=threshold)
-        # A model whose bricks changed is judged on them timed again, interleaved with its references.
-        retimed = {
-            model.path: retime(self.run.bricks, [*model.changed, *model.references], self.settings)
-            for model in suspects(first)
-        }
-        self.comparison = (
-            compare(now, block, baseline=name, statistic=statistic, threshold=threshold, retimed=retimed)
-            if retimed
-            else first
-        )
+        try:
+            first = compare(now, block, baseline=name, statistic=statistic, threshold=threshold)
+            # A model whose bricks changed is judged on them timed again, interleaved with its references.
+            retimed = {
+                model.path: retime(self.run.bricks, [*model.changed, *model.references], self.settings)
+                for model in suspects(first)
+            }
+            self.comparison = (
+                compare(now, block, baseline=name, statistic=statistic, threshold=threshold, retimed=retimed)
+                if retimed
+                else first
+            )
+        except _BLOCK_DAMAGE as error:  # damage only judging a changed brick reads (its rounds, its spread)
+            self.notes.append(f"cannot compare with {name}: it is damaged ({type(error).__name__}: {error})")
+            if threshold is not None and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = INCONCLUSIVE_EXIT
+            return
         self.run.attach(comparison=self.comparison.as_dict())
         if session.exitstatus == pytest.ExitCode.OK:
             if self.comparison.regressions:
@@ -372,6 +378,7 @@ class Tracking:
                 if candidate is not baseline:
                     missing = sorted(known - candidates[0][1])
                     self.passed_over.append((baseline[0], f"no estimate of {', '.join(missing)}"))
+                    self.mismatches = []  # an older run is taken only under the same conditions
                 return candidate
         return baseline
 
@@ -448,9 +455,14 @@ class Tracking:
         for note in self.notes:
             write(f"dlbricks: {note}", yellow=True)
         if self.passed_over:
-            write(
-                f"dlbricks: passed over as baselines: {'; '.join(f'{name} ({why})' for name, why in self.passed_over)}"
-            )
+            shown = "; ".join(f"{name} ({why})" for name, why in self.passed_over[:PASSED_OVER_SHOWN])
+            more = len(self.passed_over) - PASSED_OVER_SHOWN
+            write(f"dlbricks: passed over as baselines: {shown}{f'; and {more} more' if more > 0 else ''}")
+            if any(why in JUDGED for _, why in self.passed_over):
+                write(
+                    "dlbricks: a run that failed the gate or could not tell is no baseline; to accept its changes,"
+                    " compare once with it by number (--dlbricks-compare=NUM), in a run of every model"
+                )
         self._summarize_noise(write)
         if self.spread_checks and any(model.get("complete") for model in (self.run.report or {}).get("models", [])):
             write(
@@ -627,6 +639,12 @@ def _high_noise(block: Mapping[str, Any]) -> bool:
     return bool((block.get("report") or {}).get("summary", {}).get("high_noise"))
 
 
+#: Why runs the gate judged are passed over (see :func:`_no_baseline_because`).
+JUDGED = ("failed the gate", "the gate was inconclusive")
+#: Runs passed over that the terminal names; the others are counted.
+PASSED_OVER_SHOWN = 5
+
+
 def _no_baseline_because(block: Mapping[str, Any], statistic: str) -> str | None:
     """Why a saved run is no latest baseline, or None: the gate compares with the last run that passed it. A run
     that failed the gate or could not tell, saved as CI saves every run, would otherwise let the next run pass
@@ -638,9 +656,9 @@ def _no_baseline_because(block: Mapping[str, Any], statistic: str) -> str | None
     report = block.get("report") or {}
     comparison = report.get("comparison") or {}
     if comparison.get("failed"):
-        return "failed the gate"
+        return JUDGED[0]
     if comparison.get("inconclusive"):
-        return "the gate was inconclusive"
+        return JUDGED[1]
     if report.get("partial"):
         return "stopped early"
     if _high_noise(block):

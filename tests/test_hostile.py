@@ -12,6 +12,7 @@ import os
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -135,17 +136,18 @@ def test_an_error_no_check_foresaw_fails_its_model_alone(
     pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     copy_models(SAMPLE_MODELS / "mlp.onnx", SAMPLE_MODELS / "tiny_resnet.onnx")
-    add_model = engine.DLBricksRun.add_model
+    add_model = engine.DLBricksRun._add_model
 
-    def unforeseen(self: engine.DLBricksRun, path: Path, *args: object, **kwargs: object) -> object:
+    def unforeseen(self: engine.DLBricksRun, path: Path, *args: Any) -> Any:
         if path.name == "tiny_resnet.onnx":
             raise RecursionError("maximum recursion depth exceeded")
-        return add_model(self, path, *args, **kwargs)  # type: ignore[arg-type]
+        return add_model(self, path, *args)
 
-    monkeypatch.setattr(engine.DLBricksRun, "add_model", unforeseen)
-    result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-store=none", "models")
+    monkeypatch.setattr(engine.DLBricksRun, "_add_model", unforeseen)
+    result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-store=none", "--dlbricks-json=r.json", "models")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(
-        ["models/tiny_resnet.onnx: cannot be read (RecursionError: maximum recursion depth exceeded)"]
-    )
+    cause = "cannot be read (RecursionError: maximum recursion depth exceeded)"
+    result.stdout.fnmatch_lines([f"models/tiny_resnet.onnx: {cause}"])
     result.stdout.fnmatch_lines(["models/mlp.onnx * yes*"])
+    models = {model["path"]: model for model in read_report(pytester.path / "r.json")["models"]}
+    assert models["models/tiny_resnet.onnx"]["error"] == cause and models["models/mlp.onnx"]["complete"]

@@ -430,6 +430,16 @@ def test_dlbricks_without_pytest_benchmark_is_a_usage_error(pytester: pytest.Pyt
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
+def test_pytest_benchmark_loaded_by_its_module_name_is_found(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy_models(SAMPLE_MODELS / "mlp.onnx")
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    plugins = ("-p", "pytest_benchmark.plugin", "-p", "pytest_dlbricks.plugin")
+    result = run(pytester, *plugins, "--dlbricks-granularity=2", "--dlbricks-store=none", "models")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+
+
 def test_a_report_file_that_cannot_be_written_is_refused_before_timing(pytester: pytest.Pytester) -> None:
     pytester.mkdir("reports")
     pytester.makefile(".txt", afile="")

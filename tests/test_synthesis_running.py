@@ -533,6 +533,19 @@ def test_the_parallel_fixed_cost_is_the_intercept_of_chains_of_growing_length(
     assert measure_parallel_fixed_cost(settings, rounds=1, calls=1) == 0.0
 
 
+@pytest.mark.parametrize("slow", range(5))
+def test_one_session_of_the_parallel_executor_in_its_slow_state_leaves_the_fixed_cost_alone(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, slow: int
+) -> None:
+    """Each chain has its session; one landing in the executor's slow state (8 ms a call) is passed over."""
+
+    def chains(families: object, rounds: int, calls: int) -> dict[str, list[list[float]]]:
+        return {"parallel": [[8e-3 if k == slow else 6e-6 + n * 0.7e-6] for k, n in enumerate(call_overhead._SIZES)]}
+
+    monkeypatch.setattr(call_overhead, "_interleaved_times", chains)
+    assert measure_parallel_fixed_cost(settings, rounds=1, calls=1) == pytest.approx(6e-6)
+
+
 def test_the_parallel_fixed_cost_is_measured_on_the_parallel_executor(settings: Settings) -> None:
     fixed_s = measure_parallel_fixed_cost(settings, rounds=2, calls=5)
     assert math.isfinite(fixed_s) and 0 <= fixed_s < 0.05

@@ -566,9 +566,19 @@ def test_a_regression_introduced_into_a_model_fails_the_session(
     again.stdout.fnmatch_lines(
         [
             "dlbricks: passed over as baselines: *0002_*.json (failed the gate)",
+            "dlbricks: a run that failed the gate or could not tell is no baseline; to accept its changes, compare"
+            " once with it by number (--dlbricks-compare=NUM), in a run of every model",
             "*- dlbricks: median estimates compared with *0001_*.json -*",
             "models/net.onnx * REGRESSION",
         ]
+    )
+    # Accepted as the message says: compared once with the failed run, it passes and is the baseline after.
+    accept = ("--dlbricks-compare=2", "--dlbricks-compare-fail=10%")
+    assert run(pytester, *accept, *args, timing=GATE_TIMING).ret == pytest.ExitCode.OK
+    after = run(pytester, *gate, *args, timing=GATE_TIMING)
+    assert after.ret == pytest.ExitCode.OK
+    after.stdout.fnmatch_lines(
+        ["*- dlbricks: median estimates compared with *0004_*.json -*", "dlbricks: gate passed*"]
     )
 
 
@@ -657,6 +667,27 @@ def test_a_damaged_saved_run_is_passed_over_or_refused_by_name(
     named = run(pytester, "--dlbricks-compare=2", *args)
     assert named.ret == pytest.ExitCode.USAGE_ERROR
     named.stderr.fnmatch_lines([f"*--dlbricks-compare: */{second.name} is damaged (ValueError: *); name another run"])
+
+
+def test_a_baseline_damaged_where_only_judging_reads_leaves_the_gate_inconclusive_and_the_report_whole(
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A brick's rounds are read only to judge a model whose bricks changed."""
+    monkeypatch.setattr("pytest_dlbricks.report.HIGH_NOISE", 1.0)
+    (pytester.path / "models").mkdir()
+    net(pytester, kernel=1)
+    args = ("--dlbricks-granularity=1", "--benchmark-autosave", "--dlbricks-json=r.json", "models")
+    assert run(pytester, *args).ret == 0
+    (saved,) = saved_runs(pytester)
+    data = read(saved)
+    for brick in data["dlbricks"]["report"]["bricks"]:
+        brick["stats"]["rounds"] = "x"
+    saved.write_text(json.dumps(data))
+    net(pytester, kernel=9)
+    result = run(pytester, "--dlbricks-compare", "--dlbricks-compare-fail=10%", *args)
+    assert result.ret == INCONCLUSIVE_EXIT
+    result.stdout.fnmatch_lines([f"dlbricks: cannot compare with */{saved.name}: it is damaged (ValueError: *)"])
+    assert read(pytester.path / "r.json")["models"][0]["complete"]
 
 
 def test_unchanged_bricks_timed_slower_pass_the_gate(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
