@@ -156,8 +156,9 @@ def measure_parallel_fixed_cost(settings: Settings, rounds: int = 5, calls: int 
     Fewer calls than for the sequential costs: where the executor's threads compete with the intra-op
     ones for the cores, one of its calls can take milliseconds. Each chain has a session of its own, and
     a session of this executor may land in a slow state (8 ms a call where others take 10 us), so the line
-    is fitted robustly (the median of the pairwise slopes, then of the intercepts): fitted by least
-    squares through one slow session among fast ones, the cost read 6.3 ms or 3.6 us from run to run.
+    is fitted robustly (the median of the pairwise slopes, then of the intercepts), which passes over one or
+    two slow sessions of the five: fitted by least squares, four identical runs read 6.3 ms, 3.6 us, 6.8 us
+    and 3.6 us.
     """
     sessions = {"parallel": [_Call(_tiny_model(size, 1, 1), settings, parallel=True) for size in _SIZES]}
     times = _interleaved_times(sessions, rounds, calls)["parallel"]
