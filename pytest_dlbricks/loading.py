@@ -46,7 +46,14 @@ from .graph import (
 from .ordering import canonical_order, content_keys
 from .runtime import load_refusal, optimize_model, run_reference
 from .samples import SampleInputs, match_inputs
-from .screening import check_model_file, check_runtime_accepts, check_text, check_values, check_weights
+from .screening import (
+    check_model_file,
+    check_packed_weights,
+    check_runtime_accepts,
+    check_text,
+    check_values,
+    check_weights,
+)
 from .settings import DEFAULT_DIM, Settings
 from .synthetic import model_feeds
 
@@ -283,6 +290,7 @@ class _ModelLoader:
         check_values(self.path, self._declared_specs(), self.inputs, weights, given)
         self.specs = self._infer_specs()
         check_values(self.path, self.specs, self.inputs, weights, given)
+        check_packed_weights(self.path, self.model.graph.node, self.specs, weights)
 
     def weight_bytes(self) -> int:
         """Bytes of the model's dense weights, as their declarations give them (8 an element of a type numpy

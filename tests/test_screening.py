@@ -121,3 +121,38 @@ def test_a_value_declared_with_no_onnx_type_is_unknown_to_the_loader(tmp_path: P
     model.graph.value_info.append(helper.make_tensor_value_info("h", 99, [4]))
     with pytest.raises(ModelError, match=r"cannot run the model to learn its shapes: .*Invalid tensor data type 99"):
         load_model(tiny_models.save(model, tmp_path, "odd_declaration.onnx"))
+
+
+def _constant_of_shape_into_matmul(folder: Path, rows: int, columns: int) -> Path:
+    """A MatMul whose right-hand side a ConstantOfShape makes: a file of bytes, a weight onnxruntime folds."""
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [rows, columns])
+    fill = helper.make_tensor("fill", TensorProto.FLOAT, [1], [0.5])
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["w"], value=fill),
+        helper.make_node("MatMul", ["x", "w"], ["y"]),
+    ]
+    model = tiny_models.finish(
+        nodes,
+        [tiny_models.tensor("x", [1, rows])],
+        [tiny_models.tensor("y", [1, columns])],
+        [shape],
+    )
+    return tiny_models.save(model, folder, f"packed_{rows}x{columns}.onnx")
+
+
+@pytest.mark.parametrize(("rows", "columns", "refused"), [(4096, 1, True), (1024, 16, False), (1200, 17, True)])
+def test_a_matmul_weight_too_large_once_packed_is_refused_before_the_session_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: int, columns: int, refused: bool
+) -> None:
+    """onnxruntime pads a constant right-hand side's columns to 16 when it makes the session: [4096, 1]
+    floats take 256 KiB packed, [1024, 16] 64 KiB, [1200, 17] 150 KiB (32 columns)."""
+    monkeypatch.setattr(screening, "memory_limit", lambda: 128 << 10)
+    path = _constant_of_shape_into_matmul(tmp_path, rows, columns)
+    if not refused:
+        assert load_model(path).specs["y"].shape == (1, columns)
+        return
+    with pytest.raises(
+        ModelError,
+        match=r"MatMul weight 'w' \(float\[\d+,\d+\]\) would need (256|150)\.0 KiB once onnxruntime packs it",
+    ):
+        load_model(path)
