@@ -29,7 +29,7 @@ from .comparing import (
     render_inconclusive,
     render_regressions,
 )
-from .errors import describe_error
+from .errors import named_error
 from .estimates import model_estimates
 from .html import render_html
 from .identity import differences
@@ -146,11 +146,7 @@ def _damaged(arguments: argparse.Namespace, error: Exception) -> str:
     """The files given to compose or merge, named as damaged, with what was wrong."""
     given = [*arguments.maps, arguments.results] if arguments.command == "compose" else arguments.reports
     files = ", ".join(str(path) for path in given)
-    return f"the files given are damaged or were not written by pytest-dlbricks ({files}): {_described(error)}"
-
-
-def _described(error: Exception) -> str:
-    return f"{type(error).__name__}: {describe_error(error)}"
+    return f"the files given are damaged or were not written by pytest-dlbricks ({files}): {named_error(error)}"
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -183,7 +179,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         except _DAMAGE as error:
             print(
                 f"{PROG} {arguments.command}: error: cannot compare with {arguments.compare}: it or the files"
-                f" given are damaged ({_described(error)})",
+                f" given are damaged ({named_error(error)})",
                 file=err,
             )
             return 1

@@ -20,7 +20,7 @@ from .budget import Use, brick_precision, largest_share
 from .calibration import CalibrationRecord
 from .clock import PausableClock
 from .cutting import ModelPlan, plan_model
-from .errors import ModelError, describe_error
+from .errors import ModelError, describe_error, named_error
 from .html import render_html
 from .loading import load_model, whole_model
 from .maps import write_maps
@@ -60,7 +60,7 @@ def readable(name: str) -> str:
 
 def unforeseen(error: Exception) -> str:
     """Why a model failed with an error no check foresaw, in the words of its ``::load`` item and report."""
-    return f"cannot be read ({type(error).__name__}: {describe_error(error)})"
+    return f"cannot be read ({named_error(error)})"
 
 
 class DLBricksRun:
@@ -173,7 +173,7 @@ class DLBricksRun:
         point = dataclasses.replace(point, dims=self.settings.dims_for(display_path, point.dims))
         name = display_path + point.suffix
         try:
-            return self._add_model(path, display_path, point, hooked)
+            return self._add_model(path, display_path, point, hooked, name)
         except ModelError:
             raise
         except Exception as error:  # an input no check foresaw: the report lists the model with it, as any
@@ -181,9 +181,8 @@ class DLBricksRun:
             raise
 
     def _add_model(
-        self, path: Path, display_path: str, point: SweepPoint, hooked: object
+        self, path: Path, display_path: str, point: SweepPoint, hooked: object, name: str
     ) -> tuple[ModelPlan, list[BrickSpec]]:
-        name = display_path + point.suffix
         try:
             sample = self._sample_inputs(path, hooked)
         except ModelError as error:

@@ -33,6 +33,11 @@ def dims_hint(names: list[str], default: int) -> str:
     return f" ({', '.join(names)} left at {default}: give them with --dlbricks-dim)" if names else ""
 
 
+def named_error(error: BaseException) -> str:
+    """An error's type and :func:`describe_error` message, for errors no check foresaw: the type says what."""
+    return f"{type(error).__name__}: {describe_error(error)}"
+
+
 def describe_error(error: BaseException) -> str:
     """A library's error message on one line, without onnxruntime's error codes, C++ source locations and
     signatures, cut to :data:`MAX_CAUSE_CHARS`."""

@@ -26,6 +26,7 @@ from .comparing import (
 )
 from .composition import brick_calls
 from .cutting import ModelPlan
+from .errors import named_error
 from .estimates import PREFIX, SPREAD, EstimateCheck, HistoryEntry, model_estimates, reused_brick
 from .identity import Identity, differences, identify
 from .items import signature_of
@@ -347,7 +348,7 @@ class Tracking:
                 else first
             )
         except _BLOCK_DAMAGE as error:  # damage only judging a changed brick reads (its rounds, its spread)
-            self.notes.append(f"cannot compare with {name}: it is damaged ({type(error).__name__}: {error})")
+            self.notes.append(f"cannot compare with {name}: it is damaged ({named_error(error)})")
             if threshold is not None and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = INCONCLUSIVE_EXIT
             return
@@ -625,7 +626,7 @@ def _damage_of(block: Mapping[str, Any], statistic: str) -> str | None:
             raise TypeError("no report")
         compare(block, block, baseline="", statistic=statistic, threshold=None)
     except _BLOCK_DAMAGE as error:
-        return f"{type(error).__name__}: {error}"
+        return named_error(error)
     return None
 
 
