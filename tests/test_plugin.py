@@ -606,7 +606,9 @@ def test_microsecond_bricks_are_timed_over_a_span(pytester: pytest.Pytester, sam
 
     tiny_models.growing_concats(pytester.path / "models", layers=120)
     tiny_models.elementwise_row(pytester.path / "models")
-    models = ("models/elementwise_row.onnx", "models/tiny_resnet.onnx", "models/growing_concats.onnx")
+    # Convolutions of about 40 MFLOP each (0.3 ms here): far above the span's threshold on a machine twice as fast too.
+    tiny_models.chain(pytester.path / "models", name="convs.onnx", blocks=2, channels=48, size=32)
+    models = ("models/elementwise_row.onnx", "models/convs.onnx", "models/growing_concats.onnx")
     run(
         pytester,
         "--dlbricks-granularity=2",
@@ -618,12 +620,17 @@ def test_microsecond_bricks_are_timed_over_a_span(pytester: pytest.Pytester, sam
     )
     saved = json.loads((pytester.path / "b.json").read_text())["benchmarks"]
     timed = [b for b in saved if not b["fullname"].startswith("dlbricks::")]
-    long = [b for b in timed if b["stats"]["min"] > 3 * items.SHORT_CALL_S]
-    of_row, of_concats = of("elementwise_row.onnx", timed), of("growing_concats.onnx", timed)
-    assert len(of_row) == 3 and len(of_concats) == 60
+    of_row, of_concats, of_convs = (
+        of(name, timed) for name in ("elementwise_row.onnx", "growing_concats.onnx", "convs.onnx")
+    )
+    assert len(of_row) == 3 and len(of_concats) == 60 and of_convs
     assert spanned(of_row), "a row of three microsecond bricks: each is a third of its model"
     assert len(spanned(of_concats)) < len(of_concats) / 4, "a sixtieth of its model is left to its budget"
-    assert long and not spanned(long), "the resnet's pairs of convolutions are left to their budget too"
+    long = [b for b in timed if b["stats"]["min"] > 3 * items.SHORT_CALL_S]
+    assert not spanned(long), "bricks slower than the threshold are left to their budget"
+    assert [b for b in of_convs if b["stats"]["min"] > items.SHORT_CALL_S], (
+        "the convolutions are slow enough to show it"
+    )
     assert all(b["stats"]["rounds"] >= b["options"]["min_rounds"] for b in spanned(timed)), "rounds reach the span"
 
 
