@@ -50,6 +50,9 @@ class BrickSpec:
     #: Whether the brick's model declares its inputs and outputs by type only, as its model is given to
     #: onnxruntime (see :attr:`.ModelGraph.unsized`); they are the specs' sizes all the same.
     unsized: bool = False
+    #: Weights the brick's model also lists as graph inputs, as the model does (see
+    #: :attr:`.ModelGraph.weights_as_inputs`): onnxruntime then runs them as it runs them in the model.
+    weights_as_inputs: frozenset[str] = frozenset()
 
     @property
     def ops(self) -> tuple[str, ...]:
@@ -93,6 +96,7 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
     weights: list[tuple[str, TensorSpec]] = []
     values: dict[str, np.ndarray] = {}
     activations: set[str] = set()
+    weights_as_inputs: set[str] = set()
 
     def boundary_spec(name: str) -> TensorSpec:
         spec = graph.specs.get(name)
@@ -112,6 +116,8 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
                 values[renames[name]] = graph.kept_values[name]
             if name in graph.activations:
                 activations.add(renames[name])
+            if name in graph.weights_as_inputs:
+                weights_as_inputs.add(renames[name])
         for name in layer.output:
             if name:
                 renames[name] = f"value_{sum(1 for v in renames.values() if v.startswith('value_'))}"
@@ -136,7 +142,17 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
     )
     opsets = _used_opsets(nodes, graph.opset_imports)
     signature = _signature(
-        nodes, inputs, weights, outputs, values, opsets, functions, activations, other, unsized=graph.unsized
+        nodes,
+        inputs,
+        weights,
+        outputs,
+        values,
+        opsets,
+        functions,
+        activations,
+        other,
+        unsized=graph.unsized,
+        weights_as_inputs=weights_as_inputs,
     )
     return BrickSpec(
         nodes=nodes,
@@ -151,6 +167,7 @@ def describe_brick(graph: ModelGraph, begin: int, end: int) -> BrickSpec:
         non_tensor_outputs=tuple(other),
         activations=frozenset(activations),
         unsized=graph.unsized,
+        weights_as_inputs=frozenset(weights_as_inputs),
     )
 
 
@@ -168,6 +185,7 @@ def brick_signature(brick: BrickSpec) -> str:
         brick.activations,
         brick.non_tensor_outputs,
         unsized=brick.unsized,
+        weights_as_inputs=brick.weights_as_inputs,
     )
 
 
@@ -269,11 +287,13 @@ def _signature(
     non_tensor_outputs: Sequence[tuple[str, bytes]] = (),
     *,
     unsized: bool = False,
+    weights_as_inputs: Iterable[str] = (),
 ) -> str:
     """SHA-256 of a canonical JSON of everything that determines the brick's work, never weight values.
 
     Kept activations count by their presence only (their effect shows in the output shapes), so a
-    suite that withholds them still checks its bricks; text values count by their text.
+    suite that withholds them still checks its bricks; text values count by their text; weights listed
+    as inputs count as such.
     """
     activations = frozenset(activations)
 
@@ -308,6 +328,8 @@ def _signature(
         document["non_tensor_outputs"] = [[name, _digest(type_bytes)] for name, type_bytes in non_tensor_outputs]
     if unsized:  # likewise
         document["unsized"] = True
+    if weights_as_inputs:  # likewise: the same layers run otherwise when their weights are inputs
+        document["weights_as_inputs"] = sorted(weights_as_inputs)
     return _digest(json.dumps(document, sort_keys=True, separators=(",", ":")).encode())
 
 

@@ -63,6 +63,9 @@ class ModelPlan:
     inputs: str = SYNTHETIC
     #: Its operators whose work depends on the values of their inputs (see ``graph.DATA_DEPENDENT_OPS``).
     data_dependent: tuple[str, ...] = ()
+    #: How many of its weights it lists as graph inputs, which onnxruntime runs as no constants (see
+    #: :attr:`.ModelGraph.weights_as_inputs`).
+    weights_as_inputs: int = 0
 
     @cached_property
     def signatures(self) -> Counter[str]:
@@ -125,6 +128,7 @@ def plan_model(graph: ModelGraph, granularity: int, display_path: str) -> ModelP
         dim_names=graph.dim_names,
         io=(len(graph.inputs), len(graph.outputs)),
         data_dependent=graph.data_dependent,
+        weights_as_inputs=len(graph.weights_as_inputs),
     )
 
 

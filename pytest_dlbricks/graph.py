@@ -111,6 +111,10 @@ class ModelGraph:
     activations: frozenset[str] = frozenset()
     #: The :data:`DATA_DEPENDENT_OPS` among the layers (and inside their subgraphs).
     data_dependent: tuple[str, ...] = ()
+    #: Weights the model also lists as graph inputs, from IR 4 on: onnxruntime takes them as inputs a caller
+    #: may override, neither folds nor pre-packs them, and optimizes around them (a Conv reading one runs
+    #: without NCHWc, about twice as slow); the bricks reading them list them so too.
+    weights_as_inputs: frozenset[str] = frozenset()
     #: Per layer, the values it reads, including the outer-scope names its subgraphs read.
     layer_reads: list[list[str]] = field(init=False, repr=False)
     #: Per value, the indices of the layers that read it.

@@ -201,7 +201,8 @@ def _converted(
     if convert is None:
         return loader
     try:
-        converted = convert(loader.runnable_model(), path.parent)
+        # A conversion writes a new model: its weights are plain initializers, as onnxruntime's tools write them.
+        converted = convert(loader.runnable_model(weight_inputs=False), path.parent)
     except ValueError as error:
         raise ModelError(path, str(error)) from error
     return loader.derived(converted, path.parent)
@@ -268,6 +269,11 @@ class _ModelLoader:
         #: where their values are read.
         self.sparse = {t.values.name: t for t in graph.sparse_initializer}
         self.inputs = [v.name for v in graph.input if v.name not in self.initializers and v.name not in self.sparse]
+        #: Initializers the file also lists as inputs: from IR 4 on, onnxruntime lets a caller override them
+        #: and so treats them as no constants (before IR 4 every initializer is listed, and constant).
+        self.weights_as_inputs = frozenset(
+            v.name for v in graph.input if v.name in self.initializers and model.ir_version >= MIN_IR_VERSION
+        )
         self.outputs = [v.name for v in graph.output]
 
     def prepare(self) -> None:
@@ -316,11 +322,13 @@ class _ModelLoader:
             feeds[name] = value if value.dtype == dtype or dtype.kind == "O" else value.astype(dtype)
         return {name: feeds[name] for name in self.inputs}
 
-    def runnable_model(self) -> onnx.ModelProto:
-        """The prepared model as runtimes want it: initializers no longer listed as inputs, and the inputs
-        as the file declares them if :attr:`unsized`."""
+    def runnable_model(self, *, weight_inputs: bool = True) -> onnx.ModelProto:
+        """The prepared model as runtimes want it: initializers no longer listed as inputs but for
+        :attr:`weights_as_inputs` (unless not ``weight_inputs``), which onnxruntime then optimizes and runs as
+        it does the file, and the inputs as the file declares them if :attr:`unsized`."""
         graph = self.model.graph
-        real_inputs = [value for value in graph.input if value.name in self.inputs]
+        kept = set(self.inputs) | (self.weights_as_inputs if weight_inputs else set())
+        real_inputs = [value for value in graph.input if value.name in kept]
         graph.ClearField("input")
         graph.input.extend(real_inputs)
         if self.unsized:
@@ -416,6 +424,7 @@ class _ModelLoader:
             kept_values=kept,
             inputs=self.inputs,
             outputs=self.outputs,
+            weights_as_inputs=frozenset(self.weights_as_inputs & set(needed)),
             guessed_dims=self.guessed,
             dim_names=self.dim_names,
             activations=frozenset(activations),
@@ -690,8 +699,9 @@ class _ModelLoader:
             self.model.graph.node.extend(reordered)
 
     def _fold_constants(self, nodes: list[onnx.NodeProto]) -> tuple[set[str], set[int]]:
-        """Names of all constant values and the indices of the nodes that only compute constants."""
-        constants = set(self.initializers) | set(self.sparse)
+        """Names of all weights and the indices of the nodes that only compute constants: a node reading a
+        weight a caller may override (see :attr:`weights_as_inputs`) is a layer, as onnxruntime runs it."""
+        constants = (set(self.initializers) | set(self.sparse)) - self.weights_as_inputs
         constant_nodes: set[int] = set()
         for index, node in enumerate(nodes):
             if node.op_type in NONDETERMINISTIC_OPS:
@@ -699,7 +709,7 @@ class _ModelLoader:
             if all(name in constants for name in node_inputs(node)):
                 constants.update(name for name in node.output if name)
                 constant_nodes.add(index)
-        return constants, constant_nodes
+        return constants | self.weights_as_inputs, constant_nodes
 
     def _live(self, layers: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
         """Layers whose work reaches a model output; runtimes drop the others."""

@@ -48,7 +48,7 @@ from .sweeps import SweepPoint
 #: The point of a run that sweeps nothing.
 ONE_POINT = SweepPoint()
 
-PLAN_VERSION = 3
+PLAN_VERSION = 4
 #: What reading a damaged plan may raise: from JSON (nested deeper than the parser goes too), base64,
 #: protobuf, numpy's format (a header claiming more memory than there is), or a wrong type.
 _DAMAGE = (
@@ -189,6 +189,7 @@ def cut_model_to_json(cut: CutModel) -> dict[str, Any]:
         "io": list(plan.io),
         "inputs": plan.inputs,
         "data_dependent": list(plan.data_dependent),
+        "weights_as_inputs": plan.weights_as_inputs,
         "unsupported": {str(index): reason for index, reason in plan.unsupported.items()},
         "work": {signature: _work_to_json(work) for signature, work in cut.work.items()},
     }
@@ -213,6 +214,7 @@ def cut_model_from_json(data: Mapping[str, Any], display_path: str, point: Sweep
         unsupported={_count(index): str(reason) for index, reason in data["unsupported"].items()},
         inputs=str(data["inputs"]),
         data_dependent=tuple(str(op) for op in data["data_dependent"]),
+        weights_as_inputs=_count(data["weights_as_inputs"]),
     )
     work = {str(signature): _work_from_json(entry) for signature, entry in data["work"].items()}
     specs = [brick for brick in bricks if isinstance(brick, BrickSpec)]
@@ -254,6 +256,7 @@ def _spec_to_json(spec: BrickSpec) -> dict[str, Any]:
         ],
         "activations": sorted(spec.activations),
         "unsized": spec.unsized,
+        "weights_as_inputs": sorted(spec.weights_as_inputs),
     }
 
 
@@ -271,6 +274,7 @@ def _spec_from_json(data: Mapping[str, Any]) -> BrickSpec:
         non_tensor_outputs=tuple((str(name), _bytes(kind)) for name, kind in data["non_tensor_outputs"]),
         activations=frozenset(str(name) for name in data["activations"]),
         unsized=data.get("unsized", False) is True,
+        weights_as_inputs=frozenset(str(name) for name in data.get("weights_as_inputs", ())),
     )
 
 

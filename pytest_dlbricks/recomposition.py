@@ -27,7 +27,7 @@ from .report import ONE_AT_A_TIME, REPORT_VERSION, SCHEDULE, unsupported_windows
 #: hold only for the run that measured them and are left out.
 STATIC_FIELDS = (
     *("path", "point", "layers", "bricks", "unique_bricks", "guessed_dims", "unbuildable_layers"),
-    *("inputs", "data_dependent_ops"),
+    *("inputs", "data_dependent_ops", "weights_as_inputs"),
 )
 
 Report = dict[str, Any]

@@ -141,6 +141,8 @@ class ModelEntry:
     #: depends on their data: both together mark an estimate made on synthetic data that may mislead.
     inputs: str = "synthetic"
     data_dependent_ops: list[str] = field(default_factory=list)
+    #: How many of its weights the model lists as graph inputs (see :attr:`.ModelPlan.weights_as_inputs`).
+    weights_as_inputs: int = 0
     #: The estimate corrected by the machine's calibration (see :mod:`.calibration`), beside the raw
     #: ``sequential_s``; None until the machine has enough calibration models other than this one.
     calibrated_s: float | None = None
@@ -166,6 +168,7 @@ class ModelEntry:
             "guessed_dims": dict(self.guessed_dims),
             "inputs": self.inputs,
             "data_dependent_ops": list(self.data_dependent_ops),
+            "weights_as_inputs": self.weights_as_inputs,
             "unbuildable_layers": list(self.unbuildable_layers),
             **self.validation,
             **self.analysis.as_json(),
@@ -349,6 +352,7 @@ def build_report(
                 composition=composition,
                 inputs=plan.inputs,
                 data_dependent_ops=list(plan.data_dependent),
+                weights_as_inputs=plan.weights_as_inputs,
                 parallel_s=estimate.parallel_s,
                 precision=_estimate_precision(plan, results, estimate.sequential_s),
             )

@@ -9,7 +9,8 @@ operator's work depends on their data (a NonZero's input, say: with sample input
 data) are withheld unless the export asks for them; the manifest names them. No node, graph or value name of the
 model, no documentation string, no metadata, no producer of its own, and only the opsets the brick
 uses. Those steering values that are activations inside the model are stored as initializers that
-are also graph inputs (ONNX's default values), so a brick file runs as it is in any runtime.
+are also graph inputs (ONNX's default values), so a brick file runs as it is in any runtime; so are
+the weights the model lists as inputs, which the manifest names (``weights_as_inputs``).
 
 The manifest (``manifest.json``) names each file with its signature, operators, opsets and the
 types and shapes of its inputs, weights and outputs. When pytest-dlbricks collects a folder holding
@@ -127,6 +128,7 @@ def manifest_entry(
         ],
         "activations": sorted(brick.activations),
         "withheld_values": sorted(set(brick.values) - set(shipped)),
+        "weights_as_inputs": sorted(brick.weights_as_inputs),
     }
 
 
@@ -220,14 +222,15 @@ def read_brick(path: Path, entry: Mapping[str, Any]) -> BrickSpec:
         raise SuiteError(f"{path.name} refers to external data, which no exported brick does; refused, not read")
     graph = model.graph
     initializers = {tensor.name: tensor for tensor in graph.initializer}
-    input_names = {value.name for value in graph.input}
+    weights_as_inputs = frozenset(str(name) for name in entry.get("weights_as_inputs", ()))
+    input_names = {value.name for value in graph.input} - weights_as_inputs
     tensor_outputs = [value for value in graph.output if value.type.HasField("tensor_type")]
     unsized = any(not value.type.tensor_type.HasField("shape") for value in [*graph.input, *tensor_outputs])
     try:
         listed = {item["name"]: item["shape"] for item in [*entry["inputs"], *entry["outputs"]] if "shape" in item}
         brick = BrickSpec(
             nodes=tuple(graph.node),
-            inputs=tuple((value.name, _declared(value, listed)) for value in graph.input),
+            inputs=tuple((value.name, _declared(value, listed)) for value in graph.input if value.name in input_names),
             weights=tuple(
                 (tensor.name, TensorSpec(tensor.data_type, tuple(tensor.dims)))
                 for tensor in graph.initializer
@@ -246,6 +249,7 @@ def read_brick(path: Path, entry: Mapping[str, Any]) -> BrickSpec:
             ),
             activations=frozenset(str(name) for name in entry.get("activations", ())),
             unsized=unsized,
+            weights_as_inputs=weights_as_inputs,
         )
     except (KeyError, TypeError, ValueError) as error:
         raise SuiteError(f"{path.name} does not hold what its manifest entry describes ({error})") from error

@@ -21,7 +21,9 @@ _APART_KINDS = "fiub"
 
 
 def build_brick_model(brick: BrickSpec) -> onnx.ModelProto:
-    """A runnable model of ``brick``: weights as initializers (so runtimes pre-pack them as in the model)."""
+    """A runnable model of ``brick``: weights as initializers (so runtimes pre-pack them as in the model),
+    those the model also lists as graph inputs listed so too (so runtimes neither fold nor pre-pack them,
+    as in the model)."""
     return _model(brick, [numpy_helper.from_array(value, name) for name, value in _weights(brick).items()])
 
 
@@ -71,7 +73,8 @@ def _model(brick: BrickSpec, initializers: list[onnx.TensorProto]) -> onnx.Model
     graph = helper.make_graph(
         list(brick.nodes),
         "brick",
-        [_value_info(name, spec, brick.unsized) for name, spec in brick.inputs],
+        [_value_info(name, spec, brick.unsized) for name, spec in brick.inputs]
+        + [_value_info(name, spec, False) for name, spec in brick.weights if name in brick.weights_as_inputs],
         [_value_info(name, spec, brick.unsized) for name, spec in brick.outputs]
         + [helper.make_value_info(name, onnx.TypeProto.FromString(kind)) for name, kind in brick.non_tensor_outputs],
         initializer=initializers,

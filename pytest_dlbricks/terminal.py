@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .composition import is_number
+from .composition import is_count, is_number
 from .settings import DEFAULT_DIM
 from .wording import plural
 
@@ -381,12 +381,17 @@ def _guessed(model: Mapping[str, object]) -> str:
 
 
 def describe_inputs(model: Mapping[str, object]) -> str:
-    """What a model ran on; on synthetic inputs, the operators whose work depends on data, as a warning."""
+    """What a model ran on; on synthetic inputs, the operators whose work depends on data, as a warning; and
+    the weights it lists as inputs, which onnxruntime neither folds nor pre-packs (the model runs slower so)."""
     inputs = str(model.get("inputs", "synthetic"))
     ops: Sequence[str] = model.get("data_dependent_ops") or ()  # type: ignore[assignment]
     if inputs == "synthetic" and ops:
         verb = "depends" if len(ops) == 1 else "depend"
-        return f"synthetic, but {', '.join(ops)} {verb} on data: give sample inputs"
+        inputs = f"synthetic, but {', '.join(ops)} {verb} on data: give sample inputs"
+    weights = model.get("weights_as_inputs")
+    if is_count(weights) and weights:
+        listed = "a graph input" if weights == 1 else "graph inputs"
+        inputs += f"; {plural(weights, 'weight')} listed as {listed}, not constants"
     return inputs
 
 

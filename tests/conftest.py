@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import onnx
+import onnxruntime as ort
 import pytest
 
 from pytest_dlbricks import probes
@@ -76,6 +77,18 @@ def sample_models(copy_models: Callable[..., list[Path]]) -> list[Path]:
 def plan_of(path: Path, granularity: int, name: str | None = None) -> ModelPlan:
     """The model file at ``path`` loaded and cut into bricks of ``granularity`` layers, named after the file."""
     return plan_model(load_model(path), granularity, path.name if name is None else name)
+
+
+def runtime_ops(model: onnx.ModelProto | Path, folder: Path) -> list[str]:
+    """The operators of the graph onnxruntime makes of ``model`` (a file, as a user's session reads it, or a
+    model in memory) with its default optimizations and one thread, as it saves that graph."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3  # onnxruntime warns of every weight listed as an input
+    options.optimized_model_filepath = str(folder / "runtime_graph.onnx")
+    source = str(model) if isinstance(model, Path) else model.SerializeToString()
+    ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    return [node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node]
 
 
 def run_dlbricks(

@@ -15,7 +15,7 @@ import pytest
 import tiny_models
 from onnx import helper
 
-from conftest import light_models
+from conftest import light_models, runtime_ops
 from pytest_dlbricks import loading
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
@@ -59,6 +59,48 @@ def test_weights_computed_by_constant_of_shape_are_folded(tmp_path: Path) -> Non
     assert graph.opset_imports == {"": 9}
     # 216 floats: too many to keep, so bricks get synthetic values.
     assert "w" not in graph.kept_values
+
+
+def test_weights_listed_as_inputs_are_weights_onnxruntime_may_not_fold(tmp_path: Path) -> None:
+    """From IR 4 on, a weight also listed as a graph input is one a caller may override: still a weight (no
+    input to feed), but marked; before IR 4 every initializer is listed, and constant."""
+    listed = load_model(tiny_models.weights_as_inputs(tmp_path))
+    assert ops(listed) == ["Conv", "Relu"] * 3
+    assert listed.inputs == ["x"]
+    assert listed.weights_as_inputs == {"w0", "w0_b", "w1", "w1_b", "w2", "w2_b"} <= listed.weights
+    assert not load_model(tiny_models.weights_as_inputs(tmp_path, ir_version=3)).weights_as_inputs
+    assert not load_model(tiny_models.weights_as_inputs(tmp_path, listed=False)).weights_as_inputs
+
+
+@pytest.mark.parametrize(
+    "variant", [{}, {"listed": False}, {"ir_version": 3}], ids=["listed", "plain", "listed_before_ir4"]
+)
+def test_the_graph_cut_is_the_one_onnxruntime_runs_for_the_file(tmp_path: Path, variant: dict[str, Any]) -> None:
+    """Weights listed as inputs change what onnxruntime makes of a model (no folding, no pre-packed or
+    NCHWc convolutions): the graph the bricks are cut from is made of the file as the user's session reads it."""
+    path = tiny_models.weights_as_inputs(tmp_path, **variant)
+    graph = load_model(path, optimize=Settings(granularity=1, intra_op_threads=1))
+    assert ops(graph) == runtime_ops(path, tmp_path)
+
+
+def test_a_node_reading_a_weight_listed_as_input_is_a_layer(tmp_path: Path) -> None:
+    """onnxruntime cannot fold what a caller may override: it runs such a node on every call, a brick too."""
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"]), helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    weight = tiny_models.array("w", np.ones((32, 16), np.float32))
+    inputs = [tiny_models.tensor("x", [4, 16])]
+    output = [tiny_models.tensor("y", [4, 32])]
+    plain = load_model(tiny_models.save(tiny_models.finish(nodes, inputs, output, [weight]), tmp_path, "plain.onnx"))
+    listed_model = tiny_models.finish(nodes, [*inputs, tiny_models.tensor("w", [32, 16])], output, [weight])
+    listed = load_model(tiny_models.save(listed_model, tmp_path, "listed.onnx"))
+    assert (ops(plain), ops(listed)) == (["MatMul"], ["Transpose", "MatMul"])
+    assert "wt" in plain.weights and "wt" not in listed.weights
+
+
+def test_a_converted_model_has_plain_weights(tmp_path: Path) -> None:
+    """A conversion writes a new model, with its weights as initializers only."""
+    path = tiny_models.weights_as_inputs(tmp_path)
+    graph = load_model(path, convert=lambda model, data_dir: convert(model, "fp16", data_dir))
+    assert not graph.weights_as_inputs
 
 
 def test_a_model_of_constants_only_has_no_layers(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def assert_same_brick(found: object, expected: object) -> None:
         return
     assert isinstance(found, BrickSpec)
     fields = ("nodes", "inputs", "weights", "outputs", "non_tensor_outputs", "opset_imports", "ir_version", "functions")
-    for name in (*fields, "signature", "activations", "unsized"):
+    for name in (*fields, "signature", "activations", "unsized", "weights_as_inputs"):
         assert getattr(found, name) == getattr(expected, name), name
     assert found.values.keys() == expected.values.keys()
     for name, value in expected.values.items():
@@ -53,6 +53,7 @@ BUILDERS: list[Callable[[Path], Path]] = [
     tiny_models.if_outer_scope,
     tiny_models.sequence_boundary,
     tiny_models.zipmap_classifier,
+    tiny_models.weights_as_inputs,
 ]
 
 
@@ -70,6 +71,7 @@ def test_a_cut_model_round_trips_through_json(tmp_path: Path, build: Callable[[P
     for brick, expected_brick in zip(plan.bricks, expected.bricks):
         assert_same_brick(brick, expected_brick)
     assert (plan.inputs, plan.data_dependent) == (expected.inputs, expected.data_dependent)
+    assert plan.weights_as_inputs == expected.weights_as_inputs
     assert found.work == original.work
     assert plan.signatures == expected.signatures
 

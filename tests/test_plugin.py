@@ -507,6 +507,24 @@ def test_bricks_are_cut_from_the_graph_onnxruntime_runs_by_default(
     assert report["settings"]["cut"] == "optimized"
 
 
+def test_weights_a_model_lists_as_inputs_are_timed_and_reported_so(pytester: pytest.Pytester) -> None:
+    """Such weights make the same layers other bricks, timed apart from their plain twin's; the table says so."""
+    folder = pytester.path / "models"
+    folder.mkdir()
+    tiny_models.weights_as_inputs(folder)
+    tiny_models.weights_as_inputs(folder, listed=False)
+    result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-cut=original", "--dlbricks-json=r.json", "models")
+    report = read_report(pytester.path / "r.json")
+    listed = next(m for m in report["models"] if m["path"].endswith("weights_as_inputs.onnx"))
+    plain = next(m for m in report["models"] if m["path"].endswith("weights_plain.onnx"))
+    assert (listed["weights_as_inputs"], plain["weights_as_inputs"]) == (6, 0)
+    assert report["summary"]["distinct_bricks"] == 2
+    assert all(len(brick["models"]) == 1 for brick in report["bricks"])
+    result.stdout.fnmatch_lines(
+        ["models/weights_as_inputs.onnx *synthetic; 6 weights listed as graph inputs, not constants*"]
+    )
+
+
 def test_validation_times_models_end_to_end_and_reports_accuracy(
     pytester: pytest.Pytester, sample_models: list[Path]
 ) -> None:

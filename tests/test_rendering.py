@@ -605,3 +605,16 @@ def test_sessions_that_do_not_give_the_slowdown_back_print_no_figures(sessions: 
     """A detection of the older method averaged each pair's ratio: its sessions no longer give its factor."""
     line = executor_line(one_at_a_time(1.4, sessions))
     assert line is not None and "at 1.40x their time, as the parallel executor ran such layers here (a chain)" in line
+
+
+def test_the_inputs_column_says_when_a_model_lists_weights_as_inputs() -> None:
+    """onnxruntime runs such weights as no constants: the model is slower than it could be, and the table says why."""
+    assert (
+        describe_inputs({"inputs": "synthetic", "weights_as_inputs": 6})
+        == "synthetic; 6 weights listed as graph inputs, not constants"
+    )
+    assert describe_inputs({"inputs": "synthetic", "weights_as_inputs": 1}).endswith(
+        "; 1 weight listed as a graph input, not constants"
+    )
+    for absent in ({}, {"weights_as_inputs": 0}, {"weights_as_inputs": "6"}):
+        assert describe_inputs({"inputs": "synthetic", **absent}) == "synthetic"

@@ -93,6 +93,7 @@ def test_a_brick_read_back_is_the_brick_written(tmp_path: Path) -> None:
         tiny_models.computed_reshape(tmp_path),
         tiny_models.loop_outer_scope(tmp_path, body_seed=3),
         tiny_models.zipmap_classifier(tmp_path),
+        tiny_models.weights_as_inputs(tmp_path),
     ) + unsized_bricks(tiny_models.batch_squeeze_switch(tmp_path))
     assert any(brick.non_tensor_outputs for brick in bricks)
     export_suite(tmp_path / "suite", bricks, SETTINGS.describe())
@@ -105,11 +106,14 @@ def test_a_brick_read_back_is_the_brick_written(tmp_path: Path) -> None:
         assert [n.SerializeToString() for n in again.nodes] == [n.SerializeToString() for n in brick.nodes]
         assert (again.inputs, again.weights, again.outputs) == (brick.inputs, brick.weights, brick.outputs)
         assert (again.non_tensor_outputs, again.unsized) == (brick.non_tensor_outputs, brick.unsized)
+        assert again.weights_as_inputs == brick.weights_as_inputs
+        assert entries[name]["weights_as_inputs"] == sorted(brick.weights_as_inputs)
         assert sorted(again.values) == sorted(set(brick.values) - brick.activations)
         assert entries[name]["withheld_values"] == sorted(brick.activations)
         assert build_brick_model(again).graph == build_brick_model(brick).graph
         BrickRunner(again, SETTINGS).check()
     assert any(brick.activations for brick in bricks), "the Loop's outer-scope input is an activation"
+    assert any(brick.weights_as_inputs for brick in bricks)
 
 
 def test_activations_leave_only_when_asked_and_the_manifest_lists_what_leaves(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 import tiny_models
 
-from conftest import plan_of
+from conftest import plan_of, runtime_ops
 from pytest_dlbricks import overhead as call_overhead
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
@@ -186,6 +186,44 @@ def test_every_brick_model_is_valid_and_runs(tmp_path: Path, settings: Settings,
         runner()
         results = runner.outputs()
         assert [tuple(result.shape) for result in results] == [spec.shape for _, spec in brick.outputs]
+
+
+def test_weights_the_model_lists_as_inputs_are_listed_so_in_its_bricks(tmp_path: Path, settings: Settings) -> None:
+    """Weights a caller may override in the model are so in the brick too, with their synthetic values:
+    onnxruntime neither folds nor pre-packs them there either, and no run needs to feed them."""
+    (brick, *_) = bricks_of(tiny_models.weights_as_inputs(tmp_path), 2)
+    assert brick.ops == ("Conv", "Relu")
+    assert brick.weights_as_inputs == {"weight_0", "weight_1"}
+    for model in (build_brick_model(brick), brick_model_and_weights(brick)[0]):
+        assert [value.name for value in model.graph.input] == ["input_0", "weight_0", "weight_1"]
+        assert [tensor.name for tensor in model.graph.initializer] == ["weight_0", "weight_1"]
+    runner = BrickRunner(brick, settings)
+    runner.check()
+    runner()
+    assert [result.shape for result in runner.outputs()] == [(1, 16, 16, 16)]
+
+
+def test_a_brick_whose_weights_are_inputs_is_another_brick(tmp_path: Path) -> None:
+    """They run otherwise, so they are timed apart; listed before IR 4 they are constants, the same brick."""
+
+    def first_brick(folder: Path, **variant: Any) -> BrickSpec:
+        folder.mkdir()
+        return bricks_of(tiny_models.weights_as_inputs(folder, **variant), 2)[0]
+
+    listed = first_brick(tmp_path / "listed")
+    plain = first_brick(tmp_path / "plain", listed=False)
+    old = first_brick(tmp_path / "old", ir_version=3)
+    assert listed.ops == plain.ops == old.ops
+    assert listed.signature != plain.signature == old.signature
+
+
+@pytest.mark.parametrize("listed", [True, False], ids=["listed", "plain"])
+def test_a_brick_runs_as_its_layers_run_in_the_model(tmp_path: Path, listed: bool) -> None:
+    """What onnxruntime makes of a brick of original layers is what it makes of them inside the model: with
+    weights listed as inputs, the brick gets no convolution the model does not run (NCHWc, reorders)."""
+    path = tiny_models.weights_as_inputs(tmp_path, listed=listed)
+    (brick, *_) = bricks_of(path, 2)
+    assert set(runtime_ops(build_brick_model(brick), tmp_path)) <= set(runtime_ops(path, tmp_path))
 
 
 def test_weights_are_initializers_not_inputs(tmp_path: Path) -> None:

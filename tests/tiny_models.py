@@ -363,6 +363,24 @@ def sparse_weights(directory: Path) -> Path:
 
 
 #: Every builder of a model that loads and cuts, by a short name for test ids.
+def weights_as_inputs(
+    directory: Path, *, listed: bool = True, blocks: int = 3, channels: int = 16, size: int = 16, ir_version: int = 4
+) -> Path:
+    """Conv (with bias) then Relu, ``blocks`` times, each weight also listed as a graph input, as old exporters
+    (PyTorch 1.2, opset 9) wrote them; ``listed=False`` gives the same model with plain initializers.
+
+    From IR 4 on, onnxruntime takes such weights as inputs a caller may override: no constant folding, no
+    pre-packing, no NCHWc convolutions. Before IR 4 (``ir_version=3``) every initializer is listed, and constant.
+    """
+    model = chain_model(blocks=blocks, channels=channels, size=size, bias=True)
+    model.ir_version = ir_version
+    model.ClearField("opset_import")
+    model.opset_import.append(helper.make_opsetid("", 9))
+    if listed:
+        model.graph.input.extend(tensor(weight.name, list(weight.dims)) for weight in model.graph.initializer)
+    return save(model, directory, "weights_as_inputs.onnx" if listed else "weights_plain.onnx")
+
+
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "chain": chain,
     "diamond": diamond,
@@ -373,6 +391,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "loop": loop_outer_scope,
     "if": if_outer_scope,
     "sparse": sparse_weights,
+    "weights_as_inputs": weights_as_inputs,
 }
 
 
