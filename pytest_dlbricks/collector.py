@@ -15,6 +15,7 @@ from .items import brick_mark, brick_test, e2e_test
 from .suite import SuiteError, read_brick
 from .sweeps import SweepPoint
 from .warning_types import DLBricksWarning
+from .wording import plural
 
 
 class ModelFile(pytest.File):
@@ -57,6 +58,14 @@ class ModelFile(pytest.File):
                 DLBricksWarning(
                     f"{self.nodeid}: symbolic dimension {name!r} was not given, using {value}"
                     f" (set it with --dlbricks-dim {name}=N)"
+                )
+            )
+        if plan.weights_as_inputs and warn:
+            self.warn(
+                DLBricksWarning(
+                    f"{self.nodeid}: {plural(plan.weights_as_inputs, 'weight')} also listed as graph inputs, which"
+                    " onnxruntime lets a caller override and so neither folds nor pre-packs; its bricks are timed"
+                    " so too (take them out of the graph inputs if nothing overrides them)"
                 )
             )
         for brick in new_bricks:

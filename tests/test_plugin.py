@@ -326,6 +326,14 @@ def test_guessed_dimension_warns(pytester: pytest.Pytester, sample_models: list[
     )
 
 
+def test_weights_listed_as_inputs_warn(pytester: pytest.Pytester) -> None:
+    tiny_models.weights_as_inputs(pytester.path)
+    result = pytester.runpytest("--dlbricks-granularity=2", "--collect-only", "weights_as_inputs.onnx")
+    result.stdout.fnmatch_lines(
+        ["*DLBricksWarning: weights_as_inputs.onnx: 6 weights also listed as graph inputs, which onnxruntime*"]
+    )
+
+
 def test_dimension_changes_bricks(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     ids = {}
     for batch in (1, 8):
