@@ -11,7 +11,14 @@ import tiny_models
 
 from conftest import plan_of
 from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.composition import Estimate, ParallelExecutor, compose, critical_path, list_schedule
+from pytest_dlbricks.composition import (
+    Estimate,
+    ParallelExecutor,
+    compose,
+    compose_calls,
+    critical_path,
+    list_schedule,
+)
 from pytest_dlbricks.cutting import BrokenBrick, ModelPlan
 from pytest_dlbricks.overhead import CallOverhead
 
@@ -100,6 +107,17 @@ def test_inputs_and_outputs_beyond_the_first_cost_extra(tmp_path: Path) -> None:
     overhead = CallOverhead(fixed_s=1.0, per_input_s=0.5, per_output_s=0.25)
     assert overhead.of(1, 1) == 1.0
     assert overhead.of(3, 2) == pytest.approx(1.0 + 2 * 0.5 + 0.25)
+
+
+def test_the_model_pays_one_call_for_all_its_inputs_and_outputs() -> None:
+    """A small model with several inputs and outputs: each brick's call is taken off at its own counts, the
+    model's added once at the model's, whatever its bricks read."""
+    overhead = CallOverhead(fixed_s=1.0, per_input_s=0.5, per_output_s=0.25)
+    chain = nx.DiGraph([(0, 1)])
+    calls = [("a", 2, 1), ("b", 1, 3)]
+    estimate = compose_calls(calls, chain, (4, 3), {"a": 5.0, "b": 5.0}, overhead)
+    bricks_work = (5.0 - overhead.of(2, 1)) + (5.0 - overhead.of(1, 3))
+    assert estimate.sequential_s == pytest.approx(bricks_work + 1.0 + 3 * 0.5 + 2 * 0.25)
 
 
 def test_the_parallel_executors_call_cost_enters_only_the_parallel_estimate(tmp_path: Path) -> None:
