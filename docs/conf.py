@@ -14,4 +14,5 @@ version = release = pytest_dlbricks.__version__
 extensions = ["dlbricks_reference"]
 exclude_patterns = ["_build"]
 html_theme = "alabaster"
+smartquotes_action = "qe"  # no dashes: "--dlbricks-..." stays two hyphens wherever it is written
 html_theme_options = {"description": "ONNX models benchmarked brick by brick", "page_width": "1100px"}

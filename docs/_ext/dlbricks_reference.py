@@ -51,7 +51,8 @@ class RecordingParser:
     def addoption(self, *names: str, **attrs: Any) -> None:
         action = argparse.ArgumentParser(add_help=False).add_argument(*names, **attrs)  # argparse checks attrs
         help_text = (action.help or "") % dict(vars(action))  # as argparse expands it for --help
-        self.flags.append(Flag(tuple(names), action.metavar, action.nargs == "?", help_text))
+        metavar = action.metavar if isinstance(action.metavar, str) else None  # a tuple names several values
+        self.flags.append(Flag(tuple(names), metavar, action.nargs == "?", help_text))
 
     def addini(self, name: str, help: str, type: Any = None, default: Any = None, **_: Any) -> None:
         self.inis.append(Ini(name, type if isinstance(type, str) else "string" if type is None else "text", help))
@@ -67,8 +68,11 @@ def recorded_options() -> RecordingParser:
 
 
 def _text(value: str) -> str:
-    """Plain text as reStructuredText reads it, markup characters escaped."""
-    return re.sub(r"([\\*`|_])", r"\\\1", value)
+    """Help text as reStructuredText: flags it names as literals, markup characters in the rest escaped."""
+    parts = re.split(r"(--[a-z][a-z0-9-]*)", value)
+    return "".join(
+        f"``{part}``" if index % 2 else re.sub(r"([\\*`|_])", r"\\\1", part) for index, part in enumerate(parts)
+    )
 
 
 _INI_NOTE = re.compile(r" Ini: (\w+)\.")
