@@ -22,7 +22,7 @@ PYTEST_LAYER = frozenset(
 
 def readme_commands() -> list[str]:
     """The indented shell commands of README.rst's quick start."""
-    quick_start = (ROOT / "README.rst").read_text().split("Quick start")[1].split("What a run does")[0]
+    quick_start = (ROOT / "README.rst").read_text().split("\nQuick start\n")[1].split("\nCommon tasks\n")[0]
     return re.findall(r"^    (python3 -m venv .*)$", quick_start, flags=re.MULTILINE)
 
 
