@@ -319,7 +319,7 @@ def _ini_type(option: _Option) -> Any:
 
     A truth value is a boolean in every pytest. A number may be written unquoted from pytest 9.2 on,
     which reads unions of types; before that it is text (native TOML tables only exist from pytest 9.0,
-    where the README says to quote it). Either way the value reaches the same parser as a flag's text.
+    where the options reference says to quote it). Either way the value reaches the same parser as a flag's text.
     """
     if option.switch:
         return "bool"

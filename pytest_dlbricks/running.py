@@ -117,7 +117,7 @@ class BrickRunner:
         Inside the model, the layer before a brick has just written its inputs on the thread pool,
         so they sit in the caches of the cores that wrote them. Called again and again on the same
         inputs, a brick would find them in its own core's cache instead, and run faster than it
-        does in the model (see README.rst, *Bricks timed as they run in the model*).
+        does in the model (see docs/method.rst, *Bricks timed as they run in the model*).
         """
         if self._rewrites is None:
             self._rewrites = [input_rewriter(array) for array in self.feeds.values() if _rewritable(array)]
