@@ -26,7 +26,7 @@ from .analysis import (
 from .bricks import BrickSpec
 from .budget import estimate_precision
 from .calibration import CalibrationRecord, fit, model_key, record_of
-from .composition import Estimate, ParallelExecutor, brick_calls, compose, model_costs
+from .composition import Estimate, ParallelExecutor, brick_calls, compose, is_number, model_costs
 from .cutting import ModelPlan
 from .identity import CUT_METHOD
 from .noise import HIGH_NOISE, margin_of_error, run_noise
@@ -34,6 +34,7 @@ from .overhead import NO_OVERHEAD, CallOverhead
 from .probes import ExecutorDetection, RunMeasurements
 from .settings import Settings
 from .validation import Validation, accuracy
+from .verdict import Verdict, judge
 
 REPORT_VERSION = 1
 
@@ -200,6 +201,9 @@ class Summary:
     #: How fast the machine ran through the run (see :meth:`.speed_trace.SpeedTrace.summary`); None when
     #: the run took too few samples.
     speed: dict[str, Any] | None = None
+    #: Whether the run's timing thread got its core through the timed rounds (see :func:`.load.load_summary`);
+    #: None when too little was timed to tell.
+    load: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -226,6 +230,8 @@ class RunReport:
     #: Which model of onnxruntime's parallel executor the parallel estimates used, and why (see
     #: :func:`executor_fields`).
     executor: dict[str, Any] | None = None
+    #: How far the estimates can be trusted, from what, and what to do (see :mod:`.verdict`).
+    verdict: Verdict | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The report in its JSON format, keys as other tools read them."""
@@ -241,6 +247,8 @@ class RunReport:
             "machine": dict(self.machine),
             "peak": self.peak,
         }
+        if self.verdict is not None:
+            report["verdict"] = self.verdict.as_json()
         if self.calibration is not None:
             report["calibration"] = self.calibration
         if self.executor is not None:
@@ -273,6 +281,7 @@ def build_report(
     store_damage: dict[str, dict[str, int]] | None = None,
     calibration: Sequence[CalibrationRecord] = (),
     speed: dict[str, Any] | None = None,
+    load: dict[str, Any] | None = None,
 ) -> RunReport:
     """The report of a run.
 
@@ -284,7 +293,8 @@ def build_report(
     and ``placements`` say, by brick signature, why a provider cannot run a brick and where its
     nodes ran; ``store_damage`` counts the damaged records of the brick store; ``calibration`` holds
     the calibration models kept for this machine, to which a run that calibrates adds its validated ones;
-    ``speed`` is the run's speed trace (see :mod:`.speed_trace`).
+    ``speed`` is the run's speed trace (see :mod:`.speed_trace`) and ``load`` whether its timing thread got
+    its core (see :mod:`.load`).
     """
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
     references = {signature: result.reference_s for signature, result in results.items() if result.reference_s}
@@ -393,6 +403,7 @@ def build_report(
             noise=noise,
             high_noise=noise is not None and noise > HIGH_NOISE,
             speed=speed,
+            load=load,
         ),
         accuracy=_accuracy(json_models, times, users),
         models=models,
@@ -402,6 +413,28 @@ def build_report(
         calibration=overall.as_json() if overall is not None else None,
         calibration_records=fresh,
         executor=executor_entry,
+        verdict=_verdict(settings, entries, noise, speed, load) if entries else None,
+    )
+
+
+def _verdict(
+    settings: Settings,
+    entries: Sequence[ModelEntry],
+    noise: float | None,
+    speed: Mapping[str, Any] | None,
+    load: Mapping[str, Any] | None,
+) -> Verdict:
+    """The run's verdict on its estimates (see :mod:`.verdict`), from its complete models."""
+    complete = [entry for entry in entries if entry.complete]
+    spread = (speed or {}).get("spread")
+    ratios = [entry.validation["ratio"] for entry in complete if is_number(entry.validation.get("ratio"))]
+    return judge(
+        precisions=[entry.precision for entry in complete],
+        noise=noise,
+        speed_spread=float(spread) if is_number(spread) else None,
+        load=load,
+        threads=settings.intra_op_threads,
+        ratios=ratios,
     )
 
 

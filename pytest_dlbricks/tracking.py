@@ -443,9 +443,10 @@ class Tracking:
         finally:
             self.dlbricks.summarize(terminalreporter)
             self._summarize(terminalreporter)
+            self.dlbricks.write_verdict(terminalreporter)
 
     def _summarize(self, terminalreporter: pytest.TerminalReporter) -> None:
-        write = terminalreporter.write_line
+        write = self.dlbricks.line_writer(terminalreporter)
         if self.reused_at or self.saved:
             write(f"dlbricks: {self._store_use()}")
         damage = self.run.store_damage or {}
