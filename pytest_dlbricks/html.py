@@ -48,7 +48,7 @@ CALL = "inference call"
 NAMED_PARTS = 3
 #: Bricks in the run-wide table, heaviest first.
 TOP_BRICKS = 15
-#: Longest model path shown in a chart before it is shortened from the left.
+#: Longest model path shown before it is shortened from the left.
 LABEL_CHARS = 42
 
 _STYLE = """
@@ -72,8 +72,7 @@ th { background: var(--band); font-weight: 600; vertical-align: bottom; }
 .wide { overflow-x: auto; }
 td.num, th.num { text-align: right; }
 td.num { white-space: nowrap; }
-td code.path { overflow-wrap: anywhere; }
-.chart td code.path { overflow-wrap: normal; white-space: nowrap; }
+td code.path { white-space: nowrap; }
 tbody tr:nth-child(even) td { background: #fbfcfd; }
 code { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
 .bar { display: flex; align-items: center; gap: 8px; min-width: 180px; }
@@ -263,7 +262,7 @@ def _op_chart(models: Sequence[Mapping[str, Any]], colours: Mapping[str, str]) -
             largest = sorted(op_time.items(), key=lambda item: -item[1])[:NAMED_PARTS]
             parts = escape(", ".join(f"{op} {format_share(seconds / total)}" for op, seconds in largest))
         estimate = escape(format_seconds(model["sequential_s"]))
-        body.append([_path(model["path"], wrap=False), plot, estimate, f"<span class=muted>{parts}</span>"])
+        body.append([_path(model["path"]), plot, estimate, f"<span class=muted>{parts}</span>"])
     table = _table(["Model", "Time by operator type", "Sequential", "Largest parts"], body, numeric={2}, chart=True)
     legend = "".join(f'<span><i style="background:{colour}"></i>{escape(op)}</span>' for op, colour in colours.items())
     if any(op not in colours for m in rows for op in (m.get("op_time_s") or {})):
@@ -323,7 +322,7 @@ def _ratio_chart(models: Sequence[Mapping[str, Any]]) -> str:
             dot = f'<span class="dot {grade}" style="left:{at(float(ratio))}" title="{escape(tip)}"></span>'
         body.append(
             [
-                _path(model["path"], wrap=False),
+                _path(model["path"]),
                 f'<div class="axis">{band}{dot}</div>',
                 escape(format_seconds(model["sequential_s"])),
                 escape(format_seconds(model["measured_s"])),
@@ -507,9 +506,12 @@ def _bar(fraction: float | None) -> str:
     )
 
 
-def _path(path: str, *, wrap: bool = True) -> str:
-    """A model path that may wrap after its slashes (not in a chart, whose rows stay one line each)."""
-    return f"<code class=path>{escape(path).replace('/', '/<wbr>') if wrap else escape(path)}</code>"
+def _path(path: str) -> str:
+    """A model path whole on one line, shortened from the left past :data:`LABEL_CHARS` characters (its
+    file name stays), the full path in its title: a path broken mid-name reads as two."""
+    short = _short(path)
+    title = f' title="{escape(path)}"' if short != path else ""
+    return f"<code class=path{title}>{escape(short)}</code>"
 
 
 def _short(path: str, limit: int = LABEL_CHARS) -> str:

@@ -14,18 +14,30 @@ import pytest
 from test_analysis import analysed_report
 
 from conftest import SAMPLE_MODELS, run_dlbricks
-from pytest_dlbricks.html import CALL, CALL_COLOUR, OP_COLOURS, OTHER_COLOUR, SHOWN_OP_TYPES, op_colour, render_html
+from pytest_dlbricks.html import (
+    CALL,
+    CALL_COLOUR,
+    LABEL_CHARS,
+    OP_COLOURS,
+    OTHER_COLOUR,
+    SHOWN_OP_TYPES,
+    op_colour,
+    render_html,
+)
 from pytest_dlbricks.terminal import (
     accuracy_lines,
     describe_inputs,
     executor_line,
+    fit_lines,
     format_flops,
     format_rate,
     format_ratio,
     format_seconds,
     format_share,
+    progress_line,
     render_analysis,
     render_table,
+    shorten_path,
     speed_line,
 )
 
@@ -605,3 +617,57 @@ def test_sessions_that_do_not_give_the_slowdown_back_print_no_figures(sessions: 
     """A detection of the older method averaged each pair's ratio: its sessions no longer give its factor."""
     line = executor_line(one_at_a_time(1.4, sessions))
     assert line is not None and "at 1.40x their time, as the parallel executor ran such layers here (a chain)" in line
+
+
+def test_a_table_fitted_to_the_terminal_shortens_paths_from_the_left_and_explains_inputs_below() -> None:
+    model = {
+        "path": "models/a_model_with_a_rather_long_name.onnx", "layers": 8, "bricks": 4, "unique_bricks": 4,
+        "measured_bricks": 4, "sequential_s": 1e-4, "parallel_s": 1e-4, "critical_path_s": 1e-4, "complete": True,
+        "inputs": "synthetic", "data_dependent_ops": ["Loop"],
+    }  # fmt: skip
+    summary = {"models": 1, "layers": 8, "bricks": 4, "distinct_bricks": 4, "distinct_ratio": 1.0, "measured_bricks": 4}
+    report = {"models": [model], "summary": summary}
+    full = render_table(report).splitlines()
+    assert "synthetic, but Loop depends on data: give sample inputs" in full[2]
+    fitted = render_table(report, width=100).splitlines()
+    assert max(len(line) for line in fitted[:3]) == 100
+    assert fitted[2].startswith("...ng_name.onnx ") and "synthetic*" in fitted[2]
+    assert fitted[3].startswith("* synthetic inputs, but data steers the work of models/a_model_with_a_rather")
+    # A width no table fits: paths keep their least width, the table stays whole.
+    assert render_table(report, width=20).splitlines()[2].startswith("...name.onnx ")
+
+
+def test_shorten_path_keeps_the_file_name() -> None:
+    assert shorten_path("light/light_bvlc_alexnet.onnx", 30) == "light/light_bvlc_alexnet.onnx"
+    assert shorten_path("light/light_bvlc_alexnet.onnx", 16) == "..._alexnet.onnx"
+
+
+def test_fit_lines_wraps_prose_but_not_table_rows_or_paths() -> None:
+    prose = "dlbricks: " + " ".join(["word"] * 30)
+    row = "model.onnx  " + "  ".join(["1.00 ms"] * 12)
+    path = "dlbricks: report written to /" + "x" * 120
+    fitted = fit_lines("\n".join([prose, row, path, "short"]), 40).splitlines()
+    word = "  " + path.split()[-1]
+    assert row in fitted and word in fitted and fitted[-1] == "short"
+    assert all(len(line) <= 40 for line in fitted if line not in (row, word))
+    assert fitted[1].startswith("  word")
+
+
+def test_progress_line_names_the_model_and_what_is_left() -> None:
+    assert (
+        progress_line("models/mlp.onnx", 2, 5, 100) == "dlbricks: loading and cutting models/mlp.onnx (2 of 5, 3 left)"
+    )
+    assert progress_line("models/mlp.onnx", 5, 5, 100).endswith("(5 of 5)")
+    long = progress_line("zoo/" + "deep/" * 30 + "model.onnx", 1, 2, 80)
+    assert len(long) <= 79 and "model.onnx (1 of 2, 1 left)" in long
+
+
+def test_a_model_path_stays_whole_on_one_line_shortened_from_the_left(report: dict[str, Any]) -> None:
+    report = copy.deepcopy(report)
+    long = "zoo/vision/classification/" + "light_bvlc_alexnet" * 3 + ".onnx"
+    report["models"][0]["path"] = long
+    page = render_html(report)
+    assert "<wbr>" not in page and "overflow-wrap: anywhere" not in page
+    assert "td code.path { white-space: nowrap; }" in page
+    shown = f'<code class=path title="{long}">...{long[-(LABEL_CHARS - 3) :]}</code>'
+    assert shown in page
