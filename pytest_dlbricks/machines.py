@@ -63,13 +63,13 @@ def store_report(store: BrickStore, statistic: str = "median", critical_path: bo
         cells = [UNSUPPORTED] * len(estimates) if None in model.windows else list(map(format_seconds, estimates))
         rows.append([model.path, str(model.granularity), dims, *cells, *ratios])
     lines += ["", format_table(rows, left=(0, 2))]
-    cells = {cell for row in rows[1:] for cell in row[3 : 3 + len(shelves)]}
+    shown = {cell for row in rows[1:] for cell in row[3 : 3 + len(shelves)]}
     legend = [
         text
         for cell, text in (
             ("-", "-: the machine has not measured every brick of the model"),
             (UNSUPPORTED, f"{UNSUPPORTED}: some layers have no brick the provider runs at the model's types"),
         )
-        if cell in cells
+        if cell in shown
     ]
-    return "\n".join(lines + ["", *legend] if legend else lines)
+    return "\n".join([*lines, "", *legend] if legend else lines)
