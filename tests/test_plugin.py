@@ -34,7 +34,8 @@ def seconds(value: str, unit: str) -> tuple[float, float]:
     return float(value) * scale, half_step
 
 
-def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
+def test_help_shows_every_option(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # the width the lines below are wrapped at
     result = pytester.runpytest("--help")
     result.stdout.fnmatch_lines(
         [
