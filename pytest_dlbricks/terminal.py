@@ -182,8 +182,13 @@ _GUESSED_COLUMN = f"Dims left at {DEFAULT_DIM}"
 _LEFT_ALIGNED = ("Model", "Complete", "Inputs", _GUESSED_COLUMN)
 
 
-#: Characters a model's path keeps at the least when the table is fitted to the terminal.
+#: Characters a model's path keeps when the table is fitted to the terminal: before columns are left out,
+#: and at the least.
+ROOMY_PATH_WIDTH = 20
 MIN_PATH_WIDTH = 12
+#: Columns left out, in this order, of a table that does not fit the terminal otherwise: the lower bound
+#: beside the estimates, the cells explained under the table, the counts the closing line sums up.
+DROPPED_FIRST = ("Critical path", "Inputs", "Layers", "Bricks")
 #: Marks an Inputs cell whose explanation follows the table (see :func:`describe_inputs`).
 INPUTS_NOTE = "*"
 
@@ -208,12 +213,15 @@ def render_table(report: Mapping[str, object], width: int | None = None) -> str:
         _row(model, validated, short) + _calibrated(model, validated) * calibrated + (_guessed(model),) * guessed
         for model in models
     ]
+    dropped: list[str] = []
     if width is not None:
-        rows = _fit_paths(rows, width)
-    left = [index for index, name in enumerate(columns) if name in _LEFT_ALIGNED]
+        rows, dropped = _fit(rows, width)
+    left = [index for index, name in enumerate(rows[0]) if name in _LEFT_ALIGNED]
     lines = format_table(rows, left=left).splitlines()
     if short:
         lines.extend(inputs_notes(models))
+    if dropped:
+        lines.append(f"Left out to fit the terminal: {', '.join(dropped)} (-v shows every column)")
     summary: Mapping[str, object] = report["summary"]  # type: ignore[assignment]
     lines.append(count_line(summary))
     speed = speed_line(summary)
@@ -271,14 +279,30 @@ def speed_line(summary: Mapping[str, Any]) -> str | None:
     return line
 
 
-def _fit_paths(rows: list[tuple[str, ...]], width: int) -> list[tuple[str, ...]]:
+def _fit(rows: list[tuple[str, ...]], width: int) -> tuple[list[tuple[str, ...]], list[str]]:
+    """The rows fitted to ``width`` where they can be, and the columns left out: model paths shortened from
+    the left to :data:`ROOMY_PATH_WIDTH`, then the columns of :data:`DROPPED_FIRST` left out in turn, then
+    the paths shortened to :data:`MIN_PATH_WIDTH`."""
+    rows = _fit_paths(rows, width, ROOMY_PATH_WIDTH)
+    dropped = []
+    for name in DROPPED_FIRST:
+        if table_width(format_table(rows)) <= width:
+            break
+        if name in rows[0]:
+            column = rows[0].index(name)
+            rows = [row[:column] + row[column + 1 :] for row in rows]
+            dropped.append(name)
+    return _fit_paths(rows, width, MIN_PATH_WIDTH), dropped
+
+
+def _fit_paths(rows: list[tuple[str, ...]], width: int, least: int) -> list[tuple[str, ...]]:
     """The rows with their model paths shortened from the left (``...ck.onnx``) as far as the table needs to
-    fit ``width``, to :data:`MIN_PATH_WIDTH` at the least."""
+    fit ``width``, to ``least`` characters at the least."""
     excess = table_width(format_table(rows)) - width
     longest = max(len(row[0]) for row in rows)
-    if excess <= 0 or longest <= MIN_PATH_WIDTH:
+    if excess <= 0 or longest <= least:
         return rows
-    keep = max(MIN_PATH_WIDTH, longest - excess)
+    keep = max(least, longest - excess)
     return [rows[0], *((shorten_path(row[0], keep), *row[1:]) for row in rows[1:])]
 
 

@@ -514,7 +514,7 @@ class Tracking:
                 f" above {HIGH_NOISE:.0%}): it is marked so and --dlbricks-compare will not take it as a baseline",
                 yellow=True,
             )
-        elif _untrusted(self.run.report or {}):
+        elif _untrusted(self.run.report or {}) and self._saving():
             write("dlbricks: --dlbricks-compare will not take this run as a baseline: see its verdict", yellow=True)
 
     def _saving(self) -> bool:

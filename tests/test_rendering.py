@@ -619,7 +619,7 @@ def test_sessions_that_do_not_give_the_slowdown_back_print_no_figures(sessions: 
     assert line is not None and "at 1.40x their time, as the parallel executor ran such layers here (a chain)" in line
 
 
-def test_a_table_fitted_to_the_terminal_shortens_paths_from_the_left_and_explains_inputs_below() -> None:
+def test_a_table_fitted_to_the_terminal_shortens_paths_then_leaves_columns_out() -> None:
     model = {
         "path": "models/a_model_with_a_rather_long_name.onnx", "layers": 8, "bricks": 4, "unique_bricks": 4,
         "measured_bricks": 4, "sequential_s": 1e-4, "parallel_s": 1e-4, "critical_path_s": 1e-4, "complete": True,
@@ -628,13 +628,29 @@ def test_a_table_fitted_to_the_terminal_shortens_paths_from_the_left_and_explain
     summary = {"models": 1, "layers": 8, "bricks": 4, "distinct_bricks": 4, "distinct_ratio": 1.0, "measured_bricks": 4}
     report = {"models": [model], "summary": summary}
     full = render_table(report).splitlines()
-    assert "synthetic, but Loop depends on data: give sample inputs" in full[2]
-    fitted = render_table(report, width=100).splitlines()
-    assert max(len(line) for line in fitted[:3]) == 100
-    assert fitted[2].startswith("...ng_name.onnx ") and "synthetic*" in fitted[2]
-    assert fitted[3].startswith("* synthetic inputs, but data steers the work of models/a_model_with_a_rather")
-    # A width no table fits: paths keep their least width, the table stays whole.
-    assert render_table(report, width=20).splitlines()[2].startswith("...name.onnx ")
+    assert "synthetic, but Loop depends on data: give sample inputs" in full[2] and "Critical path" in full[0]
+    roomy = render_table(report, width=110).splitlines()
+    assert max(len(line) for line in roomy[:3]) == 110, "the path shortened just enough"
+    assert roomy[2].startswith("..._rather_long_name.onnx ") and "synthetic*" in roomy[2]
+    assert roomy[3].startswith("* synthetic inputs, but data steers the work of models/a_model_with_a_rather")
+    fitted = render_table(report, width=90).splitlines()
+    assert max(len(line) for line in fitted[:3]) <= 90
+    assert fitted[0].split() == [
+        "Model",
+        "Layers",
+        "Bricks",
+        "Distinct",
+        "Sequential",
+        "Parallel",
+        "Inputs",
+        "Complete",
+    ]
+    assert fitted[2].startswith("...er_long_name.onnx ")
+    assert fitted[4] == "Left out to fit the terminal: Critical path (-v shows every column)"
+    # A width no table fits: every column it may leave out is, and paths keep their least width.
+    narrow = render_table(report, width=20).splitlines()
+    assert narrow[0].split() == ["Model", "Distinct", "Sequential", "Parallel", "Complete"]
+    assert narrow[2].startswith("...name.onnx ")
 
 
 def test_shorten_path_keeps_the_file_name() -> None:
