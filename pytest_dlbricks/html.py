@@ -26,6 +26,7 @@ from .terminal import (
     format_share,
     speed_line,
 )
+from .verdict import verdict_line
 from .wording import plural
 
 #: Colours of common operator types, fixed so that an operator looks the same in every report.
@@ -114,11 +115,14 @@ def render_html(report: Mapping[str, Any]) -> str:
     calibrated = any(m.get("calibrated_s") is not None for m in models)
     table = _models_table(models, validated=bool(validated), calibrated=calibrated)
     line = calibration_line(report.get("calibration"))
+    verdict = report.get("verdict")
+    judged = verdict_line(verdict).removeprefix("dlbricks verdict: ") if verdict else None
     sections = [
         _header(report),
         _section(
             "Models",
             table
+            + (f"<p><strong>Verdict:</strong> {escape(judged)}.</p>" if judged else "")
             + (f"<p>{escape(line[:1].upper() + line[1:])}.</p>" if line else "")
             + _muted([speed_line(report["summary"]), executor_line(report.get("executor"))]),
             anchor="models",

@@ -687,3 +687,15 @@ def test_a_model_path_stays_whole_on_one_line_shortened_from_the_left(report: di
     assert "td code.path { white-space: nowrap; }" in page
     shown = f'<code class=path title="{long}">...{long[-(LABEL_CHARS - 3) :]}</code>'
     assert shown in page
+
+
+def test_the_page_gives_the_run_s_verdict(report: dict[str, Any]) -> None:
+    report = copy.deepcopy(report)
+    report["verdict"] = {"margin": 0.04, "trusted": True, "sources": {"bricks": 0.03, "speed": 0.03}, "advice": []}
+    page = render_html(report)
+    assert (
+        "<p><strong>Verdict:</strong> estimates hold within +-4% (bricks&#x27; spread +-3%, machine speed +-3%).</p>"
+        in page
+    )
+    del report["verdict"]
+    assert "Verdict:" not in render_html(report), "a report written before runs gave one"
