@@ -5,9 +5,9 @@ and the speed trace (a one-thread chain of tiny additions, see :mod:`.speed_trac
 thread that lost its core. What does see it is the thread that times: it runs the call, and waits when
 the call's other intra-op threads lag, or when the scheduler hands its core to another process. Over
 rounds that are pure computation its CPU time should equal their wall time; the share it falls short
-of that is time the timings include that was not the brick's. On 2 shared cores, with another process
-on the second core, a 2-thread convolution's timing thread was on a core for half the wall time (and
-ran at half the speed of one thread); alone on its cores, it is on them 95% or more.
+of that is time the timings include that was not the brick's. On 2 cores shared with other work (load
+average 1.4), a 3x3 convolution of 32 channels on 2 intra-op threads kept its timing thread on a core
+49% of the wall time and ran half as many calls as on one thread, whose timing thread kept it 90%.
 
 The load average beside it says what the machine was doing, over the last minute, for the report.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Share of the timed rounds' wall time the timing thread must spend on a core for the run to count as
-#: unloaded: Python's own work and brief waits stay above it on an idle machine.
+#: unloaded: the rounds are computation, and the waits for pool threads that have their cores are short.
 LOADED_BELOW = 0.9
 #: Below this share the run's estimates are not trusted to any margin: they may hold twice the work's time.
 UNTRUSTED_BELOW = 0.6
