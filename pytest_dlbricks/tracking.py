@@ -651,7 +651,7 @@ def _untrusted(report: Mapping[str, Any]) -> bool:
 
 
 #: Why a run whose verdict does not trust its estimates is no baseline.
-UNTRUSTED = "its verdict does not trust its estimates (loaded)"
+UNTRUSTED = "ran under a load its verdict does not trust"
 
 
 #: Why runs the gate judged are passed over (see :func:`_no_baseline_because`).
