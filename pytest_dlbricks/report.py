@@ -26,7 +26,7 @@ from .analysis import (
 from .bricks import BrickSpec
 from .budget import estimate_precision
 from .calibration import CalibrationRecord, fit, model_key, record_of
-from .composition import Estimate, ParallelExecutor, brick_calls, compose, is_number, model_costs
+from .composition import Estimate, ParallelExecutor, brick_calls, compose, model_costs
 from .cutting import ModelPlan
 from .identity import CUT_METHOD
 from .noise import HIGH_NOISE, margin_of_error, run_noise
@@ -34,7 +34,7 @@ from .overhead import NO_OVERHEAD, CallOverhead
 from .probes import ExecutorDetection, RunMeasurements
 from .settings import Settings
 from .validation import Validation, accuracy
-from .verdict import Verdict, judge
+from .verdict import judge_report
 
 REPORT_VERSION = 1
 
@@ -230,8 +230,6 @@ class RunReport:
     #: Which model of onnxruntime's parallel executor the parallel estimates used, and why (see
     #: :func:`executor_fields`).
     executor: dict[str, Any] | None = None
-    #: How far the estimates can be trusted, from what, and what to do (see :mod:`.verdict`).
-    verdict: Verdict | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The report in its JSON format, keys as other tools read them."""
@@ -247,8 +245,9 @@ class RunReport:
             "machine": dict(self.machine),
             "peak": self.peak,
         }
-        if self.verdict is not None:
-            report["verdict"] = self.verdict.as_json()
+        verdict = judge_report(report)
+        if verdict is not None:  # how far the estimates can be trusted, from what, and what to do
+            report["verdict"] = verdict.as_json()
         if self.calibration is not None:
             report["calibration"] = self.calibration
         if self.executor is not None:
@@ -413,28 +412,6 @@ def build_report(
         calibration=overall.as_json() if overall is not None else None,
         calibration_records=fresh,
         executor=executor_entry,
-        verdict=_verdict(settings, entries, noise, speed, load) if entries else None,
-    )
-
-
-def _verdict(
-    settings: Settings,
-    entries: Sequence[ModelEntry],
-    noise: float | None,
-    speed: Mapping[str, Any] | None,
-    load: Mapping[str, Any] | None,
-) -> Verdict:
-    """The run's verdict on its estimates (see :mod:`.verdict`), from its complete models."""
-    complete = [entry for entry in entries if entry.complete]
-    spread = (speed or {}).get("spread")
-    ratios = [entry.validation["ratio"] for entry in complete if is_number(entry.validation.get("ratio"))]
-    return judge(
-        precisions=[entry.precision for entry in complete],
-        noise=noise,
-        speed_spread=float(spread) if is_number(spread) else None,
-        load=load,
-        threads=settings.intra_op_threads,
-        ratios=ratios,
     )
 
 

@@ -137,6 +137,32 @@ def _advice(sources: Mapping[str, float], margin: float | None, trusted: bool, l
     return advice
 
 
+def judge_report(report: Mapping[str, Any]) -> Verdict | None:
+    """The verdict of a report in its JSON form (a run's, a merge's, a composition's) from its complete models'
+    margins and ratios and its summary's noise, speed trace and load; None for a report without estimates."""
+    models = [model for model in report.get("models") or () if "error" not in model]
+    if not models:
+        return None
+    complete = [model for model in models if model.get("complete")]
+    summary = report.get("summary") or {}
+    load = summary.get("load")
+    return judge(
+        precisions=[_number(model.get("precision")) for model in complete],
+        noise=_number(summary.get("noise")),
+        speed_spread=_number((summary.get("speed") or {}).get("spread")),
+        load=load if isinstance(load, Mapping) and _number(load.get("core_share")) is not None else None,
+        threads=int((report.get("settings") or {}).get("intra_op_threads") or 0),
+        ratios=[ratio for model in complete if (ratio := _number(model.get("ratio"))) is not None],
+    )
+
+
+def _number(value: object) -> float | None:
+    """A finite number of a report, else None (absent, or damaged)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
 def verdict_line(verdict: Mapping[str, Any]) -> str:
     """The run's last line: the margin, from what, what to do."""
     margin, sources, advice = verdict.get("margin"), verdict.get("sources") or {}, verdict.get("advice") or []

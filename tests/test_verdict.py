@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pytest_dlbricks.verdict import judge, load_margin, verdict_line
+from pytest_dlbricks.verdict import judge, judge_report, load_margin, verdict_line
 
 QUIET = {"core_share": 0.98, "loaded": False, "trusted": True, "load_average": 0.3, "cpus": 2}
 
@@ -76,3 +76,31 @@ def test_load_margin() -> None:
     assert load_margin(1.0) == 0.0
     assert load_margin(0.5) == pytest.approx(1.0)
     assert load_margin(0.0) == math.inf
+
+
+def test_a_report_s_verdict_reads_its_complete_models_and_summary() -> None:
+    report = {
+        "settings": {"intra_op_threads": 1},
+        "summary": {"noise": 0.1, "speed": {"spread": 0.04}, "load": {"core_share": 0.95, "loaded": False}},
+        "models": [
+            {"path": "a.onnx", "complete": True, "precision": 0.03, "ratio": 1.01},
+            {"path": "b.onnx", "complete": False, "precision": 0.5, "ratio": 3.0},  # incomplete: not judged
+            {"path": "c.onnx", "error": "cannot be read"},
+        ],
+    }
+    verdict = judge_report(report)
+    assert verdict is not None
+    assert verdict.sources == {"bricks": 0.03, "speed": 0.04, "load": 0.0}
+    assert verdict.validated_within == (1, 1)
+
+
+def test_a_damaged_report_s_figures_count_as_unmeasured() -> None:
+    report = {
+        "settings": {},
+        "summary": {"noise": "high", "speed": {"spread": float("nan")}, "load": {"core_share": None}},
+        "models": [{"path": "a.onnx", "complete": True, "precision": True, "ratio": "1.0"}],
+    }
+    verdict = judge_report(report)
+    assert verdict is not None and verdict.margin is None
+    assert set(verdict.unmeasured) == {"bricks", "speed", "load"}
+    assert judge_report({"models": [{"path": "a.onnx", "error": "cannot be read"}]}) is None
