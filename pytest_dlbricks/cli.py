@@ -40,6 +40,7 @@ from .recomposition import damaged_executor
 from .settings import DEFAULT_STORE, STATISTICS, parse_choice, parse_percentage
 from .store import BrickStore, write_text
 from .terminal import render_table
+from .verdict import judge_report, verdict_line
 from .wording import plural
 
 PROG = "python -m pytest_dlbricks"
@@ -261,7 +262,10 @@ def _report(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _emit(report: dict[str, Any], arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """The table, and each output asked for."""
+    """The table, and each output asked for; the estimates' verdict last."""
+    verdict = judge_report(report)
+    if verdict is not None:
+        report["verdict"] = verdict.as_json()
     print(render_table(report), file=out)
     outputs = [
         (arguments.json, "report", lambda: json.dumps(report, indent=2) + "\n"),
@@ -277,6 +281,8 @@ def _emit(report: dict[str, Any], arguments: argparse.Namespace, out: TextIO, er
             print(f"{PROG}: error: cannot write {path}: {error.strerror or error}", file=err)
             return 1
         print(f"{what} written to {path}", file=out)
+    if verdict is not None:
+        print(verdict_line(report["verdict"]), file=out)
     return 0
 
 

@@ -190,11 +190,16 @@ class Comparison:
     models: tuple[ModelDelta, ...]
     #: The larger of the two runs' noise (their bricks' median relative spread), when both report it.
     noise: float | None = None
+    #: Why a run's own verdict does not trust its estimates (its threads lost their cores), when one does not.
+    untrusted: str | None = None
 
     @property
     def too_noisy(self) -> bool:
-        """Whether the runs' bricks scatter more than the change the gate looks for (see :func:`_verdict`)."""
-        return self.threshold is not None and self.noise is not None and self.noise > self.threshold
+        """Whether the runs' bricks scatter more than the change the gate looks for, or a run's verdict does not
+        trust them (see :func:`_verdict`)."""
+        if self.threshold is None:
+            return False
+        return self.untrusted is not None or (self.noise is not None and self.noise > self.threshold)
 
     @property
     def regressions(self) -> list[ModelDelta]:
@@ -210,6 +215,7 @@ class Comparison:
             "statistic": self.statistic,
             "threshold": self.threshold,
             "noise": self.noise,
+            "untrusted": self.untrusted,
             "failed": bool(self.regressions),
             "inconclusive": bool(self.inconclusive) and not self.regressions,
             "models": [
@@ -276,6 +282,7 @@ def compare(
     before_shares = _shares(before["report"], statistic)
     run_references = _run_references(now["report"], before["report"], statistic)
     noise = _runs_noise(now["report"], before["report"])
+    untrusted = _untrusted(now["report"], before["report"])
     deltas = []
     for path in [*now_models, *(p for p in before_models if p not in now_models)]:
         now_s = _estimate(now_models[path], now_shares.get(path, {})) if path in now_models else None
@@ -295,13 +302,23 @@ def compare(
                     path,
                     before_s,
                     now_s,
-                    _verdict(judged, threshold, noise),
+                    _verdict(judged, threshold, noise, untrusted is not None),
                     judged,
                     changed=tuple(sig for sig in model.changed if model.now.get(sig)),
                     references=model.retime_references(),
                 )
             )
-    return Comparison(baseline, statistic, threshold, tuple(deltas), noise)
+    return Comparison(baseline, statistic, threshold, tuple(deltas), noise, untrusted)
+
+
+def _untrusted(now: Mapping[str, Any], before: Mapping[str, Any]) -> str | None:
+    """Why this run's or the baseline's own verdict does not trust its estimates (see :mod:`.verdict`); None
+    when both trust theirs, or were saved before runs gave a verdict."""
+    for which, report in (("this run", now), ("the baseline", before)):
+        verdict = report.get("verdict")
+        if isinstance(verdict, Mapping) and verdict.get("trusted") is False:
+            return f"{which} cannot be trusted ({verdict.get('reason') or 'its threads lost their cores'})"
+    return None
 
 
 def _runs_noise(*reports: Mapping[str, Any]) -> float | None:
@@ -321,8 +338,11 @@ def suspects(comparison: Comparison) -> list[ModelDelta]:
     return [model for model in comparison.models if model.judged is not None and model.judged.rounds == 0]
 
 
-def _verdict(judged: Judgement | None, threshold: float | None, noise: float | None = None) -> str:
-    """A changed model's verdict from its judged interval. When the runs' noise exceeds the threshold, an
+def _verdict(
+    judged: Judgement | None, threshold: float | None, noise: float | None = None, untrusted: bool = False
+) -> str:
+    """A changed model's verdict from its judged interval. When the runs' noise exceeds the threshold, or a
+    run's own verdict does not trust its estimates (``untrusted``: its threads lost their cores), an
     interval that does not lie above it is inconclusive wherever it lies: bricks that scatter so are
     not timed as the model runs them (beside a busy core, a second intra-op thread that loses its core
     slows a brick more than the model), so their change may be off by more than its interval says: a
@@ -331,7 +351,7 @@ def _verdict(judged: Judgement | None, threshold: float | None, noise: float | N
         return UNCHANGED
     if threshold is not None and judged.low > threshold:
         return REGRESSION
-    if threshold is not None and (judged.high > threshold or (noise is not None and noise > threshold)):
+    if threshold is not None and (judged.high > threshold or untrusted or (noise is not None and noise > threshold)):
         return INCONCLUSIVE
     if judged.low > 0:
         return SLOWER
@@ -607,12 +627,15 @@ def render_inconclusive(comparison: Comparison) -> str:
     """Why the gate cannot decide: each model whose interval straddles the threshold, or every changed model
     of runs whose noise exceeds it."""
     threshold = f"{comparison.threshold or 0.0:.0%}"
-    why = (
-        f"the runs' noise ({comparison.noise or 0.0:.1%}, their bricks' median spread) is above {threshold}:"
-        f" bricks timed so cannot tell whether it exceeds {threshold}"
-        if comparison.too_noisy
-        else f"the noise is too high to tell whether that exceeds {threshold}"
-    )
+    if comparison.untrusted is not None:
+        why = f"{comparison.untrusted}: bricks timed so cannot tell whether it exceeds {threshold}"
+    elif comparison.too_noisy:
+        why = (
+            f"the runs' noise ({comparison.noise or 0.0:.1%}, their bricks' median spread) is above {threshold}:"
+            f" bricks timed so cannot tell whether it exceeds {threshold}"
+        )
+    else:
+        why = f"the noise is too high to tell whether that exceeds {threshold}"
     return "\n".join(
         f"{model.path}: its changed bricks make it {_judged(model, comparison.baseline)}: {why}; {_bricks(model)}"
         for model in comparison.inconclusive

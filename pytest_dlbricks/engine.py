@@ -22,6 +22,7 @@ from .clock import PausableClock
 from .cutting import ModelPlan, plan_model
 from .errors import ModelError, describe_error, named_error
 from .html import render_html
+from .load import LoadMeter, load_summary
 from .loading import load_model, whole_model
 from .maps import write_maps
 from .numerics import convert, float32_work
@@ -92,6 +93,8 @@ class DLBricksRun:
         #: How fast the machine ran through the run, sampled before the items that time, and the reference
         #: call's time around each brick's timing (see :mod:`.speed_trace`).
         self.speed = SpeedTrace(lambda: reference_call(settings), REFERENCE)
+        #: Whether the thread that times got its core through the timed rounds (see :mod:`.load`).
+        self.load = LoadMeter()
         #: What the parallel executor does with independent nodes here, detected once before composing,
         #: or why it could not be.
         self.executor: ExecutorDetection | None = None
@@ -456,6 +459,7 @@ class DLBricksRun:
             calibration=self.calibration,
             # The machine's speed while bricks were timed: none were when every time was reused or disabled.
             speed=self.speed.summary() if any(not result.reused for result in self.results.values()) else None,
+            load=load_summary(self.load.readings()),
         )
         self.report = self.composed.as_json()
         return self.report

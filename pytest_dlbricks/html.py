@@ -26,6 +26,7 @@ from .terminal import (
     format_share,
     speed_line,
 )
+from .verdict import verdict_line
 from .wording import plural
 
 #: Colours of common operator types, fixed so that an operator looks the same in every report.
@@ -48,7 +49,7 @@ CALL = "inference call"
 NAMED_PARTS = 3
 #: Bricks in the run-wide table, heaviest first.
 TOP_BRICKS = 15
-#: Longest model path shown in a chart before it is shortened from the left.
+#: Longest model path shown before it is shortened from the left.
 LABEL_CHARS = 42
 
 _STYLE = """
@@ -72,8 +73,7 @@ th { background: var(--band); font-weight: 600; vertical-align: bottom; }
 .wide { overflow-x: auto; }
 td.num, th.num { text-align: right; }
 td.num { white-space: nowrap; }
-td code.path { overflow-wrap: anywhere; }
-.chart td code.path { overflow-wrap: normal; white-space: nowrap; }
+td code.path { white-space: nowrap; }
 tbody tr:nth-child(even) td { background: #fbfcfd; }
 code { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
 .bar { display: flex; align-items: center; gap: 8px; min-width: 180px; }
@@ -115,11 +115,14 @@ def render_html(report: Mapping[str, Any]) -> str:
     calibrated = any(m.get("calibrated_s") is not None for m in models)
     table = _models_table(models, validated=bool(validated), calibrated=calibrated)
     line = calibration_line(report.get("calibration"))
+    verdict = report.get("verdict")
+    judged = verdict_line(verdict).removeprefix("dlbricks verdict: ") if verdict else None
     sections = [
         _header(report),
         _section(
             "Models",
             table
+            + (f"<p><strong>Verdict:</strong> {escape(judged)}.</p>" if judged else "")
             + (f"<p>{escape(line[:1].upper() + line[1:])}.</p>" if line else "")
             + _muted([speed_line(report["summary"]), executor_line(report.get("executor"))]),
             anchor="models",
@@ -263,7 +266,7 @@ def _op_chart(models: Sequence[Mapping[str, Any]], colours: Mapping[str, str]) -
             largest = sorted(op_time.items(), key=lambda item: -item[1])[:NAMED_PARTS]
             parts = escape(", ".join(f"{op} {format_share(seconds / total)}" for op, seconds in largest))
         estimate = escape(format_seconds(model["sequential_s"]))
-        body.append([_path(model["path"], wrap=False), plot, estimate, f"<span class=muted>{parts}</span>"])
+        body.append([_path(model["path"]), plot, estimate, f"<span class=muted>{parts}</span>"])
     table = _table(["Model", "Time by operator type", "Sequential", "Largest parts"], body, numeric={2}, chart=True)
     legend = "".join(f'<span><i style="background:{colour}"></i>{escape(op)}</span>' for op, colour in colours.items())
     if any(op not in colours for m in rows for op in (m.get("op_time_s") or {})):
@@ -323,7 +326,7 @@ def _ratio_chart(models: Sequence[Mapping[str, Any]]) -> str:
             dot = f'<span class="dot {grade}" style="left:{at(float(ratio))}" title="{escape(tip)}"></span>'
         body.append(
             [
-                _path(model["path"], wrap=False),
+                _path(model["path"]),
                 f'<div class="axis">{band}{dot}</div>',
                 escape(format_seconds(model["sequential_s"])),
                 escape(format_seconds(model["measured_s"])),
@@ -507,9 +510,12 @@ def _bar(fraction: float | None) -> str:
     )
 
 
-def _path(path: str, *, wrap: bool = True) -> str:
-    """A model path that may wrap after its slashes (not in a chart, whose rows stay one line each)."""
-    return f"<code class=path>{escape(path).replace('/', '/<wbr>') if wrap else escape(path)}</code>"
+def _path(path: str) -> str:
+    """A model path whole on one line, shortened from the left past :data:`LABEL_CHARS` characters (its
+    file name stays), the full path in its title: a path broken mid-name reads as two."""
+    short = _short(path)
+    title = f' title="{escape(path)}"' if short != path else ""
+    return f"<code class=path{title}>{escape(short)}</code>"
 
 
 def _short(path: str, limit: int = LABEL_CHARS) -> str:

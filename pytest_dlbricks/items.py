@@ -114,7 +114,7 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
         )
         # The machine's speed right around the timing: the call cost taken off the brick follows it.
         before = run.speed.now() if benchmark.enabled else None
-        benchmark(call)
+        run.load.around(lambda: benchmark(call))
         if benchmark.stats:
             after = run.speed.now()
             stats = benchmark.stats.stats
@@ -195,7 +195,7 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
         bricks()
         rounds = rounds_for(time.perf_counter() - start)
         benchmark.extra_info.update({"model": plan.path, "executor": executor})
-        benchmark.pedantic(model, setup=bricks, rounds=rounds, warmup_rounds=1)
+        run.load.around(lambda: benchmark.pedantic(model, setup=bricks, rounds=rounds, warmup_rounds=1))
         if benchmark.stats:
             run.record_validation(
                 plan.path,

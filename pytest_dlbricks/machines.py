@@ -16,6 +16,9 @@ from .store import BrickStore, references_of, times_of
 from .terminal import format_seconds, format_table
 from .wording import counted, plural
 
+#: A model's cell when some of its windows have no brick the provider runs.
+UNSUPPORTED = "unsupported"
+
 
 def store_report(store: BrickStore, statistic: str = "median", critical_path: bool = False) -> str:
     """Models as rows, machines and settings as columns, and each other column's ratio to the first."""
@@ -56,8 +59,17 @@ def store_report(store: BrickStore, statistic: str = "median", critical_path: bo
         first = estimates[0]
         ratios = [f"{e / first:.2f}" if e is not None and first else "-" for e in estimates[1:]]
         dims = " ".join(f"{name}={size}" for name, size in sorted(model.dims.items())) or "-"
-        rows.append([model.path, str(model.granularity), dims, *map(format_seconds, estimates), *ratios])
+        # A window without a brick: the provider could not run it when the model was cut, on no machine.
+        cells = [UNSUPPORTED] * len(estimates) if None in model.windows else list(map(format_seconds, estimates))
+        rows.append([model.path, str(model.granularity), dims, *cells, *ratios])
     lines += ["", format_table(rows, left=(0, 2))]
-    if any("-" in row[3:] for row in rows[1:]):
-        lines += ["", "-: the machine has not measured every brick of the model"]
-    return "\n".join(lines)
+    shown = {cell for row in rows[1:] for cell in row[3 : 3 + len(shelves)]}
+    legend = [
+        text
+        for cell, text in (
+            ("-", "-: the machine has not measured every brick of the model"),
+            (UNSUPPORTED, f"{UNSUPPORTED}: some layers have no brick the provider runs at the model's types"),
+        )
+        if cell in shown
+    ]
+    return "\n".join([*lines, "", *legend] if legend else lines)

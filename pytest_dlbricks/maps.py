@@ -154,7 +154,7 @@ def compose_from_maps(
             "maps": [document["model"] for document in maps],
         },
     )
-    for name in ("noise", "high_noise", "speed"):
+    for name in ("noise", "high_noise", "speed", "load"):
         report["summary"][name] = results["summary"].get(name)
     warnings = []
     for name in TIMING_SETTINGS:

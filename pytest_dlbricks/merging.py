@@ -72,6 +72,11 @@ def merge_reports(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> Report:
         trace for _, report in reports if (trace := report["summary"].get("speed")) and is_number(trace.get("spread"))
     ]
     merged["summary"]["speed"] = max(traces, key=lambda trace: trace["spread"], default=None)
+    # The shard whose timing thread kept its core least.
+    loads = [
+        load for _, report in reports if (load := report["summary"].get("load")) and is_number(load.get("core_share"))
+    ]
+    merged["summary"]["load"] = min(loads, key=lambda load: load["core_share"], default=None)
     return merged
 
 

@@ -34,6 +34,7 @@ from .overhead import NO_OVERHEAD, CallOverhead
 from .probes import ExecutorDetection, RunMeasurements
 from .settings import Settings
 from .validation import Validation, accuracy
+from .verdict import judge_report
 
 REPORT_VERSION = 1
 
@@ -203,6 +204,9 @@ class Summary:
     #: How fast the machine ran through the run (see :meth:`.speed_trace.SpeedTrace.summary`); None when
     #: the run took too few samples.
     speed: dict[str, Any] | None = None
+    #: Whether the run's timing thread got its core through the timed rounds (see :func:`.load.load_summary`);
+    #: None when too little was timed to tell.
+    load: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -244,6 +248,9 @@ class RunReport:
             "machine": dict(self.machine),
             "peak": self.peak,
         }
+        verdict = judge_report(report)
+        if verdict is not None:  # how far the estimates can be trusted, from what, and what to do
+            report["verdict"] = verdict.as_json()
         if self.calibration is not None:
             report["calibration"] = self.calibration
         if self.executor is not None:
@@ -276,6 +283,7 @@ def build_report(
     store_damage: dict[str, dict[str, int]] | None = None,
     calibration: Sequence[CalibrationRecord] = (),
     speed: dict[str, Any] | None = None,
+    load: dict[str, Any] | None = None,
 ) -> RunReport:
     """The report of a run.
 
@@ -287,7 +295,8 @@ def build_report(
     and ``placements`` say, by brick signature, why a provider cannot run a brick and where its
     nodes ran; ``store_damage`` counts the damaged records of the brick store; ``calibration`` holds
     the calibration models kept for this machine, to which a run that calibrates adds its validated ones;
-    ``speed`` is the run's speed trace (see :mod:`.speed_trace`).
+    ``speed`` is the run's speed trace (see :mod:`.speed_trace`) and ``load`` whether its timing thread got
+    its core (see :mod:`.load`).
     """
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
     references = {signature: result.reference_s for signature, result in results.items() if result.reference_s}
@@ -397,6 +406,7 @@ def build_report(
             noise=noise,
             high_noise=noise is not None and noise > HIGH_NOISE,
             speed=speed,
+            load=load,
         ),
         accuracy=_accuracy(json_models, times, users),
         models=models,

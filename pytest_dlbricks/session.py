@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from .engine import DLBricksRun
 from .interruption import stopped_early
 from .items import signature_of
 from .settings import Settings
-from .terminal import render_analysis, render_table, table_width
+from .terminal import fit_lines, progress_line, render_analysis, render_table, table_width
+from .verdict import verdict_line
 from .warning_types import DLBricksWarning
 from .wording import plural
 
@@ -38,8 +40,12 @@ class DLBricksSession:
         self.config = config
         self.settings = settings
         self.run = DLBricksRun(settings, benchmark_timer(config))
-        #: Whether the terminal summary was written (see :meth:`summarize`).
+        #: Whether the terminal summary was written (see :meth:`summarize`), and the verdict after it.
         self.summarized = False
+        self.verdict_written = False
+        #: Model files found so far, and how many of them collection has begun to cut.
+        self.models_found = 0
+        self.models_started = 0
 
     def compose(self, session: pytest.Session) -> dict[str, Any] | None:
         """The run's report, built once; None when nothing was collected, or when xdist distributes the
@@ -62,8 +68,22 @@ class DLBricksSession:
             exported = self.run.exported_brick(file_path)
             if exported is not None:
                 return BrickFile.from_parent(parent, path=file_path, run=self.run, entry=exported)
+            self.models_found += 1
             return ModelFile.from_parent(parent, path=file_path, run=self.run)
         return None
+
+    def pytest_collectstart(self, collector: pytest.Collector) -> None:
+        """On a terminal, rewrite pytest's collecting line with the model being loaded and cut, and how many
+        are left (files found so far): large models take seconds each."""
+        if not isinstance(collector, ModelFile):
+            return
+        self.models_started += 1
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None or not shows_progress(reporter, self.config.get_verbosity()):
+            return
+        line = progress_line(collector.nodeid, self.models_started, self.models_found, self.width())
+        reporter.rewrite(line, erase=True, bold=True)
+        reporter.flush()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -151,31 +171,63 @@ class DLBricksSession:
                 terminalreporter.write_line(f"dlbricks: {NO_ESTIMATES}", yellow=True)
             return
         title = f"dlbricks: granularity {self.settings.granularity}, {self.settings.statistic} brick times"
+        write = self.line_writer(terminalreporter)
+        verbose = terminalreporter.verbosity > 0
         if run.plans or run.failed:
-            table = render_table(report)
+            table = render_table(report, width=None if verbose else self.width())
             terminalreporter.write_sep("-", title, fullwidth=table_width(table))
-            terminalreporter.write_line(table)
+            write(table)
         else:
             terminalreporter.write_sep("-", title)
-            terminalreporter.write_line(
+            write(
                 f"{len(run.results)} of {plural(len(run.bricks), 'exported brick')} measured; estimate the models with"
                 " python -m pytest_dlbricks compose --map MAPS --results <this run's --dlbricks-json report>"
             )
         if terminalreporter.verbosity >= 0:
-            analysis = render_analysis(report, verbose=terminalreporter.verbosity > 0)
+            analysis = render_analysis(report, verbose=verbose)
             if analysis:
-                terminalreporter.write_line(analysis)
+                write(analysis)
         for text, is_error in run.messages:
-            terminalreporter.write_line(text, red=is_error)
+            write(text, red=is_error)
         if report["partial"]:
-            terminalreporter.write_line(
+            write(
                 "dlbricks: the run stopped early; the report is partial, with the bricks measured until then",
                 yellow=True,
             )
         for error in run.write_errors:
-            terminalreporter.write_line(f"dlbricks: {error}", red=True)
+            write(f"dlbricks: {error}", red=True)
         for path in run.written:
-            terminalreporter.write_line(f"dlbricks: report written to {path}")
+            write(f"dlbricks: report written to {path}")
+
+    def write_verdict(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """The run's last line, once: how far its estimates can be trusted (see :mod:`.verdict`)."""
+        verdict = (self.run.report or {}).get("verdict")
+        if self.verdict_written or not verdict:
+            return
+        self.verdict_written = True
+        trusted = verdict.get("trusted", True) and verdict.get("margin") is not None
+        self.line_writer(terminalreporter)(verdict_line(verdict), yellow=not trusted, bold=True)
+
+    def width(self) -> int:
+        """The terminal's width, as pytest's own lines take it."""
+        return int(self.config.get_terminal_writer().fullwidth)
+
+    def line_writer(self, terminalreporter: pytest.TerminalReporter) -> Callable[..., None]:
+        """``write_line`` with the text's lines fitted to the terminal's width, except at ``-v``."""
+        if terminalreporter.verbosity > 0:
+            return terminalreporter.write_line
+        width = self.width()
+
+        def write(text: str, **markup: bool) -> None:
+            terminalreporter.write_line(fit_lines(text, width), **markup)
+
+        return write
+
+
+def shows_progress(terminalreporter: pytest.TerminalReporter, verbosity: int) -> bool:
+    """Whether to show progress, as pytest shows its collecting line: on a terminal, not under ``-q``, not in CI."""
+    on_ci = any(os.environ.get(name) for name in ("CI", "BUILD_NUMBER"))
+    return bool(terminalreporter.isatty()) and verbosity >= 0 and not on_ci
 
 
 def benchmark_timer(config: pytest.Config) -> Callable[[], float]:

@@ -258,7 +258,8 @@ def parse_precision(text: str) -> float | None:
     except ValueError:
         raise argparse.ArgumentTypeError(f"precision must look like 2% or 0.02, or be off, not {text!r}") from None
     if not 0 < precision < 1:
-        raise argparse.ArgumentTypeError(f"precision must lie between 0% and 100%, not {text!r}")
+        hint = f": write {value}% for {value} percent" if not value.endswith("%") and 1 <= precision < 100 else ""
+        raise argparse.ArgumentTypeError(f"precision must lie between 0% and 100%, not {text!r}{hint}")
     return precision
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -181,9 +182,24 @@ _GUESSED_COLUMN = f"Dims left at {DEFAULT_DIM}"
 _LEFT_ALIGNED = ("Model", "Complete", "Inputs", _GUESSED_COLUMN)
 
 
-def render_table(report: Mapping[str, object]) -> str:
-    """One row per model and closing lines on uniqueness and accuracy, printed after pytest-benchmark's table."""
+#: Characters a model's path keeps when the table is fitted to the terminal: before columns are left out,
+#: and at the least.
+ROOMY_PATH_WIDTH = 20
+MIN_PATH_WIDTH = 12
+#: Columns left out, in this order, of a table that does not fit the terminal otherwise: the lower bound
+#: beside the estimates, the cells explained under the table, the counts the closing line sums up.
+DROPPED_FIRST = ("Critical path", "Inputs", "Layers", "Bricks")
+#: Marks an Inputs cell whose explanation follows the table (see :func:`describe_inputs`).
+INPUTS_NOTE = "*"
+
+
+def render_table(report: Mapping[str, object], width: int | None = None) -> str:
+    """One row per model and closing lines on uniqueness and accuracy, printed after pytest-benchmark's table.
+
+    With a terminal ``width`` the table is made to fit it where it can (model paths shortened from the
+    left, explanations out of the cells and after the table); without, every cell says all."""
     models: Sequence[Mapping[str, object]] = report["models"]  # type: ignore[assignment]
+    short = width is not None
     validated = any("measured_s" in model for model in models)
     guessed = any(model.get("guessed_dims") for model in models)
     calibrated = any(model.get("calibrated_s") is not None for model in models)
@@ -194,11 +210,18 @@ def render_table(report: Mapping[str, object]) -> str:
         + ((_GUESSED_COLUMN,) if guessed else ())
     )
     rows = [columns] + [
-        _row(model, validated) + _calibrated(model, validated) * calibrated + (_guessed(model),) * guessed
+        _row(model, validated, short) + _calibrated(model, validated) * calibrated + (_guessed(model),) * guessed
         for model in models
     ]
-    left = [index for index, name in enumerate(columns) if name in _LEFT_ALIGNED]
+    dropped: list[str] = []
+    if width is not None:
+        rows, dropped = _fit(rows, width)
+    left = [index for index, name in enumerate(rows[0]) if name in _LEFT_ALIGNED]
     lines = format_table(rows, left=left).splitlines()
+    if short:
+        lines.extend(inputs_notes(models))
+    if dropped:
+        lines.append(f"Left out to fit the terminal: {', '.join(dropped)} (-v shows every column)")
     summary: Mapping[str, object] = report["summary"]  # type: ignore[assignment]
     lines.append(count_line(summary))
     speed = speed_line(summary)
@@ -256,7 +279,63 @@ def speed_line(summary: Mapping[str, Any]) -> str | None:
     return line
 
 
-def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
+def _fit(rows: list[tuple[str, ...]], width: int) -> tuple[list[tuple[str, ...]], list[str]]:
+    """The rows fitted to ``width`` where they can be, and the columns left out: model paths shortened from
+    the left to :data:`ROOMY_PATH_WIDTH`, then the columns of :data:`DROPPED_FIRST` left out in turn, then
+    the paths shortened to :data:`MIN_PATH_WIDTH`."""
+    rows = _fit_paths(rows, width, ROOMY_PATH_WIDTH)
+    dropped = []
+    for name in DROPPED_FIRST:
+        if table_width(format_table(rows)) <= width:
+            break
+        if name in rows[0]:
+            column = rows[0].index(name)
+            rows = [row[:column] + row[column + 1 :] for row in rows]
+            dropped.append(name)
+    return _fit_paths(rows, width, MIN_PATH_WIDTH), dropped
+
+
+def _fit_paths(rows: list[tuple[str, ...]], width: int, least: int) -> list[tuple[str, ...]]:
+    """The rows with their model paths shortened from the left (``...ck.onnx``) as far as the table needs to
+    fit ``width``, to ``least`` characters at the least."""
+    excess = table_width(format_table(rows)) - width
+    longest = max(len(row[0]) for row in rows)
+    if excess <= 0 or longest <= least:
+        return rows
+    keep = max(least, longest - excess)
+    return [rows[0], *((shorten_path(row[0], keep), *row[1:]) for row in rows[1:])]
+
+
+def shorten_path(path: str, width: int) -> str:
+    """``path`` in at most ``width`` characters, shortened from the left, where its file name is."""
+    return path if len(path) <= width else "..." + path[len(path) - width + 3 :]
+
+
+def progress_line(path: str, number: int, found: int, width: int) -> str:
+    """The collecting line while a model is cut: which one, and how many of the files found so far are left."""
+    left = found - number
+    tail = f" ({number} of {found}{f', {left} left' if left else ''})"
+    keep = max(MIN_PATH_WIDTH, width - 1 - len("dlbricks: loading and cutting ") - len(tail))
+    return f"dlbricks: loading and cutting {shorten_path(path, keep)}{tail}"
+
+
+def fit_lines(text: str, width: int) -> str:
+    """Lines wider than ``width`` wrapped at spaces, their continuations indented; a word wider than the
+    terminal (a path) is left whole, and so is a table's row (a gap of two spaces between its cells), whose
+    columns wrapping would scramble."""
+    fitted = []
+    for line in text.splitlines():
+        if len(line) <= width or "  " in line.strip():
+            fitted.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip()) + 2)
+        fitted.extend(
+            textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+        )
+    return "\n".join(fitted)
+
+
+def _row(model: Mapping[str, object], validated: bool, short: bool = False) -> tuple[str, ...]:
     if "error" in model:
         return (str(model["path"]), "-", "-", "-", "-", "-", "-", "-", "error") + (("-", "-") if validated else ())
     unsupported = len(model.get("unsupported") or ())  # type: ignore[arg-type]
@@ -270,7 +349,7 @@ def _row(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
         format_seconds(model["sequential_s"]),  # type: ignore[arg-type]
         format_seconds(model.get("parallel_s")),  # type: ignore[arg-type]
         format_seconds(model["critical_path_s"]),  # type: ignore[arg-type]
-        describe_inputs(model),
+        describe_inputs(model, short=short),
         complete,
     )
     if not validated:
@@ -380,19 +459,50 @@ def _guessed(model: Mapping[str, object]) -> str:
     return ", ".join(model.get("guessed_dims") or ()) or "-"  # type: ignore[arg-type]
 
 
-def describe_inputs(model: Mapping[str, object]) -> str:
+def describe_inputs(model: Mapping[str, object], *, short: bool = False) -> str:
     """What a model ran on; on synthetic inputs, the operators whose work depends on data, as a warning; and
-    the weights it lists as inputs, which onnxruntime neither folds nor pre-packs (the model runs slower so)."""
+    the weights it lists as inputs, which onnxruntime neither folds nor pre-packs (the model runs slower so).
+    ``short``: a mark instead of the sentences, explained after the table by :func:`inputs_notes`."""
     inputs = str(model.get("inputs", "synthetic"))
     ops: Sequence[str] = model.get("data_dependent_ops") or ()  # type: ignore[assignment]
+    weights = model.get("weights_as_inputs")
+    listed = is_count(weights) and bool(weights)
+    if short:
+        return inputs + INPUTS_NOTE if (inputs == "synthetic" and ops) or listed else inputs
     if inputs == "synthetic" and ops:
         verb = "depends" if len(ops) == 1 else "depend"
         inputs = f"synthetic, but {', '.join(ops)} {verb} on data: give sample inputs"
-    weights = model.get("weights_as_inputs")
-    if is_count(weights) and weights:
-        listed = "a graph input" if weights == 1 else "graph inputs"
-        inputs += f"; {plural(weights, 'weight')} listed as {listed}, not constants"
+    if listed:
+        as_what = "a graph input" if weights == 1 else "graph inputs"
+        inputs += f"; {plural(weights, 'weight')} listed as {as_what}, not constants"  # type: ignore[arg-type]
     return inputs
+
+
+def inputs_notes(models: Sequence[Mapping[str, object]]) -> list[str]:
+    """The notes under a table whose Inputs cells are marked: which models' work depends on data, and which
+    list weights as graph inputs."""
+    steered = [
+        f"{model['path']} ({', '.join(map(str, model['data_dependent_ops']))})"  # type: ignore[call-overload]
+        for model in models
+        if str(model.get("inputs", "synthetic")) == "synthetic" and model.get("data_dependent_ops")
+    ]
+    listing = [
+        f"{model['path']} ({model['weights_as_inputs']})"
+        for model in models
+        if is_count(model.get("weights_as_inputs")) and model.get("weights_as_inputs")
+    ]
+    notes = []
+    if steered:
+        notes.append(
+            f"{INPUTS_NOTE} synthetic inputs, but data steers the work of {'; '.join(steered)}: give sample inputs"
+            " (an .npz of them beside the model, or the pytest_dlbricks_model_inputs hook)"
+        )
+    if listing:
+        notes.append(
+            f"{INPUTS_NOTE} weights listed as graph inputs, not constants, in {'; '.join(listing)}: onnxruntime"
+            " neither folds nor pre-packs them (take them out of the graph inputs if nothing overrides them)"
+        )
+    return notes
 
 
 def format_ratio(ratio: float | None) -> str:

@@ -188,8 +188,9 @@ class Tracking:
                 self.notes.append(f"nothing to compare with: {message}")
             return None
         name, block = baseline
-        if _high_noise(block):
-            self.notes.append(f"{name} measured under high noise; it is compared with only because it was named")
+        if _high_noise(block) or _untrusted(block.get("report") or {}):
+            why = "measured under high noise" if _high_noise(block) else UNTRUSTED
+            self.notes.append(f"{name} {why}; it is compared with only because it was named")
         if block.get("version") != BLOCK_VERSION:
             raise pytest.UsageError(f"--dlbricks-compare: {name} was saved by another version of pytest-dlbricks")
         mismatches = differences(self.identity.conditions(self.settings), block)
@@ -443,9 +444,10 @@ class Tracking:
         finally:
             self.dlbricks.summarize(terminalreporter)
             self._summarize(terminalreporter)
+            self.dlbricks.write_verdict(terminalreporter)
 
     def _summarize(self, terminalreporter: pytest.TerminalReporter) -> None:
-        write = terminalreporter.write_line
+        write = self.dlbricks.line_writer(terminalreporter)
         if self.reused_at or self.saved:
             write(f"dlbricks: {self._store_use()}")
         damage = self.run.store_damage or {}
@@ -512,6 +514,8 @@ class Tracking:
                 f" above {HIGH_NOISE:.0%}): it is marked so and --dlbricks-compare will not take it as a baseline",
                 yellow=True,
             )
+        elif _untrusted(self.run.report or {}) and self._saving():
+            write("dlbricks: --dlbricks-compare will not take this run as a baseline: see its verdict", yellow=True)
 
     def _saving(self) -> bool:
         """Whether pytest-benchmark saves this run (where --dlbricks-compare looks for baselines)."""
@@ -640,6 +644,16 @@ def _high_noise(block: Mapping[str, Any]) -> bool:
     return bool((block.get("report") or {}).get("summary", {}).get("high_noise"))
 
 
+def _untrusted(report: Mapping[str, Any]) -> bool:
+    """Whether a run's own verdict does not trust its estimates (its threads lost their cores)."""
+    verdict = report.get("verdict")
+    return isinstance(verdict, Mapping) and verdict.get("trusted") is False
+
+
+#: Why a run whose verdict does not trust its estimates is no baseline.
+UNTRUSTED = "ran under a load its verdict does not trust"
+
+
 #: Why runs the gate judged are passed over (see :func:`_no_baseline_because`).
 JUDGED = ("failed the gate", "the gate was inconclusive")
 #: Runs passed over that the terminal names; the others are counted.
@@ -664,6 +678,8 @@ def _no_baseline_because(block: Mapping[str, Any], statistic: str) -> str | None
         return "stopped early"
     if _high_noise(block):
         return "measured under high noise"
+    if _untrusted(report):
+        return UNTRUSTED
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,8 +13,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from pytest_dlbricks import probes
+from pytest_dlbricks import engine, probes
 from pytest_dlbricks.cutting import ModelPlan, plan_model
+from pytest_dlbricks.load import LoadMeter
 from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.warning_types import DLBricksWarning
 
@@ -33,6 +35,8 @@ def light_models() -> list[Path]:
 QUICK_TIMING = ("--benchmark-min-rounds=2", "--benchmark-max-time=0.000001")
 #: The symbolic dimensions of the bundled sample models, as flags.
 SAMPLE_DIMS = ("--dlbricks-dim", "batch=1", "--dlbricks-dim", "seq=16")
+#: Columns of the terminal runs in tests print to (see :func:`a_terminal_wide_enough_for_any_line`).
+WIDE_TERMINAL = 4000
 #: Seconds any one test may take: a hung onnxruntime session must not hold CI until its own limit.
 TEST_TIMEOUT = 300
 
@@ -49,6 +53,23 @@ def runs_inside_an_xdist_worker_time_their_bricks(monkeypatch: pytest.MonkeyPatc
     """With ``pytest -n``, pytest-benchmark finds PYTEST_XDIST_WORKER in the environment of the runs the tests
     make in the worker's process, and stops timing there too: those runs are not distributed."""
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def a_terminal_wide_enough_for_any_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs print to a terminal no line of theirs exceeds, so that tests read lines whole and cells unshortened;
+    the tests of fitting the output to the terminal set a width of their own."""
+    monkeypatch.setenv("COLUMNS", str(WIDE_TERMINAL))
+
+
+@pytest.fixture(autouse=True)
+def a_timing_thread_that_keeps_its_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs read their timing thread as on its core throughout (its CPU clock is the wall clock), whatever else
+    the machine runs: the verdict of a run in a test must not follow the load of the machine the suite runs on.
+    The tests of load (test_load, test_verdict) stub their readings."""
+    monkeypatch.setattr(
+        engine, "LoadMeter", functools.partial(LoadMeter, cpu=time.perf_counter, load_average=lambda: None)
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

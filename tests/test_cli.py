@@ -154,3 +154,16 @@ def test_help_is_plain_sentences(capsys: pytest.CaptureFixture[str]) -> None:
     assert "merge the reports of shards, and report a brick store's models on every machine in it." in text
     for command in ("compose", "merge", "report"):
         assert f" {command} " in text
+
+
+def test_a_model_with_windows_no_provider_runs_reads_unsupported_not_unmeasured(store: BrickStore) -> None:
+    """A window without a brick (its provider refused it when the model was cut, as fp16 bricks on a CPU)."""
+    a = "a" * 64
+    store.save_model(ModelManifest("models/half.onnx", 1, {}, 2, ((a, 1, 1), None), ((0, 1),)))
+    text = store_report(store)
+    half = next(line for line in text.splitlines() if line.startswith("models/half.onnx"))
+    assert half.split()[3:] == ["unsupported", "unsupported", "-"]
+    assert text.endswith(
+        "-: the machine has not measured every brick of the model\n"
+        "unsupported: some layers have no brick the provider runs at the model's types"
+    )

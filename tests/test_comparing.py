@@ -236,6 +236,29 @@ def test_runs_noisier_than_the_threshold_cannot_clear_a_changed_model() -> None:
     ), "a run without its noise"
 
 
+def test_a_run_whose_verdict_does_not_trust_it_cannot_clear_a_changed_model() -> None:
+    """A run whose threads lost their cores (its verdict says so) is as a noisy one: a changed model that is not
+    clearly a regression is inconclusive, saying why; a clear regression is still one."""
+    before = block({**BEFORE_MODEL}, {**{k: stats(v) for k, v in REFERENCES.items()}, "a": stats(100)}, noise=0.04)
+    speeds = np.ones(15)
+
+    def compared(c_us: float, trusted: bool) -> Any:
+        now = block(NOW_MODEL, {**{k: stats(v) for k, v in REFERENCES.items()}, "c": stats(c_us)}, noise=0.04)
+        now["report"]["verdict"] = {"trusted": trusted, "reason": "the timing thread was on a core 40% of the time"}
+        return compare(
+            now, before, baseline="b", statistic="median", threshold=0.1, retimed={"m.onnx": rounds(speeds, c_us)}
+        )
+
+    trusted, loaded = compared(130, trusted=True), compared(130, trusted=False)
+    assert trusted.models[0].verdict == SLOWER and loaded.models[0].verdict == INCONCLUSIVE
+    assert loaded.too_noisy and not trusted.too_noisy
+    assert (
+        loaded.as_dict()["untrusted"] == "this run cannot be trusted (the timing thread was on a core 40% of the time)"
+    )
+    assert "this run cannot be trusted (the timing thread was on a core 40%" in render_inconclusive(loaded)
+    assert compared(200, trusted=False).models[0].verdict == REGRESSION
+
+
 def test_a_count_change_is_a_changed_brick() -> None:
     """One use of r more: r's 100 us at the baseline's speed, +20.8%."""
     now = block(

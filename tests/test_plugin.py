@@ -34,7 +34,8 @@ def seconds(value: str, unit: str) -> tuple[float, float]:
     return float(value) * scale, half_step
 
 
-def test_help_shows_every_option(pytester: pytest.Pytester) -> None:
+def test_help_shows_every_option(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # the width the lines below are wrapped at
     result = pytester.runpytest("--help")
     result.stdout.fnmatch_lines(
         [
@@ -521,7 +522,10 @@ def test_weights_a_model_lists_as_inputs_are_timed_and_reported_so(pytester: pyt
     folder.mkdir()
     tiny_models.weights_as_inputs(folder)
     tiny_models.weights_as_inputs(folder, listed=False)
-    result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-cut=original", "--dlbricks-json=r.json", "models")
+    warned = ("-W", "ignore:models/weights_as_inputs.onnx:pytest_dlbricks.warning_types.DLBricksWarning")
+    args = ("--dlbricks-granularity=2", "--dlbricks-cut=original", "--dlbricks-json=r.json", *warned, "models")
+    result = run(pytester, *args)
+    result.assert_outcomes(passed=2)
     report = read_report(pytester.path / "r.json")
     listed = next(m for m in report["models"] if m["path"].endswith("weights_as_inputs.onnx"))
     plain = next(m for m in report["models"] if m["path"].endswith("weights_plain.onnx"))
@@ -529,8 +533,13 @@ def test_weights_a_model_lists_as_inputs_are_timed_and_reported_so(pytester: pyt
     assert report["summary"]["distinct_bricks"] == 2
     assert all(len(brick["models"]) == 1 for brick in report["bricks"])
     result.stdout.fnmatch_lines(
-        ["models/weights_as_inputs.onnx *synthetic; 6 weights listed as graph inputs, not constants*"]
+        [
+            "models/weights_as_inputs.onnx *synthetic[*] *",
+            "[*] weights listed as graph inputs, not constants, in models/weights_as_inputs.onnx (6)*",
+        ]
     )
+    verbose = run(pytester, *args, "-v")
+    verbose.stdout.fnmatch_lines(["models/weights_as_inputs.onnx *synthetic; 6 weights listed as graph inputs, not *"])
 
 
 def test_validation_times_models_end_to_end_and_reports_accuracy(

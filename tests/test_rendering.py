@@ -14,18 +14,31 @@ import pytest
 from test_analysis import analysed_report
 
 from conftest import SAMPLE_MODELS, run_dlbricks
-from pytest_dlbricks.html import CALL, CALL_COLOUR, OP_COLOURS, OTHER_COLOUR, SHOWN_OP_TYPES, op_colour, render_html
+from pytest_dlbricks.html import (
+    CALL,
+    CALL_COLOUR,
+    LABEL_CHARS,
+    OP_COLOURS,
+    OTHER_COLOUR,
+    SHOWN_OP_TYPES,
+    op_colour,
+    render_html,
+)
 from pytest_dlbricks.terminal import (
     accuracy_lines,
     describe_inputs,
     executor_line,
+    fit_lines,
     format_flops,
     format_rate,
     format_ratio,
     format_seconds,
     format_share,
+    inputs_notes,
+    progress_line,
     render_analysis,
     render_table,
+    shorten_path,
     speed_line,
 )
 
@@ -618,3 +631,89 @@ def test_the_inputs_column_says_when_a_model_lists_weights_as_inputs() -> None:
     )
     for absent in ({}, {"weights_as_inputs": 0}, {"weights_as_inputs": "6"}):
         assert describe_inputs({"inputs": "synthetic", **absent}) == "synthetic"
+    marked = {"path": "m.onnx", "inputs": "synthetic", "weights_as_inputs": 6}
+    assert describe_inputs(marked, short=True) == "synthetic*", "a fitted table marks the cell"
+    (note,) = inputs_notes([marked])
+    assert note.startswith("* weights listed as graph inputs, not constants, in m.onnx (6)")
+
+
+def test_a_table_fitted_to_the_terminal_shortens_paths_then_leaves_columns_out() -> None:
+    model = {
+        "path": "models/a_model_with_a_rather_long_name.onnx", "layers": 8, "bricks": 4, "unique_bricks": 4,
+        "measured_bricks": 4, "sequential_s": 1e-4, "parallel_s": 1e-4, "critical_path_s": 1e-4, "complete": True,
+        "inputs": "synthetic", "data_dependent_ops": ["Loop"],
+    }  # fmt: skip
+    summary = {"models": 1, "layers": 8, "bricks": 4, "distinct_bricks": 4, "distinct_ratio": 1.0, "measured_bricks": 4}
+    report = {"models": [model], "summary": summary}
+    full = render_table(report).splitlines()
+    assert "synthetic, but Loop depends on data: give sample inputs" in full[2] and "Critical path" in full[0]
+    roomy = render_table(report, width=110).splitlines()
+    assert max(len(line) for line in roomy[:3]) == 110, "the path shortened just enough"
+    assert roomy[2].startswith("..._rather_long_name.onnx ") and "synthetic*" in roomy[2]
+    assert roomy[3].startswith("* synthetic inputs, but data steers the work of models/a_model_with_a_rather")
+    fitted = render_table(report, width=90).splitlines()
+    assert max(len(line) for line in fitted[:3]) <= 90
+    assert fitted[0].split() == [
+        "Model",
+        "Layers",
+        "Bricks",
+        "Distinct",
+        "Sequential",
+        "Parallel",
+        "Inputs",
+        "Complete",
+    ]
+    assert fitted[2].startswith("...er_long_name.onnx ")
+    assert fitted[4] == "Left out to fit the terminal: Critical path (-v shows every column)"
+    # A width no table fits: every column it may leave out is, and paths keep their least width.
+    narrow = render_table(report, width=20).splitlines()
+    assert narrow[0].split() == ["Model", "Distinct", "Sequential", "Parallel", "Complete"]
+    assert narrow[2].startswith("...name.onnx ")
+
+
+def test_shorten_path_keeps_the_file_name() -> None:
+    assert shorten_path("light/light_bvlc_alexnet.onnx", 30) == "light/light_bvlc_alexnet.onnx"
+    assert shorten_path("light/light_bvlc_alexnet.onnx", 16) == "..._alexnet.onnx"
+
+
+def test_fit_lines_wraps_prose_but_not_table_rows_or_paths() -> None:
+    prose = "dlbricks: " + " ".join(["word"] * 30)
+    row = "model.onnx  " + "  ".join(["1.00 ms"] * 12)
+    path = "dlbricks: report written to /" + "x" * 120
+    fitted = fit_lines("\n".join([prose, row, path, "short"]), 40).splitlines()
+    word = "  " + path.split()[-1]
+    assert row in fitted and word in fitted and fitted[-1] == "short"
+    assert all(len(line) <= 40 for line in fitted if line not in (row, word))
+    assert fitted[1].startswith("  word")
+
+
+def test_progress_line_names_the_model_and_what_is_left() -> None:
+    assert (
+        progress_line("models/mlp.onnx", 2, 5, 100) == "dlbricks: loading and cutting models/mlp.onnx (2 of 5, 3 left)"
+    )
+    assert progress_line("models/mlp.onnx", 5, 5, 100).endswith("(5 of 5)")
+    long = progress_line("zoo/" + "deep/" * 30 + "model.onnx", 1, 2, 80)
+    assert len(long) <= 79 and "model.onnx (1 of 2, 1 left)" in long
+
+
+def test_a_model_path_stays_whole_on_one_line_shortened_from_the_left(report: dict[str, Any]) -> None:
+    report = copy.deepcopy(report)
+    long = "zoo/vision/classification/" + "light_bvlc_alexnet" * 3 + ".onnx"
+    report["models"][0]["path"] = long
+    page = render_html(report)
+    assert "<wbr>" not in page and "overflow-wrap: anywhere" not in page
+    assert "td code.path { white-space: nowrap; }" in page
+    shown = f'<code class=path title="{long}">...{long[-(LABEL_CHARS - 3) :]}</code>'
+    assert shown in page
+
+
+def test_the_page_gives_the_run_s_verdict(report: dict[str, Any]) -> None:
+    report = copy.deepcopy(report)
+    report["verdict"] = {"margin": 0.04, "trusted": True, "sources": {"bricks": 0.03, "speed": 0.03}, "advice": []}
+    page = render_html(report)
+    assert (
+        "<p><strong>Verdict:</strong> estimates hold within +-4% (bricks&#x27; spread +-3%, machine speed +-3%).</p>"
+        in page
+    )
+    del report["verdict"]
+    assert "Verdict:" not in render_html(report), "a report written before runs gave one"

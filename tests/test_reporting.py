@@ -76,6 +76,7 @@ def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
         "noise": None,  # no brick has the rounds to show a spread
         "high_noise": False,
         "speed": None,  # no trace was given
+        "load": None,  # nor any load
     }
     first, *rest = report["bricks"]
     assert first["signature"] == next(iter(bricks))

@@ -152,10 +152,15 @@ def test_parse_precision_accepts(text: str, expected: float | None) -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("two", "precision must look like 2% or 0.02, or be off, not 'two'"), ("150%", "between 0% and 100%")],
+    [
+        ("two", "precision must look like 2% or 0.02, or be off, not 'two'"),
+        ("150%", "between 0% and 100%, not '150%'"),
+        ("5", "precision must lie between 0% and 100%, not '5': write 5% for 5 percent"),
+        ("150", "between 0% and 100%, not '150'"),
+    ],
 )
 def test_parse_precision_rejects(text: str, message: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message) + "$"):
         parse_precision(text)
 
 

@@ -64,7 +64,10 @@ def models(copy_models: Callable[..., list[Path]]) -> list[Path]:
     return copy_models(*(SAMPLE_MODELS / name for name in MODELS))
 
 
-def test_help_shows_the_sweep_suite_and_shard_options(pytester: pytest.Pytester) -> None:
+def test_help_shows_the_sweep_suite_and_shard_options(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # the width the lines below are wrapped at
     pytester.runpytest("--help").stdout.fnmatch_lines(
         [
             "  --dlbricks-dtype=TYPES",

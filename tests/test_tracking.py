@@ -757,6 +757,37 @@ def test_a_run_under_high_noise_is_marked_and_passed_over_as_a_baseline(
     )
 
 
+def test_a_run_whose_verdict_does_not_trust_it_is_passed_over_as_a_baseline(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timing thread on its core 40% of the time: the run says it will not serve as a baseline, and does not."""
+    from pytest_dlbricks import load
+
+    class Loaded(load.LoadMeter):
+        def readings(self) -> load.Readings:
+            return load.Readings(1.0, 0.4, None, 2)
+
+    args = ("--dlbricks-granularity=2", "--benchmark-autosave", "models/mlp.onnx")
+    run(pytester, *args).assert_outcomes(passed=3)
+    with monkeypatch.context() as patch:
+        patch.setattr(engine, "LoadMeter", Loaded)
+        loaded = run(pytester, *args)
+    loaded.stdout.fnmatch_lines(
+        [
+            "dlbricks: --dlbricks-compare will not take this run as a baseline: see its verdict",
+            "dlbricks verdict: estimates not trusted: the timing thread was on a core 40% of its rounds' time; *",
+        ]
+    )
+    first, second = saved_runs(pytester)
+    result = run(pytester, "--dlbricks-compare", *args)
+    result.stdout.fnmatch_lines(
+        [
+            f"dlbricks: passed over as baselines: */{second.name} (ran under a load its verdict does not trust)",
+            f"*compared with */{first.name} -*",
+        ]
+    )
+
+
 def test_a_baseline_cut_by_an_older_version_is_not_compared_with(
     pytester: pytest.Pytester, sample_models: list[Path]
 ) -> None:

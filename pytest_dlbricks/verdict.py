@@ -1,0 +1,182 @@
+"""How far a run's estimates can be trusted, from what, and what to do about it: one margin for the run.
+
+Three things move an estimate away from what the same command would give another time, each measured
+by the run itself and each read as a relative margin:
+
+- the bricks' spread: the margin of error of the least precise complete model's estimate, its bricks'
+  margins in quadrature (see :func:`.budget.estimate_precision`); where no brick's margin is known,
+  half the bricks' typical interquartile range (the run's noise, see :func:`.noise.run_noise`);
+- the machine's speed: how far the reference call's time moved through the run (half its
+  interquartile range over its median, see :mod:`.speed_trace`): bricks timed at other moments may
+  be off by as much;
+- load: the share of its rounds' wall time the timing thread spent off its core (see :mod:`.load`),
+  as the time the estimates may hold beyond the work's; below :data:`.load.UNTRUSTED_BELOW` no margin
+  is given at all.
+
+They are independent, so they add in quadrature. Pure functions of plain numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: A margin this small needs nothing done about it.
+TIGHT = 0.05
+BRICKS, SPEED, LOAD = "bricks", "speed", "load"
+#: How each source reads in the verdict's line.
+SOURCE_NAMES = {BRICKS: "bricks' spread", SPEED: "machine speed", LOAD: "load"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The run's margin (relative, None when the run cannot be trusted to one or nothing was measured),
+    each source's part, what could not be measured, and what to do."""
+
+    margin: float | None
+    trusted: bool
+    sources: dict[str, float] = field(default_factory=dict)
+    #: Sources the run could not measure, with why.
+    unmeasured: dict[str, str] = field(default_factory=dict)
+    advice: list[str] = field(default_factory=list)
+    #: Why the run is not trusted, when it is not.
+    reason: str | None = None
+    #: Validated models whose measured time lies within the margin of their estimate, and how many were validated.
+    validated_within: tuple[int, int] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "margin": self.margin,
+            "trusted": self.trusted,
+            "sources": dict(self.sources),
+            "unmeasured": dict(self.unmeasured),
+            "advice": list(self.advice),
+            "reason": self.reason,
+            "validated_within": list(self.validated_within) if self.validated_within else None,
+        }
+
+
+def bricks_margin(precisions: Iterable[float | None], noise: float | None) -> float | None:
+    """The bricks' part: the largest estimate margin among the models, else half the run's noise."""
+    known = [p for p in precisions if p is not None and math.isfinite(p)]
+    if known:
+        return max(known)
+    return noise / 2 if noise is not None else None
+
+
+def load_margin(core_share: float | None) -> float | None:
+    """The time estimates may hold beyond the work's when the timing thread was on its core only
+    ``core_share`` of the time (0 for a share of 1; None when unknown)."""
+    if core_share is None:
+        return None
+    return 1 / core_share - 1 if core_share > 0 else math.inf
+
+
+def judge(
+    *,
+    precisions: Iterable[float | None],
+    noise: float | None,
+    speed_spread: float | None,
+    load: Mapping[str, Any] | None,
+    threads: int,
+    ratios: Iterable[float] = (),
+) -> Verdict:
+    """The run's verdict from its models' estimate margins, its noise, its speed trace's spread, its load
+    summary (see :func:`.load.load_summary`), its intra-op ``threads`` (0: onnxruntime's choice) and, when
+    validated, its models' estimate-over-measured ``ratios``."""
+    sources: dict[str, float] = {}
+    unmeasured: dict[str, str] = {}
+    bricks = bricks_margin(precisions, noise)
+    if bricks is None:
+        unmeasured[BRICKS] = "no brick was timed in enough rounds"
+    else:
+        sources[BRICKS] = bricks
+    if speed_spread is None:
+        unmeasured[SPEED] = "too few samples of the reference call"
+    else:
+        sources[SPEED] = speed_spread
+    loaded = load is not None and bool(load.get("loaded"))
+    if load is None:
+        unmeasured[LOAD] = "too little time in timed rounds"
+    else:
+        sources[LOAD] = (load_margin(load.get("core_share")) or 0.0) if loaded else 0.0
+    trusted = load is None or load.get("trusted") is not False
+    reason = _load_reason(load) if load is not None and loaded else None
+    margin = math.sqrt(sum(part**2 for part in sources.values())) if sources and trusted else None
+    advice = _advice(sources, margin, trusted, loaded, threads)
+    ratios = list(ratios)
+    within = None
+    if ratios and margin is not None:
+        within = (sum(1 for ratio in ratios if abs(ratio - 1) <= margin), len(ratios))
+    return Verdict(margin, trusted, sources, unmeasured, advice, reason, within)
+
+
+def _load_reason(load: Mapping[str, Any]) -> str:
+    """Why the load counts: the timing thread's share of the wall time, and the load average beside the cores."""
+    reason = f"the timing thread was on a core {load['core_share']:.0%} of its rounds' time"
+    average, cpus = load.get("load_average"), load.get("cpus")
+    if isinstance(average, int | float) and cpus:
+        reason += f" (load average {average:.1f} on {cpus} cores)"
+    return reason
+
+
+def _advice(sources: Mapping[str, float], margin: float | None, trusted: bool, loaded: bool, threads: int) -> list[str]:
+    """What would tighten the margin, most effective first."""
+    if trusted and margin is not None and margin <= TIGHT:
+        return []
+    advice = []
+    if loaded or not trusted:
+        advice.append("a quieter machine")
+    if threads != 1 and (loaded or sources.get(SPEED, 0.0) > TIGHT):
+        advice.append("one intra-op thread (--dlbricks-threads=1)")
+    if sources.get(BRICKS, 0.0) > TIGHT:
+        advice.append("a tighter --dlbricks-precision")
+    advice.append("run again")
+    return advice
+
+
+def judge_report(report: Mapping[str, Any]) -> Verdict | None:
+    """The verdict of a report in its JSON form (a run's, a merge's, a composition's) from its complete models'
+    margins and ratios and its summary's noise, speed trace and load; None for a report without estimates."""
+    models = [model for model in report.get("models") or () if "error" not in model]
+    if not models:
+        return None
+    complete = [model for model in models if model.get("complete")]
+    summary = report.get("summary") or {}
+    load = summary.get("load")
+    return judge(
+        precisions=[_number(model.get("precision")) for model in complete],
+        noise=_number(summary.get("noise")),
+        speed_spread=_number((summary.get("speed") or {}).get("spread")),
+        load=load if isinstance(load, Mapping) and _number(load.get("core_share")) is not None else None,
+        threads=int((report.get("settings") or {}).get("intra_op_threads") or 0),
+        ratios=[ratio for model in complete if (ratio := _number(model.get("ratio"))) is not None],
+    )
+
+
+def _number(value: object) -> float | None:
+    """A finite number of a report, else None (absent, or damaged)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def verdict_line(verdict: Mapping[str, Any]) -> str:
+    """The run's last line: the margin, from what, what to do."""
+    margin, sources, advice = verdict.get("margin"), verdict.get("sources") or {}, verdict.get("advice") or []
+    parts = ", ".join(f"{SOURCE_NAMES.get(name, name)} +-{part:.0%}" for name, part in sources.items() if part >= 0.005)
+    if not verdict.get("trusted", True):
+        line = f"dlbricks verdict: estimates not trusted: {verdict.get('reason') or 'the run was loaded'}"
+    elif margin is None:
+        line = "dlbricks verdict: no margin: nothing was measured to give one"
+    else:
+        line = f"dlbricks verdict: estimates hold within +-{max(margin, 0.01):.0%}" + (f" ({parts})" if parts else "")
+    unmeasured = verdict.get("unmeasured") or {}
+    if unmeasured and margin is not None:
+        line += f"; not measured: {', '.join(SOURCE_NAMES.get(name, name) for name in unmeasured)}"
+    within = verdict.get("validated_within")
+    if within:
+        line += f"; {within[0]}/{within[1]} validated within it"
+    return line + (f"; to tighten: {', '.join(advice)}" if advice else "")

@@ -1,0 +1,123 @@
+"""The run's output as a user reads it: lines that fit the terminal, a verdict at the end, progress on a terminal."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import run_dlbricks
+
+#: pytest-benchmark's table, from its title rule to its legend's last line: its own lines, sized to its columns.
+BENCHMARK_TABLE = re.compile(r"^-+ benchmark.*-+$")
+LEGEND_END = "  OPS: Operations Per Second, computed as 1 / Mean"
+
+
+def run_lines(output: list[str]) -> list[str]:
+    """The lines of a run after pytest's header (whose paths and plugin settings are pytest's own), without
+    pytest-benchmark's tables."""
+    lines = output[next(i for i, line in enumerate(output) if line.startswith("collected")) :]
+    kept, in_table = [], False
+    for line in lines:
+        if BENCHMARK_TABLE.match(line):
+            in_table = True
+        if not in_table:
+            kept.append(line)
+        if line == LEGEND_END:
+            in_table = False
+    return kept
+
+
+def test_no_line_is_wider_than_the_terminal(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    result = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-json=report.json")
+    result.assert_outcomes(passed=43)
+    lines = run_lines(result.outlines)
+    assert any(line.startswith("dlbricks verdict:") for line in lines), "the plugin's lines are checked"
+    wide = [line for line in lines if len(line) > 100]
+    assert not wide, "\n".join(wide)
+    # The cell's explanation follows the table, and the JSON keeps the operators.
+    result.stdout.fnmatch_lines(["*_rnn.onnx * synthetic[*] *", "[*] synthetic inputs, but data steers the work*"])
+    report = json.loads((pytester.path / "report.json").read_text())
+    rnn = next(model for model in report["models"] if model["path"].endswith("tiny_rnn.onnx"))
+    assert rnn["data_dependent_ops"] == ["Loop"]
+
+
+def test_verbose_cells_say_it_all(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    result = run_dlbricks(pytester, "--dlbricks-granularity=2", "-v", "--dlbricks-store=none")
+    result.stdout.fnmatch_lines(["models/tiny_rnn.onnx * synthetic, but Loop depends on data: give sample inputs *"])
+
+
+def test_every_run_with_estimates_ends_with_its_verdict(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    result = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-json=report.json")
+    verdict = json.loads((pytester.path / "report.json").read_text())["verdict"]
+    assert verdict["trusted"] is True  # the tests' timing thread keeps its core (see conftest)
+    assert verdict["margin"] == pytest.approx(sum(part**2 for part in verdict["sources"].values()) ** 0.5), (
+        "the sources add in quadrature"
+    )
+    assert verdict["sources"]["bricks"] > 0
+    assert verdict["advice"] == [] or verdict["advice"][-1] == "run again"
+    last = [line for line in result.outlines if line.strip()][-2]  # before pytest's closing line
+    assert last.startswith(f"dlbricks verdict: estimates hold within +-{max(verdict['margin'], 0.01):.0%}")
+
+
+def test_a_run_without_estimates_has_no_verdict(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="def test_nothing():\n    pass\n")
+    result = run_dlbricks(pytester, "--dlbricks-granularity=2")
+    assert "dlbricks verdict" not in result.stdout.str()
+
+
+def test_a_loaded_run_says_so_in_its_verdict(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timing thread whose CPU clock runs at half the wall clock's pace: it was on its core half the time."""
+    from pytest_dlbricks import engine, load
+
+    class HalfTheTime(load.LoadMeter):
+        def readings(self) -> load.Readings:
+            return load.Readings(max(self.wall_s, 1.0), max(self.wall_s, 1.0) / 2, 3.5, 2)
+
+    monkeypatch.setattr(engine, "LoadMeter", HalfTheTime)
+    result = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-json=report.json", "--dlbricks-store=none")
+    result.stdout.fnmatch_lines(
+        [
+            "dlbricks verdict: estimates not trusted: the timing thread was on a core 50% of its rounds' time"
+            " (load average 3.5 on 2 cores); to tighten: a quieter machine, *run again"
+        ]
+    )
+    report = json.loads((pytester.path / "report.json").read_text())
+    assert report["summary"]["load"]["core_share"] == 0.5 and not report["summary"]["load"]["trusted"]
+    assert report["verdict"]["margin"] is None and report["verdict"]["trusted"] is False
+
+
+def test_collection_names_each_model_on_a_terminal_only(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("CI", "BUILD_NUMBER"):
+        monkeypatch.delenv(name, raising=False)
+    args = ("--dlbricks-granularity=2", "--dlbricks-store=none", "--benchmark-disable")
+    assert "loading and cutting" not in run_dlbricks(pytester, *args).stdout.str(), "not a terminal: quiet"
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_configure(config):
+            config.pluginmanager.get_plugin("terminalreporter").isatty = lambda: True
+        """
+    )
+    # Each line rewrites the one before (a carriage return, which the captured output splits lines at).
+    run_dlbricks(pytester, *args).stdout.fnmatch_lines(
+        [
+            "*dlbricks: loading and cutting models/mlp.onnx (1 of 5, 4 left) *",
+            "dlbricks: loading and cutting models/tiny_inception.onnx (2 of 5, 3 left) *",
+            "dlbricks: loading and cutting models/transformer_block.onnx (5 of 5) *",
+        ]
+    )
+    assert "loading and cutting" not in run_dlbricks(pytester, *args, "-q").stdout.str()
+    monkeypatch.setenv("CI", "true")
+    assert "loading and cutting" not in run_dlbricks(pytester, *args).stdout.str()

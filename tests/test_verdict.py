@@ -1,0 +1,106 @@
+"""The run's verdict from plain numbers: its margin, where it comes from, what to do about it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pytest_dlbricks.verdict import judge, judge_report, load_margin, verdict_line
+
+QUIET = {"core_share": 0.98, "loaded": False, "trusted": True, "load_average": 0.3, "cpus": 2}
+
+
+def test_sources_add_in_quadrature_and_a_tight_margin_needs_nothing() -> None:
+    verdict = judge(precisions=[0.03, 0.01], noise=0.2, speed_spread=0.03, load=QUIET, threads=0)
+    assert verdict.margin == pytest.approx(math.hypot(0.03, 0.03))
+    assert verdict.sources == {"bricks": 0.03, "speed": 0.03, "load": 0.0}
+    assert verdict.trusted and verdict.advice == [] and verdict.unmeasured == {}
+    line = verdict_line(verdict.as_json())
+    assert line == "dlbricks verdict: estimates hold within +-4% (bricks' spread +-3%, machine speed +-3%)"
+
+
+def test_a_moving_machine_asks_for_one_thread_and_another_run() -> None:
+    verdict = judge(precisions=[0.02], noise=None, speed_spread=0.2, load=QUIET, threads=0)
+    assert verdict.margin == pytest.approx(math.hypot(0.02, 0.2))
+    assert verdict.advice == ["one intra-op thread (--dlbricks-threads=1)", "run again"]
+    # Already on one thread: nothing to ask there.
+    assert judge(precisions=[0.02], noise=None, speed_spread=0.2, load=QUIET, threads=1).advice == ["run again"]
+
+
+def test_imprecise_bricks_ask_for_a_tighter_precision() -> None:
+    verdict = judge(precisions=[0.12, None], noise=None, speed_spread=0.01, load=QUIET, threads=1)
+    assert verdict.sources["bricks"] == 0.12
+    assert verdict.advice == ["a tighter --dlbricks-precision", "run again"]
+
+
+def test_without_estimate_margins_the_bricks_part_is_half_the_noise() -> None:
+    verdict = judge(precisions=[None], noise=0.1, speed_spread=None, load=None, threads=1)
+    assert verdict.sources == {"bricks": pytest.approx(0.05)}
+    assert set(verdict.unmeasured) == {"speed", "load"}
+    assert verdict_line(verdict.as_json()).endswith("not measured: machine speed, load")
+
+
+def test_a_loaded_run_widens_its_margin_by_the_time_its_thread_lost() -> None:
+    load = {"core_share": 0.8, "loaded": True, "trusted": True, "load_average": 2.7, "cpus": 2}
+    verdict = judge(precisions=[0.01], noise=None, speed_spread=0.01, load=load, threads=0)
+    assert verdict.sources["load"] == pytest.approx(0.25)
+    assert verdict.margin == pytest.approx(math.sqrt(0.01**2 + 0.01**2 + 0.25**2))
+    assert verdict.advice[:2] == ["a quieter machine", "one intra-op thread (--dlbricks-threads=1)"]
+    assert verdict.reason == "the timing thread was on a core 80% of its rounds' time (load average 2.7 on 2 cores)"
+
+
+def test_a_run_whose_thread_lost_its_core_most_of_the_time_is_not_trusted() -> None:
+    load = {"core_share": 0.45, "loaded": True, "trusted": False, "load_average": None, "cpus": 2}
+    verdict = judge(precisions=[0.01], noise=None, speed_spread=0.01, load=load, threads=2)
+    assert verdict.margin is None and not verdict.trusted
+    line = verdict_line(verdict.as_json())
+    assert line.startswith("dlbricks verdict: estimates not trusted: the timing thread was on a core 45%")
+    assert "a quieter machine" in line
+
+
+def test_validated_models_are_counted_against_the_margin() -> None:
+    verdict = judge(precisions=[0.05], noise=None, speed_spread=None, load=None, threads=1, ratios=[1.02, 0.9, 1.2])
+    assert verdict.validated_within == (1, 3)
+    assert "1/3 validated within it" in verdict_line(verdict.as_json())
+
+
+def test_nothing_measured_gives_no_margin() -> None:
+    verdict = judge(precisions=[], noise=None, speed_spread=None, load=None, threads=0)
+    assert verdict.margin is None and verdict.trusted
+    assert verdict_line(verdict.as_json()).startswith("dlbricks verdict: no margin")
+
+
+def test_load_margin() -> None:
+    assert load_margin(None) is None
+    assert load_margin(1.0) == 0.0
+    assert load_margin(0.5) == pytest.approx(1.0)
+    assert load_margin(0.0) == math.inf
+
+
+def test_a_report_s_verdict_reads_its_complete_models_and_summary() -> None:
+    report = {
+        "settings": {"intra_op_threads": 1},
+        "summary": {"noise": 0.1, "speed": {"spread": 0.04}, "load": {"core_share": 0.95, "loaded": False}},
+        "models": [
+            {"path": "a.onnx", "complete": True, "precision": 0.03, "ratio": 1.01},
+            {"path": "b.onnx", "complete": False, "precision": 0.5, "ratio": 3.0},  # incomplete: not judged
+            {"path": "c.onnx", "error": "cannot be read"},
+        ],
+    }
+    verdict = judge_report(report)
+    assert verdict is not None
+    assert verdict.sources == {"bricks": 0.03, "speed": 0.04, "load": 0.0}
+    assert verdict.validated_within == (1, 1)
+
+
+def test_a_damaged_report_s_figures_count_as_unmeasured() -> None:
+    report = {
+        "settings": {},
+        "summary": {"noise": "high", "speed": {"spread": float("nan")}, "load": {"core_share": None}},
+        "models": [{"path": "a.onnx", "complete": True, "precision": True, "ratio": "1.0"}],
+    }
+    verdict = judge_report(report)
+    assert verdict is not None and verdict.margin is None
+    assert set(verdict.unmeasured) == {"bricks", "speed", "load"}
+    assert judge_report({"models": [{"path": "a.onnx", "error": "cannot be read"}]}) is None
