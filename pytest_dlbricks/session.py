@@ -152,7 +152,7 @@ class DLBricksSession:
             return
         title = f"dlbricks: granularity {self.settings.granularity}, {self.settings.statistic} brick times"
         if run.plans or run.failed:
-            table = render_table(report)
+            table = render_table(report, verbose=terminalreporter.verbosity > 0)
             terminalreporter.write_sep("-", title, fullwidth=table_width(table))
             terminalreporter.write_line(table)
         else:
