@@ -373,6 +373,15 @@ def test_three_shards_merge_into_the_single_run_composition(
         estimate = compose(plan, times, overhead, executor, references)
         assert (estimate.sequential_s, estimate.critical_path_s) == (model["sequential_s"], model["critical_path_s"])
         assert estimate.parallel_s is not None and estimate.parallel_s == model["parallel_s"]
+    # What the shards measured of the machine and the models' work, kept: the peak, FLOPs, time by operator.
+    shard_peaks = [read(pytester.path / f"s{k}.json")["peak"] for k in (1, 2, 3)]
+    assert merged["peak"] in shard_peaks and merged["peak"]["flops_per_s"] == max(p["flops_per_s"] for p in shard_peaks)
+    assert all(model["flops"] and model["op_time_s"] and model["flops_per_s"] for model in merged["models"])
+    status, _, err = cli(
+        "merge", *(str(pytester.path / f"s{k}.json") for k in (1, 2, 3)), "--html", str(pytester.path / "m.html")
+    )
+    page = (pytester.path / "m.html").read_text()
+    assert status == 0 and "not every brick was measured" not in page
 
     # A damaged executor entry counts as absent: the next report's is taken, and the user is told.
     damaged = read(pytester.path / "s1.json")
