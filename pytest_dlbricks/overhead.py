@@ -157,8 +157,11 @@ PARALLEL_FACTOR = 10
 PARALLEL_MARGIN_S = 20e-6
 #: Sets of fresh sessions the parallel executor's call cost may be read from, and how many must read a
 #: sane cost before the lower median of theirs is kept.
-PARALLEL_SETS = 4
+PARALLEL_SETS = 3
 PARALLEL_AGREEING = 2
+#: Calls of each session in a set's first round, which decides whether the set is timed in full: few, as a
+#: set caught slow takes milliseconds a call (on a loaded 2-core machine, a set of 20-call rounds took seconds).
+PARALLEL_FIRST_CALLS = 5
 
 
 def parallel_ceiling(sequential: CallOverhead) -> float:
@@ -186,7 +189,7 @@ def measure_parallel_fixed_cost(
     kept: list[float] = []
     for _ in range(PARALLEL_SETS):
         sessions = {"parallel": [_Call(_tiny_model(size, 1, 1), settings, parallel=True) for size in _SIZES]}
-        first = _parallel_intercept(_interleaved_times(sessions, 1, calls)["parallel"])
+        first = _parallel_intercept(_interleaved_times(sessions, 1, min(calls, PARALLEL_FIRST_CALLS))["parallel"])
         if first > ceiling:
             continue
         fitted = _parallel_intercept(_interleaved_times(sessions, rounds, calls)["parallel"])

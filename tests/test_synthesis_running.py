@@ -16,6 +16,7 @@ import pytest
 import tiny_models
 
 from conftest import plan_of
+from pytest_dlbricks import engine
 from pytest_dlbricks import overhead as call_overhead
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
@@ -24,6 +25,7 @@ from pytest_dlbricks.errors import ModelError
 from pytest_dlbricks.graph import MIN_IR_VERSION, TensorSpec
 from pytest_dlbricks.loading import load_model, whole_model
 from pytest_dlbricks.overhead import CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
+from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown
 from pytest_dlbricks.running import BrickError, BrickRunner, ModelRunner, _rewritable, view_outputs
 from pytest_dlbricks.runtime import create_session, input_rewriter, run_reference, session_options
 from pytest_dlbricks.settings import Settings
@@ -602,6 +604,39 @@ def test_the_parallel_call_cost_is_bounded_by_the_sequential_one(
     assert measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=2, calls=1) is None
     assert len(sets.sessions) == call_overhead.PARALLEL_SETS and sets.fresh(), "each set in fresh sessions"
     assert call_overhead.parallel_ceiling(SEQUENTIAL) == pytest.approx(70e-6)
+
+
+def _one_at_a_time(pool: bool) -> ExecutorDetection:
+    slowdown = PoolSlowdown(2.0, 1e-4, [(1e-3, 2e-3)], 3, "a chain") if pool else None
+    return ExecutorDetection(False, 1, 4e-3, 4.2e-3, 1.05, 7, "two chains", pool=slowdown, nodes_at_once=0)
+
+
+def test_a_stored_detection_without_the_pool_slowdown_is_completed_when_the_parallel_estimate_is_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run that needed no parallel estimate kept the branchy graph's verdict alone: one that asks for the
+    estimate measures the rest, and keeps the completed detection as made now."""
+    completed = _one_at_a_time(pool=True)
+    monkeypatch.setattr(engine, "with_pool_slowdown", lambda detection, settings: completed)
+    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: 3e-6)
+    run = DLBricksRun(Settings(granularity=1, executor="parallel"), time.perf_counter)
+    run.assume_overhead(CallOverhead(fixed_s=2e-6, reference_s=1e-5))
+    run.stored_executor = (_one_at_a_time(pool=False), "2026-01-01T00:00:00+00:00")
+    run.detect_executor()
+    assert run.executor is completed and not run.executor_reused and run.executor_error is None
+    assert run.executor_measured_at != "2026-01-01T00:00:00+00:00", "kept again as made now"
+    assert run.overhead is not None and run.overhead.parallel_fixed_s == 3e-6 and run.parallel_estimated
+
+
+def test_a_parallel_call_cost_that_cannot_be_measured_sanely_gives_no_parallel_estimate_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(engine, "detect_executor", lambda settings, pool=True: _one_at_a_time(pool))
+    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: None)
+    run = DLBricksRun(Settings(granularity=1, executor="parallel"), time.perf_counter)
+    run.assume_overhead(CallOverhead(fixed_s=2e-6, reference_s=1e-5))
+    run.detect_executor()
+    assert run.executor_error is not None and "took more than 40.0 us a call" in run.executor_error
 
 
 def test_the_parallel_fixed_cost_is_measured_on_the_parallel_executor(settings: Settings) -> None:
