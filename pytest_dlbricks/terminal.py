@@ -309,7 +309,9 @@ def executor_line(executor: Mapping[str, Any] | None, *, verbose: bool = True) -
         return f"Parallel: not estimated, the parallel executor could not be tried: {executor['error']}"
     if executor.get("model") is None:
         reason = executor.get("reason")
-        return f"Parallel: not estimated: {reason}" if verbose and isinstance(reason, str) else None
+        return (
+            f"Parallel{_detected(executor)}: not estimated: {reason}" if verbose and isinstance(reason, str) else None
+        )
     if not verbose:
         return _executor_summary(executor)
     found = executor["detection"]
