@@ -301,12 +301,24 @@ def recomposed_report(
             "measured_bricks": sum(1 for brick in bricks if brick["time_s"] is not None),
             "call_overhead_s": dataclasses.asdict(overhead) if overhead else None,
             "wall_time_s": None,
+            **_unknown_flops(composed),
         },
         "accuracy": None,
         "peak": None if machine_peak is None else dict(peak or {}),
         "models": models,
         "bricks": bricks,
         **({"executor": _executor_entry(executor, call)} if executor is not None else {}),
+    }
+
+
+def _unknown_flops(models: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """The time of the analysed models' bricks whose FLOPs are unknown, and its share of their estimates."""
+    analysed = [model for model in models if model.get("op_time_s") is not None]
+    unknown = sum(model.get("unknown_flops_time_s") or 0.0 for model in analysed)
+    estimated = sum(model.get("sequential_s") or 0.0 for model in analysed)
+    return {
+        "unknown_flops_time_s": unknown if analysed else None,
+        "unknown_flops_share": unknown / estimated if estimated > 0 else None,
     }
 
 

@@ -376,6 +376,8 @@ def test_merged_shards_keep_the_peak_flops_and_time_by_operator_type(plans: list
             expected["top_bricks"]
         )
     assert any(model["op_time_s"] for model in merged["models"]), "complete models have their time by operator"
+    for field in ("unknown_flops_time_s", "unknown_flops_share"):
+        assert merged["summary"][field] == pytest.approx(direct["summary"][field])
     bricks = {brick["signature"]: brick for brick in direct["bricks"]}
     for brick in merged["bricks"]:
         assert brick["peak_fraction"] == pytest.approx(bricks[brick["signature"]]["peak_fraction"])
