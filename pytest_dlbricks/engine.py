@@ -336,11 +336,13 @@ class DLBricksRun:
         """Measure the cost of a call once, before the first timing: also where a call cost stored by an
         older run lacks the reference call's time, which the bricks timed now are scaled by (bricks it
         was measured with compose with it unscaled either way); and (``parallel``) the parallel executor's,
-        when the call cost in use lacks it."""
+        when the call cost in use lacks it or holds one beyond :func:`.overhead.parallel_ceiling` (stored by a
+        version that did not bound it)."""
         if self.overhead is None or (self.overhead.reference_s is None and not self.overhead_measured):
             self.overhead = measure_call_overhead(self.settings)
             self.overhead_measured = True
-        if parallel and self.overhead.parallel_fixed_s is None:
+        stored = self.overhead.parallel_fixed_s
+        if parallel and (stored is None or stored > parallel_ceiling(self.overhead)):
             self.overhead = dataclasses.replace(
                 self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings, self.overhead)
             )

@@ -628,6 +628,15 @@ def test_a_stored_detection_without_the_pool_slowdown_is_completed_when_the_para
     assert run.overhead is not None and run.overhead.parallel_fixed_s == 3e-6 and run.parallel_estimated
 
 
+def test_a_stored_parallel_call_cost_caught_in_a_slow_state_is_measured_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "detect_executor", lambda settings, pool=True: _one_at_a_time(pool))
+    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: 3e-6)
+    run = DLBricksRun(Settings(granularity=1, executor="parallel"), time.perf_counter)
+    run.assume_overhead(CallOverhead(fixed_s=2e-6, parallel_fixed_s=8e-3, reference_s=1e-5))
+    run.detect_executor()
+    assert run.overhead is not None and run.overhead.parallel_fixed_s == 3e-6
+
+
 def test_a_parallel_call_cost_that_cannot_be_measured_sanely_gives_no_parallel_estimate_and_says_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
