@@ -81,6 +81,7 @@ def _run(models: Path, granularity: int, cut: str, max_time: str, report: Path) 
         f"--dlbricks-granularity={granularity}",
         f"--dlbricks-cut={cut}",
         "--dlbricks-validate",
+        "--dlbricks-executor=parallel",
         f"--dlbricks-json={report}",
         f"--benchmark-max-time={max_time}",
         *SAMPLE_DIMS,

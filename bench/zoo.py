@@ -173,7 +173,7 @@ def _session(
         f"--benchmark-max-time={args.max_time}",
         f"--junitxml={junit}",
         *[f"--dlbricks-dim={entry}" for entry in dims],
-        *(["--dlbricks-validate"] if validate else []),
+        *(["--dlbricks-validate", "--dlbricks-executor=parallel"] if validate else []),
         *args.pytest_args,
     ]
     start = time.perf_counter()

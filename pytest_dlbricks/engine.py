@@ -32,10 +32,18 @@ from .overhead import (
     CallOverhead,
     measure_call_overhead,
     measure_parallel_fixed_cost,
+    parallel_ceiling,
     reference_call,
 )
 from .plans import CutModel, PlanCache
-from .probes import ExecutorDetection, RunMeasurements, describe_machine, detect_executor, measure_run
+from .probes import (
+    ExecutorDetection,
+    RunMeasurements,
+    describe_machine,
+    detect_executor,
+    measure_run,
+    with_pool_slowdown,
+)
 from .report import BrickResult, FailedModel, RunReport, build_report
 from .running import BrickRunner, ModelRunner
 from .samples import SampleInputs, find_samples, from_hook
@@ -46,6 +54,7 @@ from .store import write_json, write_text
 from .suite import SuiteError, export_suite, read_manifest
 from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
 from .synthetic import SharedWeights
+from .terminal import format_seconds
 from .validation import Validation, has_parallel_branches
 from .wording import plural
 
@@ -308,8 +317,10 @@ class DLBricksRun:
         return reasons[0] if reasons and all(reasons) else None
 
     def executors_to_validate(self, plan: ModelPlan) -> list[str]:
-        """The sequential executor always; the parallel one where the model has branches to overlap."""
-        return ["sequential", "parallel"] if has_parallel_branches(plan) else ["sequential"]
+        """The sequential executor always; the parallel one where its estimate was asked for and the model
+        has branches to overlap."""
+        parallel = self.settings.parallel_asked and has_parallel_branches(plan)
+        return ["sequential", "parallel"] if parallel else ["sequential"]
 
     def expected_cost(self, signature: str) -> float:
         """What a brick is expected to cost before it is timed, in FLOPs: its own, or what moving its bytes
@@ -327,33 +338,54 @@ class DLBricksRun:
     def measure_overhead(self, *, parallel: bool = False) -> None:
         """Measure the cost of a call once, before the first timing: also where a call cost stored by an
         older run lacks the reference call's time, which the bricks timed now are scaled by (bricks it
-        was measured with compose with it unscaled either way); and the parallel executor's, when the
-        call cost in use lacks it."""
+        was measured with compose with it unscaled either way); and (``parallel``) the parallel executor's,
+        when the call cost in use lacks it or holds one beyond :func:`.overhead.parallel_ceiling` (stored by a
+        version that did not bound it)."""
         if self.overhead is None or (self.overhead.reference_s is None and not self.overhead_measured):
             self.overhead = measure_call_overhead(self.settings)
             self.overhead_measured = True
-        if parallel and self.overhead.parallel_fixed_s is None:
+        stored = self.overhead.parallel_fixed_s
+        if parallel and (stored is None or stored > parallel_ceiling(self.overhead)):
             self.overhead = dataclasses.replace(
-                self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings)
+                self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings, self.overhead)
             )
 
+    @property
+    def parallel_estimated(self) -> bool:
+        """Whether the models get a parallel estimate: asked for, or (``auto``) the parallel executor was
+        detected running independent nodes at once."""
+        return self.executor is not None and (self.settings.parallel_asked or self.executor.concurrent)
+
     def detect_executor(self) -> None:
-        """Detect once what the parallel executor does with independent nodes and costs the layers that use
-        the intra-op pool, and measure its call cost where the call cost in use (one stored by an older
-        run) lacks it: the parallel estimates need both. Made only where some brick has a time, so that a
-        run with nothing to compose pays nothing; a run of an exported suite too, for the estimates that
+        """Detect once what the parallel executor does with independent nodes, where a parallel estimate may
+        be shown (see :data:`.settings.EXECUTORS`), and, where one is, measure what it costs the layers that
+        use the intra-op pool and its call cost where the call cost in use (one stored by an older run)
+        lacks it: the parallel estimates need both. Made only where some brick has a time, so that a run
+        with nothing to compose pays nothing; a run of an exported suite too, for the estimates that
         ``compose`` makes from its report. A detection kept in the store (:attr:`stored_executor`) is used
         instead of detecting again."""
-        if self.executor_error is not None:
+        if self.executor_error is not None or not self.settings.parallel_possible:
             return
         try:
             if self.executor is None and self.stored_executor is not None:
                 (self.executor, self.executor_measured_at), self.executor_reused = self.stored_executor, True
             elif self.executor is None:
-                self.executor = detect_executor(self.settings)
-                self.executor_measured_at = datetime.now(UTC).isoformat(timespec="seconds")
+                self.executor = detect_executor(self.settings, pool=False)
+                self.executor_measured_at = _now()
+            if not self.parallel_estimated:
+                return
+            assert self.executor is not None
+            if self.executor.pool is None:  # a detection made without it, by a run that needed no estimate
+                self.executor = with_pool_slowdown(self.executor, self.settings)
+                self.executor_measured_at, self.executor_reused = _now(), False
             if self.overhead is not None:
                 self.measure_overhead(parallel=True)
+                if self.overhead.parallel_fixed_s is None:
+                    self.executor_error = (
+                        "its call cost could not be measured: every set of its sessions took more than"
+                        f" {format_seconds(parallel_ceiling(self.overhead))} a call, the machine's cores taken"
+                        " or the sessions caught in a slow state; run again on a quieter machine"
+                    )
         except Exception as error:  # onnxruntime's exception types are not part of its API
             self.executor_error = describe_error(error)
 
@@ -520,6 +552,11 @@ class DLBricksRun:
                 False,
             )
         )
+
+
+def _now() -> str:
+    """This moment, as detections are stamped (ISO 8601, UTC)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _converter(dtype: str) -> Callable[[Any, Path], Any] | None:

@@ -24,6 +24,7 @@ from .terminal import (
     format_ratio,
     format_seconds,
     format_share,
+    parallel_estimated,
     speed_line,
 )
 from .verdict import verdict_line
@@ -113,7 +114,7 @@ def render_html(report: Mapping[str, Any]) -> str:
     colours = _colours(models)
     validated = [m for m in models if m.get("measured_s") is not None]
     calibrated = any(m.get("calibrated_s") is not None for m in models)
-    table = _models_table(models, validated=bool(validated), calibrated=calibrated)
+    table = _models_table(models, validated=bool(validated), calibrated=calibrated, parallel=parallel_estimated(report))
     line = calibration_line(report.get("calibration"))
     verdict = report.get("verdict")
     judged = verdict_line(verdict).removeprefix("dlbricks verdict: ") if verdict else None
@@ -185,8 +186,11 @@ def _muted(lines: Iterable[str | None]) -> str:
     return "".join(f"<p class=muted>{escape(line)}</p>\n" for line in lines if line)
 
 
-def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool, calibrated: bool = False) -> str:
-    columns = ["Model", "Layers", "Bricks", "Distinct", "Sequential", "Parallel", "Critical path"]
+def _models_table(
+    models: Sequence[Mapping[str, Any]], *, validated: bool, calibrated: bool = False, parallel: bool = True
+) -> str:
+    estimates = ["Sequential", *(["Parallel"] if parallel else []), "Critical path"]
+    columns = ["Model", "Layers", "Bricks", "Distinct", *estimates]
     if validated:
         columns += ["Measured", "Ratio"]
     if calibrated:
@@ -203,7 +207,7 @@ def _models_table(models: Sequence[Mapping[str, Any]], *, validated: bool, calib
             str(model["bricks"]),
             str(model["unique_bricks"]),
             format_seconds(model["sequential_s"]),
-            format_seconds(model.get("parallel_s")),
+            *([format_seconds(model.get("parallel_s"))] if parallel else []),
             format_seconds(model["critical_path_s"]),
         ]
         if validated:

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from .cutting import ModelPlan
-from .recomposition import Report, damaged_executor, executor_of, overhead_of, recomposed_report, static_fields
+from .recomposition import (
+    Report,
+    damaged_executor,
+    executor_of,
+    overhead_of,
+    recomposed_report,
+    static_fields,
+    unestimated_executor,
+)
 from .store import write_json
 
 MAP_SUFFIX = ".map.json"
@@ -147,7 +155,8 @@ def compose_from_maps(
         entries=entries,
         records=records,
         overhead=overhead_of(results["summary"]),
-        executor=executor_of(results),
+        executor=executor_of(results) or unestimated_executor(results),
+        peak=results.get("peak"),
         extra={
             "machine": results.get("machine"),
             "conditions": results.get("conditions"),

@@ -3,22 +3,33 @@
 Reports merge only when their times are comparable: the same report version, the same settings
 (shard aside, onnxruntime's version included) and the same kind of machine (processor, number of
 cores, operating system). A brick measured by two reports, or a model cut differently in two, is refused too:
-shards split work, they do not repeat it. The merged call cost, taken off every brick, is the median
-of the reports' own measurements, and every model is composed again from all the bricks' times,
-for the parallel executor as the first report that detected it found it (the reports come from
-comparable machines with the same settings). The merged run measured under high noise when any of
-its reports did, and its speed trace is that of the report whose machine's speed moved most.
+shards split work, they do not repeat it. Every brick's time comes from the one shard that timed it;
+what every shard measured of the machine (the call cost taken off every brick, the peak, each model's
+load time) is combined robustly (see :func:`combined_overhead`, :func:`best_peak`), and every model is
+composed again from all the bricks' times, for the parallel executor as the first report that detected
+it found it (the reports come from comparable machines with the same settings), and analysed again
+(FLOPs, throughput, time by operator type). The merged run measured under high noise when any of its
+reports did, and its speed trace is that of the report whose machine's speed moved most.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .composition import is_number
-from .overhead import CallOverhead
-from .recomposition import Report, executor_of, overhead_of, recomposed_report, static_fields
+from .overhead import CallOverhead, parallel_ceiling
+from .recomposition import (
+    Report,
+    executor_of,
+    overhead_of,
+    peak_of,
+    recomposed_report,
+    static_fields,
+    unestimated_executor,
+)
 from .report import REPORT_VERSION
 
 #: Settings that may differ between reports that merge.
@@ -46,8 +57,11 @@ def merge_reports(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> Report:
         settings=settings,
         entries=entries,
         records=records,
-        overhead=_median_overhead(overheads),
-        executor=next((entry for _, report in reports if (entry := executor_of(report)) is not None), None),
+        overhead=combined_overhead(overheads),
+        peak=best_peak(report.get("peak") for _, report in reports),
+        load_s=_load_times(reports),
+        executor=next((entry for _, report in reports if (entry := executor_of(report)) is not None), None)
+        or next((entry for _, report in reports if (entry := unestimated_executor(report)) is not None), None),
         extra={
             "machine": next((report["machine"] for _, report in reports if report.get("machine")), None),
             "conditions": next((report["conditions"] for _, report in reports if report.get("conditions")), None),
@@ -162,19 +176,52 @@ def _merged_bricks(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str
     return records
 
 
-def _median_overhead(overheads: Sequence[CallOverhead]) -> CallOverhead | None:
+def combined_overhead(overheads: Sequence[CallOverhead]) -> CallOverhead | None:
+    """The shards' call costs as one, figure by figure: the lower median of the shards' figures, each
+    shard's costs first brought to one speed (the lower median of their reference calls' times), so that
+    the figures combined belong together.
+
+    A shard's figure is one measurement of the machine, made once in its run: a shard caught in a slow
+    state (the machine's speed moved, or the parallel executor's sessions took milliseconds) reads high,
+    never low, while the noise of a sane measurement is a few percent either way. The median of two
+    figures is their mean, and one slow shard then moves it halfway (4.35 us and 8.0 ms read 4 ms); the
+    lower median keeps the lower of two, and of more the middle one, passing over the low noise of the
+    fastest. The parallel executor's cost is bounded as each run bounds it (see
+    :func:`.overhead.parallel_ceiling`): a shard's beyond it is left out.
+    """
     if not overheads:
         return None
     references = [o.reference_s for o in overheads if o.reference_s is not None]
-    # Each shard's costs at one speed, so that the medians of its figures belong together.
-    reference = statistics.median(references) if references else None
+    reference = statistics.median_low(references) if references else None
     overheads = [overhead.at(reference) for overhead in overheads]
-    parallel = [o.parallel_fixed_s for o in overheads if o.parallel_fixed_s is not None]
-    return CallOverhead(
-        fixed_s=statistics.median(o.fixed_s for o in overheads),
-        per_input_s=statistics.median(o.per_input_s for o in overheads),
-        per_output_s=statistics.median(o.per_output_s for o in overheads),
-        timing_s=statistics.median(o.timing_s for o in overheads),
-        parallel_fixed_s=statistics.median(parallel) if parallel else None,
+    combined = CallOverhead(
+        fixed_s=statistics.median_low(o.fixed_s for o in overheads),
+        per_input_s=statistics.median_low(o.per_input_s for o in overheads),
+        per_output_s=statistics.median_low(o.per_output_s for o in overheads),
+        timing_s=statistics.median_low(o.timing_s for o in overheads),
         reference_s=reference,
     )
+    ceiling = parallel_ceiling(combined)
+    parallel = [
+        o.parallel_fixed_s for o in overheads if o.parallel_fixed_s is not None and o.parallel_fixed_s <= ceiling
+    ]
+    return dataclasses.replace(combined, parallel_fixed_s=statistics.median_low(parallel) if parallel else None)
+
+
+def best_peak(peaks: Iterable[object]) -> dict[str, Any] | None:
+    """The shards' peak as one: the entry of the highest GEMM rate, its bandwidth with it. Each shard's peak
+    is already the best of its runs, and a shard caught in a slow state reads low: the highest is the peak
+    of the machine the shards share."""
+    usable = [dict(peak) for peak in peaks if isinstance(peak, Mapping) and peak_of(peak) is not None]
+    return max(usable, key=lambda peak: peak["flops_per_s"], default=None)
+
+
+def _load_times(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, float]:
+    """Each model's load time, the lower median of the shards' that measured it (those that timed one of
+    its bricks), for the reason :func:`combined_overhead` gives."""
+    found: dict[str, list[float]] = {}
+    for _, report in reports:
+        for entry in report["models"]:
+            if is_number(entry.get("load_s")):
+                found.setdefault(entry["path"], []).append(float(entry["load_s"]))
+    return {path: statistics.median_low(times) for path, times in found.items()}

@@ -19,6 +19,7 @@ from .settings import (
     DEFAULT_PROVIDERS,
     DEFAULT_STORE,
     DTYPES,
+    EXECUTORS,
     OPTIMIZATION_LEVELS,
     STATISTICS,
     THREAD_POOLS,
@@ -44,6 +45,7 @@ _parse_optimization = parse_choice(OPTIMIZATION_LEVELS, "optimization level")
 _parse_statistic = parse_choice(STATISTICS, "statistic")
 _parse_cut = parse_choice(CUT_MODES, "cut")
 _parse_thread_pool = parse_choice(THREAD_POOLS, "thread pool")
+_parse_executor = parse_choice(EXECUTORS, "executor")
 
 
 def _check_precision(text: str) -> str:
@@ -140,6 +142,17 @@ _OPTIONS = (
         ini="dlbricks_statistic",
     ),
     _Option(
+        "--dlbricks-executor",
+        "EXECUTOR",
+        "Which onnxruntime executors to estimate: sequential (onnxruntime's default) only; parallel: also"
+        " ExecutionMode.ORT_PARALLEL (a Parallel column, its executor validated too); auto: the parallel one"
+        " only where the installed onnxruntime runs independent nodes at once (checked on a small graph),"
+        " which on CPU it does not since onnxruntime 1.14.",
+        "auto",
+        _parse_executor,
+        ini="dlbricks_executor",
+    ),
+    _Option(
         "--dlbricks-glob",
         "PATTERN",
         "File name pattern of the model files to collect; repeatable.",
@@ -170,8 +183,8 @@ _OPTIONS = (
         "--dlbricks-validate",
         "",
         "Also time every model end to end, interleaved with its bricks, and report how close the"
-        " estimates come (items <model>::e2e[<file name>] and, for models with parallel branches,"
-        " ::e2e-parallel[<file name>]).",
+        " estimates come (items <model>::e2e[<file name>] and, with --dlbricks-executor=parallel,"
+        " ::e2e-parallel[<file name>] for models with parallel branches).",
         "off",
         switch=True,
         ini="dlbricks_validate",
@@ -347,6 +360,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
         thread_pool=_flag_or_ini(config, "dlbricks_thread_pool", _parse_thread_pool) or "shared",
         optimization=_flag_or_ini(config, "dlbricks_optimization", _parse_optimization) or "all",
         statistic=_flag_or_ini(config, "dlbricks_statistic", _parse_statistic) or "median",
+        executor=_flag_or_ini(config, "dlbricks_executor", _parse_executor) or "auto",
         globs=tuple(globs),
         providers=_providers(config),
         cut=_flag_or_ini(config, "dlbricks_cut", _parse_cut) or ("original" if export_dir else "optimized"),

@@ -265,10 +265,14 @@ class ExecutorDetection:
         return {**dataclasses.asdict(self), "concurrent_below": CONCURRENT_BELOW}
 
 
-def detect_executor(settings: Settings | None = None, rounds: int = DETECTION_ROUNDS) -> ExecutorDetection:
+def detect_executor(
+    settings: Settings | None = None, rounds: int = DETECTION_ROUNDS, *, pool: bool = True
+) -> ExecutorDetection:
     """Whether the installed onnxruntime and the run's providers run independent nodes at once under
-    the parallel executor, with the run's thread settings, and what it costs the layers that use the
-    intra-op thread pool: the executor a user of these settings gets."""
+    the parallel executor, with the run's thread settings, and (``pool``) what it costs the layers that
+    use the intra-op thread pool: the executor a user of these settings gets. The branchy graph alone
+    takes a fraction of the whole: the pool's cost, most of a second, is measured only for a parallel
+    estimate (see :func:`with_pool_slowdown`)."""
     model = _branchy_model(BRANCHES, CHAIN_LENGTH, CHAIN_SIZE)
     feeds = {"x": np.full((CHAIN_SIZE, CHAIN_SIZE), 1.0, np.float32)}
     sessions = {parallel: create_session(model, settings, parallel=parallel) for parallel in (False, True)}
@@ -295,9 +299,17 @@ def detect_executor(settings: Settings | None = None, rounds: int = DETECTION_RO
         ratio=ratio,
         rounds=rounds,
         graph=f"{BRANCHES} independent chains of {CHAIN_LENGTH} MatMuls {CHAIN_SIZE}x{CHAIN_SIZE} float32",
-        pool=measure_pool_slowdown(settings),
+        pool=measure_pool_slowdown(settings) if pool else None,
         nodes_at_once=at_once,
     )
+
+
+def with_pool_slowdown(detection: ExecutorDetection, settings: Settings | None = None) -> ExecutorDetection:
+    """``detection`` with the parallel executor's cost for layers that use the intra-op pool, measured
+    now where it lacks it."""
+    if detection.pool is not None:
+        return detection
+    return dataclasses.replace(detection, pool=measure_pool_slowdown(settings))
 
 
 def runs_nodes_at_once(ratio: float, at_once: int | None) -> bool:

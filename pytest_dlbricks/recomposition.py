@@ -18,9 +18,11 @@ from typing import Any
 
 import networkx as nx
 
+from .analysis import BrickAnalysis, BrickUse, model_analysis
 from .composition import BrickCall, ParallelExecutor, compose_calls, is_count, is_number
 from .overhead import CallOverhead
-from .report import ONE_AT_A_TIME, REPORT_VERSION, SCHEDULE, unsupported_windows
+from .probes import Peak, RunMeasurements
+from .report import ONE_AT_A_TIME, REPORT_VERSION, SCHEDULE, explained, unsupported_windows
 
 #: Fields of a model entry that hold whatever the brick times: a recomposition copies them and
 #: computes the estimate again; fields of other kinds (validation, the analysis of a run's times)
@@ -106,13 +108,20 @@ def executor_of(report: Mapping[str, Any]) -> dict[str, Any] | None:
     return dict(entry)
 
 
+def unestimated_executor(report: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A report's ``executor`` entry when it says why the models have no parallel estimate (none was asked
+    for, the executor runs one node at a time, or it could not be tried); None otherwise."""
+    entry = report.get("executor")
+    if not isinstance(entry, Mapping) or entry.get("model") is not None:
+        return None
+    return dict(entry) if isinstance(entry.get("error"), str) or isinstance(entry.get("reason"), str) else None
+
+
 def damaged_executor(report: Mapping[str, Any]) -> bool:
     """Whether a report holds an ``executor`` entry that :func:`executor_of` cannot read (one that says
-    why the executor could not be tried is not damaged)."""
+    why there is no parallel estimate is not damaged)."""
     entry = report.get("executor")
-    if entry is None or executor_of(report) is not None:
-        return False
-    return not (isinstance(entry, Mapping) and entry.get("model") is None and isinstance(entry.get("error"), str))
+    return entry is not None and executor_of(report) is None and unestimated_executor(report) is None
 
 
 def brick_times(records: Iterable[Mapping[str, Any]], statistic: str) -> dict[str, float]:
@@ -156,6 +165,71 @@ def overhead_of(summary: Mapping[str, Any]) -> CallOverhead:
     return CallOverhead(**figures)
 
 
+def peak_of(entry: object) -> Peak | None:
+    """The machine's peak a report's ``peak`` entry records; None when it has none, or a damaged one."""
+    if not isinstance(entry, Mapping):
+        return None
+    flops, bandwidth = entry.get("flops_per_s"), entry.get("bytes_per_s")
+    if not (is_number(flops) and flops > 0 and is_number(bandwidth) and bandwidth > 0):
+        return None
+    method = {key: value for key, value in entry.items() if key not in ("flops_per_s", "bytes_per_s")}
+    return Peak(float(flops), float(bandwidth), method)
+
+
+def _brick_analysis(
+    record: Mapping[str, Any] | None,
+    time_s: float | None,
+    io: tuple[int, int],
+    overhead: CallOverhead,
+    peak: Peak | None,
+) -> BrickAnalysis:
+    """A brick's analysis as its record gives it, its share of the call cost and of the peak taken again at
+    the recomposition's (the record's came with the call cost and peak of the run that timed it)."""
+    record = record or {}
+    flops = record.get("flops") if is_count(record.get("flops")) else None
+    rate = flops / time_s if flops is not None and time_s else None
+    op_time = record.get("op_time_s")
+    work_s = None
+    if time_s is not None and isinstance(op_time, Mapping):
+        reference = record.get("reference_s")
+        work_s = max(time_s - overhead.of_brick(*io, reference if is_number(reference) else None), 0.0)
+    label = record.get("label")
+    return BrickAnalysis(
+        label=label if isinstance(label, str) else None,
+        flops=flops,
+        bytes=record.get("bytes") if is_count(record.get("bytes")) else None,
+        unknown_flops_ops=[str(op) for op in record.get("unknown_flops_ops") or ()],
+        flops_per_s=rate,
+        peak_fraction=rate / peak.flops_per_s if rate is not None and peak is not None else None,
+        op_time_s=dict(op_time) if isinstance(op_time, Mapping) and time_s is not None else None,
+        work_s=work_s,
+    )
+
+
+def _analysed(
+    model: dict[str, Any], analyses: Mapping[str, BrickAnalysis], times: Mapping[str, float], measured: RunMeasurements
+) -> dict[str, Any]:
+    """A recomposed model entry with its work, load time and, when complete, where its time goes: what the
+    run that cut it reports, from the bricks' records."""
+    uses = [
+        BrickUse(signature, times.get(signature), analyses[signature], count)
+        for signature, count in signatures_of(model["composition"]).items()
+    ]
+    analysis = model_analysis(model["path"], model["sequential_s"], model["complete"], uses, measured)
+    return {**model, **analysis.as_json()}
+
+
+def _io_by_signature(entries: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Each brick's number of inputs and outputs, from the models' compositions."""
+    return {
+        call[0]: (call[1], call[2])
+        for entry in entries
+        if "composition" in entry
+        for call in calls_of(entry["composition"])
+        if call is not None
+    }
+
+
 def recomposed_report(
     *,
     granularity: object,
@@ -165,12 +239,16 @@ def recomposed_report(
     overhead: CallOverhead | None,
     executor: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
+    peak: Mapping[str, Any] | None = None,
+    load_s: Mapping[str, float] | None = None,
 ) -> Report:
     """A report in the plugin's format from model entries (with compositions) and brick records.
 
     ``records`` are the ``bricks`` entries of the runs that measured them, by signature; models are
     composed in ``settings["statistic"]``, and for the parallel executor when ``executor`` (the
     ``executor`` entry of the run that timed the bricks, as :func:`executor_of` reads it) says what it does.
+    The machine's ``peak`` (a report's entry) and the models' ``load_s`` (by path) feed their analysis:
+    FLOPs, throughput, time by operator type, as the run that cut them reports it.
     """
     statistic = str(settings.get("statistic", "median"))
     times = brick_times(records.values(), statistic)
@@ -179,10 +257,19 @@ def recomposed_report(
     layers = {signature: len(r["ops"]) for signature, r in records.items() if isinstance(r.get("ops"), list)}
     call = overhead or CallOverhead()
     parallel = ParallelExecutor.from_report(executor)
+    machine_peak = peak_of(peak)
+    measured = RunMeasurements(peak=machine_peak, load_s=dict(load_s or {}))
+    io = _io_by_signature(entries)
+    analyses = {
+        signature: _brick_analysis(records.get(signature), times.get(signature), shape, call, machine_peak)
+        for signature, shape in io.items()
+    }
     models = [
         dict(entry)
         if "error" in entry
-        else recompose_entry(entry, times, call, unsupported, parallel, layers, references)
+        else _analysed(
+            recompose_entry(entry, times, call, unsupported, parallel, layers, references), analyses, times, measured
+        )
         for entry in entries
     ]
     users: dict[str, Counter[str]] = {}
@@ -190,7 +277,13 @@ def recomposed_report(
         if "composition" in model:
             for signature, count in signatures_of(model["composition"]).items():
                 users.setdefault(signature, Counter())[model["path"]] += count
-    bricks = [_brick_entry(signature, records.get(signature), statistic, users[signature]) for signature in users]
+    bricks = [
+        {
+            **_brick_entry(signature, records.get(signature), statistic, users[signature]),
+            **({} if signature not in analyses else analyses[signature].as_json()),
+        }
+        for signature in users
+    ]
     composed = [model for model in models if "error" not in model]
     total = sum(int(model["bricks"]) for model in composed)
     return {
@@ -208,17 +301,33 @@ def recomposed_report(
             "measured_bricks": sum(1 for brick in bricks if brick["time_s"] is not None),
             "call_overhead_s": dataclasses.asdict(overhead) if overhead else None,
             "wall_time_s": None,
+            **_unknown_flops(composed),
         },
         "accuracy": None,
+        "peak": None if machine_peak is None else dict(peak or {}),
         "models": models,
         "bricks": bricks,
-        **({"executor": _executor_entry(executor, call)} if parallel is not None and executor is not None else {}),
+        **({"executor": _executor_entry(executor, call)} if executor is not None else {}),
+    }
+
+
+def _unknown_flops(models: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """The time of the analysed models' bricks whose FLOPs are unknown, and its share of their estimates."""
+    analysed = [model for model in models if model.get("op_time_s") is not None]
+    unknown = sum(model.get("unknown_flops_time_s") or 0.0 for model in analysed)
+    estimated = sum(model.get("sequential_s") or 0.0 for model in analysed)
+    return {
+        "unknown_flops_time_s": unknown if analysed else None,
+        "unknown_flops_share": unknown / estimated if estimated > 0 else None,
     }
 
 
 def _executor_entry(executor: Mapping[str, Any], call: CallOverhead) -> dict[str, Any]:
-    """The run's ``executor`` entry, with the call costs the recomposition used."""
-    return {**executor, "call_s": call.fixed_s, "parallel_call_s": call.parallel_fixed_s}
+    """The run's ``executor`` entry, with the call costs the recomposition used (one that says why there is
+    no parallel estimate, as it was)."""
+    if executor.get("model") is None:
+        return explained(executor)
+    return explained({**executor, "call_s": call.fixed_s, "parallel_call_s": call.parallel_fixed_s})
 
 
 def _brick_entry(

@@ -33,6 +33,7 @@ from .noise import HIGH_NOISE, margin_of_error, run_noise
 from .overhead import NO_OVERHEAD, CallOverhead
 from .probes import ExecutorDetection, RunMeasurements
 from .settings import Settings
+from .terminal import executor_line
 from .validation import Validation, accuracy
 from .verdict import judge_report
 
@@ -254,7 +255,7 @@ class RunReport:
         if self.calibration is not None:
             report["calibration"] = self.calibration
         if self.executor is not None:
-            report["executor"] = self.executor
+            report["executor"] = explained(self.executor)
         if self.conditions is not None:
             report["conditions"] = self.conditions
         if self.comparison is not None:
@@ -306,7 +307,7 @@ def build_report(
     unsupported = unsupported or {}
     placements = placements or {}
     call = overhead or NO_OVERHEAD
-    executor_entry = executor_fields(executor, executor_error, overhead, *executor_origin)
+    executor_entry = executor_fields(executor, executor_error, overhead, *executor_origin, setting=settings.executor)
     parallel = ParallelExecutor.from_report(executor_entry)
     reused = {signature for signature, result in results.items() if result.reused}
     users: dict[str, Counter[str]] = {signature: Counter() for signature in bricks}
@@ -475,18 +476,38 @@ ONE_AT_A_TIME = "one node at a time"
 SCHEDULE = "list schedule"
 
 
+#: Why a report has no parallel estimate when none was asked for.
+NOT_ASKED = "no parallel estimate was asked for (--dlbricks-executor=sequential)"
+#: Why it has none when left to what the parallel executor does, and it runs one node at a time.
+ONE_AT_A_TIME_HERE = (
+    "onnxruntime's parallel executor runs one node at a time here, so its estimate would be the sequential"
+    " one at another call cost: none is made (--dlbricks-executor=parallel makes it all the same)"
+)
+
+
 def executor_fields(
     executor: ExecutorDetection | None,
     error: str | None,
     overhead: CallOverhead | None,
     measured_at: str | None = None,
     reused: bool = False,
+    *,
+    setting: str = "parallel",
 ) -> dict[str, Any] | None:
     """Which model of onnxruntime's parallel executor the parallel estimates used, and why: what was
     detected, when, whether in this run or in an earlier one (``reused`` from the brick store), with
-    its figures, and the call costs composed with."""
+    its figures, and the call costs composed with. Where the models have no parallel estimate, the
+    entry says why: none was asked for (``setting``, see :data:`.settings.EXECUTORS`), the executor runs
+    one node at a time here (with what was detected), or it could not be tried (``error``)."""
+    if setting == "sequential":
+        return {"model": None, "reason": NOT_ASKED}
     if executor is None:
         return None if error is None else {"model": None, "error": error}
+    origin = {"detection": executor.as_json(), "measured_at": measured_at, "reused": reused}
+    if setting == "auto" and not executor.concurrent:
+        return {"model": None, "reason": ONE_AT_A_TIME_HERE, **origin}
+    if error is not None:
+        return {"model": None, "error": error, **origin}
     pool = executor.pool
     return {
         "model": SCHEDULE if executor.concurrent else ONE_AT_A_TIME,
@@ -495,13 +516,18 @@ def executor_fields(
         # pool, and count pool_factor times their time (see probes.PoolSlowdown).
         "pool_factor": pool.factor if pool is not None else 1.0,
         "pool_layer_s": pool.layer_s if pool is not None else None,
-        "detection": executor.as_json(),
-        "measured_at": measured_at,
-        "reused": reused,
+        **origin,
         "call_s": overhead.fixed_s if overhead is not None else None,
         "parallel_call_s": overhead.parallel_fixed_s if overhead is not None else None,
         "critical_path": "the lower bound for an executor with unlimited parallelism",
     }
+
+
+def explained(executor: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``executor`` entry with its ``explanation``: the line ``-v`` prints, how the parallel executor was
+    detected and what the parallel estimate is (or why there is none), from the entry's figures."""
+    entry = {key: value for key, value in executor.items() if key != "explanation"}
+    return {**entry, "explanation": executor_line(entry, verbose=True)}
 
 
 def plan_composition(plan: ModelPlan) -> dict[str, Any]:

@@ -174,7 +174,7 @@ class DLBricksSession:
         write = self.line_writer(terminalreporter)
         verbose = terminalreporter.verbosity > 0
         if run.plans or run.failed:
-            table = render_table(report, width=None if verbose else self.width())
+            table = render_table(report, width=None if verbose else self.width(), verbose=verbose)
             terminalreporter.write_sep("-", title, fullwidth=table_width(table))
             write(table)
         else:

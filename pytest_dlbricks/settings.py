@@ -19,6 +19,11 @@ CUT_MODES = ("optimized", "original")
 #: How onnxruntime sessions get threads: one pool for all (each brick runs on threads as its layers do
 #: in the model) or a pool each (onnxruntime's own default, for processes that need it).
 THREAD_POOLS = ("shared", "per-session")
+#: Which onnxruntime executors the models are estimated for: the sequential one (onnxruntime's default)
+#: always; the parallel one (``ExecutionMode.ORT_PARALLEL``) with "parallel", or with "auto" where the
+#: installed onnxruntime runs independent nodes at once (on CPU it runs one at a time since 1.14, and
+#: its estimate would only be the sequential one at another call cost).
+EXECUTORS = ("auto", "sequential", "parallel")
 DEFAULT_GLOBS = ("*.onnx",)
 #: Relative margin of error (95% confidence) each brick is timed to, unless the user says otherwise.
 DEFAULT_PRECISION = 0.02
@@ -68,6 +73,8 @@ class Settings:
     thread_pool: str = "shared"
     optimization: str = "all"
     statistic: str = "median"
+    #: Which executors the models are estimated for (see :data:`EXECUTORS`).
+    executor: str = "auto"
     globs: tuple[str, ...] = DEFAULT_GLOBS
     #: onnxruntime execution providers, in order of preference.
     providers: tuple[str, ...] = DEFAULT_PROVIDERS
@@ -102,6 +109,16 @@ class Settings:
     #: Compare with a run made on another machine or with other settings instead of refusing.
     compare_incompatible: bool = False
 
+    @property
+    def parallel_asked(self) -> bool:
+        """Whether the user asked for the parallel executor's estimate whatever it does here."""
+        return self.executor == "parallel"
+
+    @property
+    def parallel_possible(self) -> bool:
+        """Whether the models may get a parallel estimate: asked for, or left to what the executor does."""
+        return self.executor != "sequential"
+
     def dims_for(self, path: str, dims: Mapping[str, int]) -> dict[str, int]:
         """The sizes the model at ``path`` (as pytest shows it) is given: ``dims`` (those of every model at
         the sweep point), then those of each entry of :attr:`model_dims` that matches it."""
@@ -123,6 +140,7 @@ class Settings:
             "thread_pool": self.thread_pool,
             "optimization": self.optimization,
             "statistic": self.statistic,
+            "executor": self.executor,
             "providers": list(self.providers),
             "cut": self.cut,
             "precision": self.precision,

@@ -193,24 +193,35 @@ DROPPED_FIRST = ("Critical path", "Inputs", "Layers", "Bricks")
 INPUTS_NOTE = "*"
 
 
-def render_table(report: Mapping[str, object], width: int | None = None) -> str:
+def parallel_estimated(report: Mapping[str, Any]) -> bool:
+    """Whether the report's models have a parallel estimate: its ``executor`` entry names a model of the
+    parallel executor (one that says why there is none, or none at all, gives no Parallel column)."""
+    executor = report.get("executor")
+    return isinstance(executor, Mapping) and executor.get("model") is not None
+
+
+def render_table(report: Mapping[str, object], width: int | None = None, *, verbose: bool = False) -> str:
     """One row per model and closing lines on uniqueness and accuracy, printed after pytest-benchmark's table.
 
     With a terminal ``width`` the table is made to fit it where it can (model paths shortened from the
-    left, explanations out of the cells and after the table); without, every cell says all."""
+    left, explanations out of the cells and after the table); without, every cell says all. ``verbose``
+    explains how the parallel executor was detected, and why there is no parallel estimate."""
     models: Sequence[Mapping[str, object]] = report["models"]  # type: ignore[assignment]
     short = width is not None
     validated = any("measured_s" in model for model in models)
     guessed = any(model.get("guessed_dims") for model in models)
     calibrated = any(model.get("calibrated_s") is not None for model in models)
+    parallel = parallel_estimated(report)
     columns = (
-        _COLUMNS
+        tuple(column for column in _COLUMNS if parallel or column != "Parallel")
         + (_VALIDATION_COLUMNS if validated else ())
         + ((*_CALIBRATED_COLUMNS, *((_CALIBRATED_RATIO,) if validated else ())) if calibrated else ())
         + ((_GUESSED_COLUMN,) if guessed else ())
     )
     rows = [columns] + [
-        _row(model, validated, short) + _calibrated(model, validated) * calibrated + (_guessed(model),) * guessed
+        _row(model, validated, parallel=parallel, short=short)
+        + _calibrated(model, validated) * calibrated
+        + (_guessed(model),) * guessed
         for model in models
     ]
     dropped: list[str] = []
@@ -230,7 +241,7 @@ def render_table(report: Mapping[str, object], width: int | None = None) -> str:
     calibration = calibration_line(report.get("calibration"))  # type: ignore[arg-type]
     if calibration is not None:
         lines.append(calibration)
-    executor = executor_line(report.get("executor"))  # type: ignore[arg-type]
+    executor = executor_line(report.get("executor"), verbose=verbose)  # type: ignore[arg-type]
     if executor:
         lines.append(executor)
     lines.extend(accuracy_lines(report.get("accuracy"), summary))  # type: ignore[arg-type]
@@ -335,9 +346,11 @@ def fit_lines(text: str, width: int) -> str:
     return "\n".join(fitted)
 
 
-def _row(model: Mapping[str, object], validated: bool, short: bool = False) -> tuple[str, ...]:
+def _row(
+    model: Mapping[str, object], validated: bool, *, parallel: bool = True, short: bool = False
+) -> tuple[str, ...]:
     if "error" in model:
-        return (str(model["path"]), "-", "-", "-", "-", "-", "-", "-", "error") + (("-", "-") if validated else ())
+        return (str(model["path"]), *("-",) * (7 if parallel else 6), "error") + (("-", "-") if validated else ())
     unsupported = len(model.get("unsupported") or ())  # type: ignore[arg-type]
     missing = f"{model['measured_bricks']}/{model['bricks']}" + (f", {unsupported} unsupported" if unsupported else "")
     complete = "yes" if model["complete"] else f"no ({missing})"
@@ -347,7 +360,7 @@ def _row(model: Mapping[str, object], validated: bool, short: bool = False) -> t
         str(model["bricks"]),
         str(model["unique_bricks"]),
         format_seconds(model["sequential_s"]),  # type: ignore[arg-type]
-        format_seconds(model.get("parallel_s")),  # type: ignore[arg-type]
+        *((format_seconds(model.get("parallel_s")),) if parallel else ()),  # type: ignore[arg-type]
         format_seconds(model["critical_path_s"]),  # type: ignore[arg-type]
         describe_inputs(model, short=short),
         complete,
@@ -369,12 +382,21 @@ def _calibrated(model: Mapping[str, object], validated: bool) -> tuple[str, ...]
     return (seconds, format_ratio(model.get("calibrated_ratio"))) if validated else (seconds,)  # type: ignore[arg-type]
 
 
-def executor_line(executor: Mapping[str, Any] | None) -> str | None:
-    """Which model of onnxruntime's parallel executor the Parallel column used, and why, with the figures."""
+def executor_line(executor: Mapping[str, Any] | None, *, verbose: bool = True) -> str | None:
+    """Which model of onnxruntime's parallel executor the Parallel column used, and why: in a short line, or
+    (``verbose``) with how it was detected and the figures; where there is no parallel estimate, why
+    (``verbose`` only, unless the executor could not be tried)."""
     if not executor:
         return None
     if executor.get("error"):
         return f"Parallel: not estimated, the parallel executor could not be tried: {executor['error']}"
+    if executor.get("model") is None:
+        reason = executor.get("reason")
+        return (
+            f"Parallel{_detected(executor)}: not estimated: {reason}" if verbose and isinstance(reason, str) else None
+        )
+    if not verbose:
+        return _executor_summary(executor)
     found = executor["detection"]
     # The ratio decides, and is the median of the rounds' ratios: not the ratio of the two medians beside it.
     figures = (
@@ -392,10 +414,29 @@ def executor_line(executor: Mapping[str, Any] | None) -> str | None:
     else:
         how = (
             f"onnxruntime's parallel executor ran one node at a time here ({figures}), so Parallel is Sequential"
-            f" at the parallel executor's call cost ({format_seconds(executor['parallel_call_s'])} instead of"
-            f" {format_seconds(executor['call_s'])})"
+            f" at {_call_costs(executor)}"
         )
     return f"Parallel{_detected(executor)}: {how}{_pool_clause(executor)}; Critical path: {executor['critical_path']}"
+
+
+def _executor_summary(executor: Mapping[str, Any]) -> str:
+    """The model of the parallel executor in one short line, pointing to ``-v`` for the rest."""
+    if executor["model"] == "list schedule":
+        how = f"a list schedule of the bricks on {plural(executor['threads'], 'thread')}"
+    else:
+        how = f"Sequential at {_call_costs(executor)}"
+        factor = executor.get("pool_factor")
+        if executor.get("pool_layer_s") is not None and is_number(factor):
+            how += f", bricks using the intra-op pool at {factor:.2f}x"
+    return f"Parallel: {how} (-v: how the parallel executor was detected)"
+
+
+def _call_costs(executor: Mapping[str, Any]) -> str:
+    """The parallel executor's call cost beside the sequential one's, where the two read differently."""
+    parallel, sequential = format_seconds(executor.get("parallel_call_s")), format_seconds(executor.get("call_s"))
+    if parallel == sequential:
+        return f"the parallel executor's call cost ({parallel}, as the sequential one's)"
+    return f"the parallel executor's call cost ({parallel} instead of {sequential})"
 
 
 def _profile_clause(found: Mapping[str, Any], under: bool) -> str:

@@ -74,6 +74,15 @@ def test_help_shows_every_option(pytester: pytest.Pytester, monkeypatch: pytest.
             "  --dlbricks-statistic=STAT",
             "*Brick time statistic the estimates add up: median, mean,*",
             "*min. Ini: dlbricks_statistic. Default: median.",
+            "  --dlbricks-executor=EXECUTOR",
+            "*Which onnxruntime executors to estimate: sequential*",
+            "*(onnxruntime's default) only; parallel: also*",
+            "*ExecutionMode.ORT_PARALLEL (a Parallel column, its*",
+            "*executor validated too); auto: the parallel one only*",
+            "*where the installed onnxruntime runs independent nodes*",
+            "*at once (checked on a small graph), which on CPU it does*",
+            "*not since onnxruntime 1.14. Ini: dlbricks_executor.*",
+            "*Default: auto.",
             "  --dlbricks-glob=PATTERN",
             "*File name pattern of the model files to collect;*",
             "*repeatable. Ini: dlbricks_globs. Default: [*].onnx.",
@@ -89,8 +98,9 @@ def test_help_shows_every_option(pytester: pytest.Pytester, monkeypatch: pytest.
             "*Ini: dlbricks_precision. Default: 2%.",
             "  --dlbricks-validate   Also time every model end to end, interleaved with its",
             "*bricks, and report how close the estimates come (items*",
-            "*<model>::e2e[[]<file name>[]] and, for models with parallel*",
-            "*branches, ::e2e-parallel[[]<file name>[]]). Ini:*",
+            "*<model>::e2e[[]<file name>[]] and, with*",
+            "*--dlbricks-executor=parallel, ::e2e-parallel[[]<file*",
+            "*name>[]] for models with parallel branches). Ini:*",
             "*dlbricks_validate. Default: off.",
             "  --dlbricks-calibrate  The models validated in this run calibrate this machine:",
             "*their measured and composed times are kept in the brick*",
@@ -549,6 +559,7 @@ def test_validation_times_models_end_to_end_and_reports_accuracy(
         pytester,
         "--dlbricks-granularity=2",
         "--dlbricks-validate",
+        "--dlbricks-executor=parallel",
         "--dlbricks-json=r.json",
         "models/tiny_resnet.onnx",
         "models/tiny_inception.onnx",
@@ -594,7 +605,7 @@ def test_validation_times_models_end_to_end_and_reports_accuracy(
     assert report["accuracy"]["sequential"]["models"] == 2
     assert report["accuracy"]["critical_path"]["models"] == 1
     assert report["summary"]["call_overhead_s"]["fixed_s"] > 0
-    assert report["summary"]["call_overhead_s"]["parallel_fixed_s"] is not None
+    assert report["executor"]["model"] is not None or report["executor"]["error"], "the parallel estimate was asked"
 
 
 def test_bricks_are_timed_to_the_requested_precision(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
@@ -979,11 +990,13 @@ def detected(concurrent: bool) -> ExecutorDetection:
 def test_the_parallel_estimate_follows_what_the_parallel_executor_was_found_to_do(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, concurrent: bool
 ) -> None:
-    monkeypatch.setattr(engine, "detect_executor", lambda settings: detected(concurrent))
+    monkeypatch.setattr(engine, "detect_executor", lambda settings, pool=True: detected(concurrent))
+    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: 7e-6)
     models = pytester.path / "models"
     models.mkdir()
     tiny_models.diamond(models)
-    result = run_dlbricks(pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", "models")
+    executor = "--dlbricks-executor=auto" if concurrent else "--dlbricks-executor=parallel"
+    result = run_dlbricks(pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", executor, "models", "-v")
     report = json.loads((pytester.path / "r.json").read_text())
     (model,) = report["models"]
     executor, call = report["executor"], report["summary"]["call_overhead_s"]
@@ -1025,12 +1038,13 @@ def test_the_parallel_estimate_follows_what_the_parallel_executor_was_found_to_d
         ]
     )
     result.stdout.fnmatch_lines(["*Critical path: the lower bound for an executor with unlimited parallelism"])
+    assert executor["explanation"] in result.stdout.lines, "the report carries what -v prints"
 
 
 def test_without_the_parallel_executors_behaviour_there_is_no_parallel_estimate_and_the_report_says_why(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(settings: object) -> ExecutorDetection:
+    def refuse(settings: object, pool: bool = True) -> ExecutorDetection:
         raise RuntimeError("no parallel executor here")
 
     monkeypatch.setattr(engine, "detect_executor", refuse)
@@ -1040,5 +1054,77 @@ def test_without_the_parallel_executors_behaviour_there_is_no_parallel_estimate_
     result = run_dlbricks(pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", "models")
     report = json.loads((pytester.path / "r.json").read_text())
     assert report["models"][0]["parallel_s"] is None and report["models"][0]["sequential_s"] is not None
-    assert report["executor"] == {"model": None, "error": "no parallel executor here"}
-    result.stdout.fnmatch_lines(["Parallel: not estimated, the parallel executor could not be tried: no parallel*"])
+    line = "Parallel: not estimated, the parallel executor could not be tried: no parallel executor here"
+    assert report["executor"] == {"model": None, "error": "no parallel executor here", "explanation": line}
+    result.stdout.fnmatch_lines([line])
+
+
+def _refuse(*args: object, **kwargs: object) -> object:
+    raise AssertionError("not measured when no parallel estimate is shown")
+
+
+@pytest.mark.parametrize("setting", ["", "--dlbricks-executor=auto"])
+def test_where_the_parallel_executor_runs_one_node_at_a_time_nothing_more_is_measured_and_nothing_shown(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, setting: str
+) -> None:
+    """By default the branchy graph alone is tried; running one node at a time, as onnxruntime does on CPU,
+    the parallel executor's estimate would be the sequential one at another call cost: its pool slowdown and
+    call cost are not measured, there is no Parallel column and no line about it, and the report says why."""
+    tried = []
+
+    def detect(settings: object, pool: bool = True) -> ExecutorDetection:
+        tried.append(pool)
+        return detected(False)
+
+    monkeypatch.setattr(engine, "detect_executor", detect)
+    monkeypatch.setattr(engine, "with_pool_slowdown", _refuse)
+    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", _refuse)
+    models = pytester.path / "models"
+    models.mkdir()
+    tiny_models.diamond(models)
+    result = run_dlbricks(
+        pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", *filter(None, [setting]), "models"
+    )
+    result.assert_outcomes(passed=5)
+    assert tried == [False], "the branchy graph, without the pool's cost"
+    report = json.loads((pytester.path / "r.json").read_text())
+    (model,) = report["models"]
+    assert model["parallel_s"] is None and model["critical_path_s"] is not None, "documented fields stay"
+    assert report["executor"]["model"] is None and "one node at a time" in report["executor"]["reason"]
+    assert report["executor"]["detection"]["ratio"] == 1.05, "what was detected, for whoever asks"
+    assert report["summary"]["call_overhead_s"]["parallel_fixed_s"] is None
+    assert "Parallel" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["Model * Sequential  Critical path *"])
+
+
+def test_with_the_sequential_executor_alone_the_parallel_one_is_never_tried(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine, "detect_executor", _refuse)
+    models = pytester.path / "models"
+    models.mkdir()
+    tiny_models.diamond(models)
+    result = run_dlbricks(
+        pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", "--dlbricks-executor=sequential", "models", "-v"
+    )
+    result.assert_outcomes(passed=5)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["executor"]["model"] is None and "no parallel estimate was asked for" in report["executor"]["reason"]
+    assert report["models"][0]["parallel_s"] is None
+    result.stdout.fnmatch_lines(["Parallel: not estimated: no parallel estimate was asked for*"])
+    result.stdout.fnmatch_lines(["Model * Sequential  Critical path *"])
+
+
+def test_at_default_verbosity_the_parallel_estimate_takes_one_short_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine, "detect_executor", lambda settings, pool=True: detected(False))
+    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: sequential.fixed_s)
+    models = pytester.path / "models"
+    models.mkdir()
+    tiny_models.diamond(models)
+    result = run_dlbricks(pytester, "--dlbricks-granularity=1", "--dlbricks-executor=parallel", "models")
+    result.stdout.fnmatch_lines(["Model * Sequential  Parallel  Critical path *"])
+    (line,) = [line for line in result.stdout.lines if line.startswith("Parallel")]
+    assert len(line) < 200 and "-v" in line and "rounds" not in line
+    assert "as the sequential one's" in line, "equal costs read as such, not as one instead of itself"

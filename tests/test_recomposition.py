@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,12 @@ import pytest
 import tiny_models
 from test_reporting import distinct_bricks
 
-from conftest import plan_of
+from pytest_dlbricks.analysis import BrickWork, plan_work
 from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import ModelPlan
+from pytest_dlbricks.cutting import ModelPlan, plan_model
+from pytest_dlbricks.html import render_html
 from pytest_dlbricks.identity import CUT_METHOD
+from pytest_dlbricks.loading import load_model
 from pytest_dlbricks.maps import (
     MapError,
     check_results,
@@ -26,12 +29,13 @@ from pytest_dlbricks.maps import (
 )
 from pytest_dlbricks.merging import IncompatibleReports, merge_reports
 from pytest_dlbricks.overhead import CallOverhead
-from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown, describe_machine
+from pytest_dlbricks.probes import ExecutorDetection, Peak, PoolSlowdown, RunMeasurements, describe_machine
 from pytest_dlbricks.recomposition import brick_references, overhead_of
 from pytest_dlbricks.report import BrickResult, build_report, plan_composition
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.sharding import assign, brick_cost, parse_shard
 
+SETTINGS = Settings(granularity=1, cut="original", executor="parallel")
 OVERHEAD = CallOverhead(fixed_s=2e-6, per_input_s=5e-7, per_output_s=2.5e-7, parallel_fixed_s=9e-6, reference_s=2e-5)
 ESTIMATES = ("path", "measured_bricks", "sequential_s", "critical_path_s", "parallel_s", "complete")
 #: One node at a time; bricks of 30 us or more of work use the pool and take 2.5 times as long.
@@ -47,13 +51,21 @@ EXECUTOR = ExecutorDetection(
 )
 
 
+#: The bricks' layers (FLOPs, bytes) by signature, of every plan :func:`plans_of` made.
+WORK: dict[str, BrickWork] = {}
+#: The machine's peak the runs of :func:`report_of` measured.
+PEAK = Peak(2e10, 1e10, {"gemm": "a made-up GEMM", "bandwidth": "a made-up Add"})
+
+
 def plans_of(directory: Path) -> list[ModelPlan]:
     """A chain, a diamond (parallel branches) and a model with a layer that cannot be built."""
     paths = [tiny_models.chain(directory), tiny_models.diamond(directory), tiny_models.sequence_boundary(directory)]
     plans = []
     for path in paths:
-        plan = plan_of(path, 1, f"models/{path.name}")
+        graph = load_model(path)
+        plan = plan_model(graph, 1, f"models/{path.name}")
         plan.file, plan.point = plan.path, {"dtype": "fp32"}
+        WORK.update(plan_work(graph, plan))
         plans.append(plan)
     return plans
 
@@ -77,12 +89,25 @@ def report_of(
     results: dict[str, BrickResult],
     settings: Settings | None = None,
     executor: ExecutorDetection | None = EXECUTOR,
+    overhead: CallOverhead = OVERHEAD,
+    peak: Peak = PEAK,
 ) -> dict[str, Any]:
-    """A run's report, as the session writes it (JSON round trip included)."""
-    settings = settings or Settings(granularity=1, cut="original")
+    """A run's report, as the session writes it (JSON round trip included), its bricks' work and the
+    machine's peak analysed, each model loaded in a millisecond per brick."""
+    settings = settings or Settings(granularity=1, cut="original", executor="parallel")
     bricks = distinct_bricks(plans)
+    measured = RunMeasurements(peak=peak, load_s={plan.path: 1e-3 * len(plan.bricks) for plan in plans})
     report = build_report(
-        settings, plans, [], bricks, results, overhead=OVERHEAD, executor=executor, wall_time_s=1.0
+        settings,
+        plans,
+        [],
+        bricks,
+        results,
+        overhead=overhead,
+        executor=executor,
+        wall_time_s=1.0,
+        work=WORK,
+        measured=measured,
     ).as_json()
     report["machine"] = describe_machine()  # as a run that timed bricks records it
     return json.loads(json.dumps(report))  # type: ignore[no-any-return]
@@ -215,14 +240,16 @@ def test_a_map_holds_no_times(plans: list[ModelPlan], tmp_path: Path) -> None:
 def test_compose_uses_the_statistic_asked_for(plans: list[ModelPlan], tmp_path: Path) -> None:
     bricks = distinct_bricks(plans)
     write_maps(tmp_path, report_of(plans, results_for(bricks)), plans)
-    by_min = report_of(plans, results_for(bricks), Settings(granularity=1, cut="original", statistic="min"))
+    by_min = report_of(
+        plans, results_for(bricks), Settings(granularity=1, cut="original", executor="parallel", statistic="min")
+    )
     composed, _ = compose_from_maps(read_maps([tmp_path]), report_of(plans, results_for(bricks)), statistic="min")
     assert estimates(composed) == estimates(by_min)
 
 
 def test_compose_warns_when_no_brick_was_measured_or_settings_differ(plans: list[ModelPlan], tmp_path: Path) -> None:
     write_maps(tmp_path, report_of(plans, {}), plans)
-    other = report_of(plans, {}, Settings(granularity=1, cut="original", optimization="basic"))
+    other = report_of(plans, {}, Settings(granularity=1, cut="original", executor="parallel", optimization="basic"))
     composed, warnings = compose_from_maps(read_maps([tmp_path]), other)
     assert warnings == [
         "the bricks were timed with optimization 'basic', but the maps were made with 'all'",
@@ -300,10 +327,10 @@ def test_a_brick_s_damaged_reference_leaves_its_call_cost_as_measured() -> None:
     assert brick_references(records) == {"a": 2e-5}
 
 
-def test_merged_call_costs_are_medians_at_one_speed(plans: list[ModelPlan]) -> None:
+def test_merged_call_costs_are_lower_medians_at_one_speed(plans: list[ModelPlan]) -> None:
     """Shard 1 timed its chains while the reference took 20 us, shard 2 at 10 us, an older shard 3 without
-    it: shard 1's and 2's costs brought to the median speed (15 us) agree, and the median is theirs, not
-    shard 1's fixed cost beside the median reference."""
+    it: shard 1's and 2's costs brought to the lower median speed (10 us) agree, and the lower median of the
+    three is theirs, not shard 3's, nor a mean of two."""
     reports = shard_reports(plans, 3)
     costs: list[dict[str, float | None]] = [
         {"fixed_s": 4e-6, "timing_s": 2e-7, "reference_s": 2e-5},
@@ -313,8 +340,63 @@ def test_merged_call_costs_are_medians_at_one_speed(plans: list[ModelPlan]) -> N
     for (_, report), cost in zip(reports, costs):
         report["summary"]["call_overhead_s"] |= cost | {"per_input_s": 0.0, "per_output_s": 0.0}
     merged = merge_reports(reports)["summary"]["call_overhead_s"]
-    assert merged["reference_s"] == pytest.approx(1.5e-5)
-    assert (merged["fixed_s"], merged["timing_s"]) == (pytest.approx(3e-6), pytest.approx(1.5e-7))
+    assert merged["reference_s"] == pytest.approx(1e-5)
+    assert (merged["fixed_s"], merged["timing_s"]) == (pytest.approx(2e-6), pytest.approx(1e-7))
+
+
+def test_a_shard_whose_parallel_call_cost_was_caught_slow_leaves_the_merged_estimates_alone(
+    plans: list[ModelPlan],
+) -> None:
+    """One of two shards read the parallel executor's call at 8 ms, the other at 4.35 us: the median of the
+    two, their mean, made every merged model read milliseconds. The merge gives a direct run's estimates."""
+    sane = dataclasses.replace(OVERHEAD, parallel_fixed_s=4.35e-6)
+    direct = report_of(plans, results_for(distinct_bricks(plans)), overhead=sane)
+    reports = shard_reports(plans, 2, overheads=[dataclasses.replace(OVERHEAD, parallel_fixed_s=8e-3), sane])
+    merged = merge_reports(reports)
+    assert merged["summary"]["call_overhead_s"]["parallel_fixed_s"] == 4.35e-6
+    assert estimates(merged) == estimates(direct)
+    assert all(model["parallel_s"] < 1e-3 for model in merged["models"] if model["parallel_s"] is not None)
+    slow = shard_reports(plans, 2, overheads=[dataclasses.replace(OVERHEAD, parallel_fixed_s=8e-3)] * 2)
+    assert merge_reports(slow)["summary"]["call_overhead_s"]["parallel_fixed_s"] is None, "no sane figure: none"
+
+
+def test_merged_shards_keep_the_peak_flops_and_time_by_operator_type(plans: list[ModelPlan]) -> None:
+    """A shard's analysis holds for the bricks it timed: the merge analyses every model again from all the
+    bricks' records, at the best peak of the shards (each is the best of its runs; a slow shard reads low)."""
+    direct = report_of(plans, results_for(distinct_bricks(plans)))
+    slower = Peak(PEAK.flops_per_s / 2, PEAK.bytes_per_s / 2, PEAK.method)
+    merged = merge_reports(shard_reports(plans, 3, peaks=[slower, PEAK, slower]))
+    assert merged["peak"] == direct["peak"] and merged["peak"]["flops_per_s"] == PEAK.flops_per_s
+    fields = ("flops", "bytes", "load_s", "flops_per_s", "peak_fraction", "call_s", "unknown_flops_time_s")
+    for model, expected in zip(merged["models"], direct["models"], strict=True):
+        for field in fields:
+            assert model[field] == pytest.approx(expected[field]), (model["path"], field)
+        assert model["op_time_s"] == (None if expected["op_time_s"] is None else pytest.approx(expected["op_time_s"]))
+        assert model["top_bricks"] == expected["top_bricks"] or model["top_bricks"] == pytest.approx(
+            expected["top_bricks"]
+        )
+    assert any(model["op_time_s"] for model in merged["models"]), "complete models have their time by operator"
+    for field in ("unknown_flops_time_s", "unknown_flops_share"):
+        assert merged["summary"][field] == pytest.approx(direct["summary"][field])
+    bricks = {brick["signature"]: brick for brick in direct["bricks"]}
+    for brick in merged["bricks"]:
+        assert brick["peak_fraction"] == pytest.approx(bricks[brick["signature"]]["peak_fraction"])
+    page = render_html(merged)
+    complete = sum(1 for model in merged["models"] if model["op_time_s"])
+    assert page.count("incomplete: not every brick was measured") == len(merged["models"]) - complete
+    assert "GFLOP/s GEMM peak" in page and "20.0" in page
+
+
+def test_composed_estimates_keep_the_suite_run_s_peak_and_the_models_analysis(
+    plans: list[ModelPlan], tmp_path: Path
+) -> None:
+    report = report_of(plans, results_for(distinct_bricks(plans)))
+    write_maps(tmp_path, report, plans)
+    composed, _ = compose_from_maps(read_maps([tmp_path]), report)
+    assert composed["peak"] == report["peak"]
+    for model, expected in zip(composed["models"], report["models"], strict=True):
+        assert model["flops"] == expected["flops"] and model["flops_per_s"] == pytest.approx(expected["flops_per_s"])
+        assert model["op_time_s"] == (None if expected["op_time_s"] is None else pytest.approx(expected["op_time_s"]))
 
 
 def test_a_report_of_an_older_version_composes_with_the_call_costs_it_measured(plans: list[ModelPlan]) -> None:
@@ -376,15 +458,25 @@ def test_a_brick_costs_the_bytes_it_reads_and_writes(tmp_path: Path) -> None:
 # -- merge ---------------------------------------------------------------------------------------
 
 
-def shard_reports(plans: list[ModelPlan], shards: int) -> list[tuple[str, dict[str, Any]]]:
-    """The full run split into ``shards`` runs: each measured only its bricks, with the same times."""
+def shard_reports(
+    plans: list[ModelPlan],
+    shards: int,
+    *,
+    overheads: list[CallOverhead] | None = None,
+    peaks: list[Peak] | None = None,
+) -> list[tuple[str, dict[str, Any]]]:
+    """The full run split into ``shards`` runs: each measured only its bricks, with the same times, and
+    the call costs and peak of ``overheads`` and ``peaks`` (shard by shard) where given."""
     bricks = distinct_bricks(plans)
     assignment = assign({signature: brick_cost(brick) for signature, brick in bricks.items()}, shards)
     reports = []
     for shard in range(1, shards + 1):
         mine = {signature for signature, k in assignment.items() if k == shard}
-        settings = Settings(granularity=1, cut="original", shard=(shard, shards))
-        reports.append((f"shard{shard}.json", report_of(plans, results_for(bricks, mine), settings)))
+        settings = dataclasses.replace(SETTINGS, shard=(shard, shards))
+        overhead = overheads[shard - 1] if overheads else OVERHEAD
+        peak = peaks[shard - 1] if peaks else PEAK
+        report = report_of(plans, results_for(bricks, mine), settings, overhead=overhead, peak=peak)
+        reports.append((f"shard{shard}.json", report))
     return reports
 
 

@@ -131,6 +131,7 @@ def test_settings_describe_what_the_report_records() -> None:
         "thread_pool": "shared",
         "optimization": "basic",
         "statistic": "mean",
+        "executor": "auto",
         "providers": ["CPUExecutionProvider"],
         "cut": "optimized",
         "precision": 0.02,

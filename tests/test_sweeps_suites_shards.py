@@ -16,6 +16,7 @@ import pytest
 import tiny_models
 
 from conftest import SAMPLE_MODELS, run_dlbricks
+from pytest_dlbricks import engine
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cli import main
 from pytest_dlbricks.composition import ParallelExecutor, compose
@@ -222,9 +223,18 @@ def test_providers_are_tried_in_order_and_the_one_used_is_recorded(
         assert set(brick["node_providers"]) == {"CPUExecutionProvider"}
 
 
-def test_an_exported_suite_runs_anywhere_and_composes_back(pytester: pytest.Pytester, models: list[Path]) -> None:
+def steady_parallel_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parallel executor's call cost at twice the sequential one: a loaded machine may give none."""
+    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: 2 * sequential.fixed_s)
+
+
+def test_an_exported_suite_runs_anywhere_and_composes_back(
+    pytester: pytest.Pytester, models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steady_parallel_call(monkeypatch)
     direct = run(
         pytester,
+        "--dlbricks-executor=parallel",
         "--dlbricks-granularity=3",
         "--dlbricks-dim=batch=1",
         "--dlbricks-export=suite",
@@ -253,7 +263,12 @@ def test_an_exported_suite_runs_anywhere_and_composes_back(pytester: pytest.Pyte
     # Elsewhere: the suite alone, at granularity 1, times each exported brick once, never cut again.
     (pytester.path / "models").rename(pytester.path / "private")
     vendor = run(
-        pytester, "--dlbricks-granularity=1", "--dlbricks-store=vendor", "--dlbricks-json=vendor.json", "suite"
+        pytester,
+        "--dlbricks-granularity=1",
+        "--dlbricks-executor=parallel",
+        "--dlbricks-store=vendor",
+        "--dlbricks-json=vendor.json",
+        "suite",
     )
     vendor.assert_outcomes(passed=distinct)
     vendor_report = read(pytester.path / "vendor.json")
@@ -314,12 +329,16 @@ def test_the_command_line_runs_as_a_module(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*error: the following arguments are required: RESULT.json"])
 
 
-def test_three_shards_merge_into_the_single_run_composition(pytester: pytest.Pytester, models: list[Path]) -> None:
+def test_three_shards_merge_into_the_single_run_composition(
+    pytester: pytest.Pytester, models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steady_parallel_call(monkeypatch)
     ran: list[set[str]] = []
     for shard in (1, 2, 3):
         result = run(
             pytester,
             "--dlbricks-granularity=2",
+            "--dlbricks-executor=parallel",
             "--dlbricks-dim=batch=1",
             f"--dlbricks-shard={shard}/3",
             f"--dlbricks-json=s{shard}.json",
@@ -357,6 +376,15 @@ def test_three_shards_merge_into_the_single_run_composition(pytester: pytest.Pyt
         estimate = compose(plan, times, overhead, executor, references)
         assert (estimate.sequential_s, estimate.critical_path_s) == (model["sequential_s"], model["critical_path_s"])
         assert estimate.parallel_s is not None and estimate.parallel_s == model["parallel_s"]
+    # What the shards measured of the machine and the models' work, kept: the peak, FLOPs, time by operator.
+    shard_peaks = [read(pytester.path / f"s{k}.json")["peak"] for k in (1, 2, 3)]
+    assert merged["peak"] in shard_peaks and merged["peak"]["flops_per_s"] == max(p["flops_per_s"] for p in shard_peaks)
+    assert all(model["flops"] and model["op_time_s"] and model["flops_per_s"] for model in merged["models"])
+    status, _, err = cli(
+        "merge", *(str(pytester.path / f"s{k}.json") for k in (1, 2, 3)), "--html", str(pytester.path / "m.html")
+    )
+    page = (pytester.path / "m.html").read_text()
+    assert status == 0 and "not every brick was measured" not in page
 
     # A damaged executor entry counts as absent: the next report's is taken, and the user is told.
     damaged = read(pytester.path / "s1.json")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -17,6 +16,7 @@ import pytest
 import tiny_models
 
 from conftest import plan_of, runtime_ops
+from pytest_dlbricks import engine
 from pytest_dlbricks import overhead as call_overhead
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import plan_model
@@ -25,6 +25,7 @@ from pytest_dlbricks.errors import ModelError
 from pytest_dlbricks.graph import MIN_IR_VERSION, TensorSpec
 from pytest_dlbricks.loading import load_model, whole_model
 from pytest_dlbricks.overhead import CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
+from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown
 from pytest_dlbricks.running import BrickError, BrickRunner, ModelRunner, _rewritable, view_outputs
 from pytest_dlbricks.runtime import create_session, input_rewriter, run_reference, session_options
 from pytest_dlbricks.settings import Settings
@@ -449,7 +450,7 @@ def test_the_call_overhead_is_a_few_microseconds_and_positive(settings: Settings
     assert 0 < overhead.fixed_s < 1e-3
     assert 0 <= overhead.per_input_s < 1e-4
     assert 0 <= overhead.per_output_s < 1e-4
-    assert overhead.parallel_fixed_s is not None and overhead.parallel_fixed_s >= 0
+    assert overhead.parallel_fixed_s is None, "measured apart, only for a parallel estimate"
     assert overhead.reference_s is not None and overhead.reference_s > overhead.fixed_s, "16 Adds and a call"
 
 
@@ -472,11 +473,9 @@ def test_what_timing_a_brick_adds_is_the_difference_of_the_chains_intercepts(
 
         return fake
 
-    monkeypatch.setattr(call_overhead, "measure_parallel_fixed_cost", lambda settings: 3e-6)
     monkeypatch.setattr(call_overhead, "_interleaved_times", medians(0.5e-6))
     overhead = measure_call_overhead(settings, rounds=1, calls=1)
     assert overhead.fixed_s == pytest.approx(2e-6) and overhead.timing_s == pytest.approx(0.5e-6)
-    assert overhead.parallel_fixed_s == 3e-6
     assert overhead.reference_s == pytest.approx(18e-6), "the chain of 16 Adds"
     monkeypatch.setattr(call_overhead, "_interleaved_times", medians(-0.5e-6))
     assert measure_call_overhead(settings, rounds=1, calls=1).timing_s == 0.0
@@ -495,7 +494,6 @@ def test_the_reference_is_read_in_the_proportion_of_the_fixed_cost_to_it_within_
         few = [[float(n)] * 3 for n in call_overhead._SIZES[:4]]
         return {"chain": chain, "timed": chain, "inputs": few, "outputs": few}
 
-    monkeypatch.setattr(call_overhead, "measure_parallel_fixed_cost", lambda settings: 3e-6)
     monkeypatch.setattr(call_overhead, "_interleaved_times", rounds)
     overhead = measure_call_overhead(settings, rounds=3, calls=1)
     assert overhead.fixed_s == pytest.approx(2e-6)
@@ -549,12 +547,15 @@ def test_the_fixed_cost_is_read_from_chains_of_nothing_but_their_layers(
         call.model = model
 
     monkeypatch.setattr(call_overhead._Call, "__init__", keep_the_model)
-    monkeypatch.setattr(call_overhead, "measure_parallel_fixed_cost", lambda settings: 3e-6)
     monkeypatch.setattr(call_overhead, "_interleaved_times", medians)
     measure_call_overhead(settings, rounds=1, calls=1)
     assert seen["chain"] == [["Add"] * n for n in call_overhead._SIZES]
     assert seen["outputs"] == [["Add"] * n for n in call_overhead._SIZES[:4]]
     assert seen["inputs"] == [["Sum", "Add"]] * 4, "every count of inputs summed by one node, so the slope is per input"
+
+
+#: The sequential executor's call cost the parallel one's is measured beside: at most 10 x 5 + 20 = 70 us.
+SEQUENTIAL = CallOverhead(fixed_s=5e-6)
 
 
 def test_the_parallel_fixed_cost_is_the_intercept_of_chains_of_growing_length(
@@ -566,9 +567,9 @@ def test_the_parallel_fixed_cost_is_the_intercept_of_chains_of_growing_length(
         return lambda families, rounds, calls: {"parallel": [[fixed_s + n * 2e-6] for n in call_overhead._SIZES]}
 
     monkeypatch.setattr(call_overhead, "_interleaved_times", chains(30e-6))
-    assert measure_parallel_fixed_cost(settings, rounds=1, calls=1) == pytest.approx(30e-6)
+    assert measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=1, calls=1) == pytest.approx(30e-6)
     monkeypatch.setattr(call_overhead, "_interleaved_times", chains(-5e-6))
-    assert measure_parallel_fixed_cost(settings, rounds=1, calls=1) == 0.0
+    assert measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=1, calls=1) == 0.0
 
 
 @pytest.mark.parametrize("slow", range(5))
@@ -581,12 +582,113 @@ def test_one_session_of_the_parallel_executor_in_its_slow_state_leaves_the_fixed
         return {"parallel": [[8e-3 if k == slow else 6e-6 + n * 0.7e-6] for k, n in enumerate(call_overhead._SIZES)]}
 
     monkeypatch.setattr(call_overhead, "_interleaved_times", chains)
-    assert measure_parallel_fixed_cost(settings, rounds=1, calls=1) == pytest.approx(6e-6)
+    assert measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=1, calls=1) == pytest.approx(6e-6)
+
+
+class _SetsOfSessions:
+    """Stands in for the timing of the parallel executor's chains: each set of sessions (its first round timed
+    alone, then its full rounds) reads the next fixed cost of ``fixed_s``, its full rounds alike unless
+    ``full_s`` says otherwise; keeps each set's sessions and counts the timings."""
+
+    def __init__(self, fixed_s: list[float], full_s: dict[int, float] | None = None) -> None:
+        self.fixed_s, self.full_s = fixed_s, full_s or {}
+        self.sessions: list[list[object]] = []
+        self.timings: list[tuple[int, int]] = []
+
+    def __call__(self, families: dict[str, list[object]], rounds: int, calls: int) -> dict[str, list[list[float]]]:
+        if rounds == 1:
+            self.sessions.append(families["parallel"])
+        assert families["parallel"] is self.sessions[-1], "a set's full rounds time the sessions of its first"
+        index = len(self.sessions) - 1
+        self.timings.append((index, rounds))
+        fixed = self.full_s.get(index, self.fixed_s[index]) if rounds > 1 else self.fixed_s[index]
+        return {"parallel": [[fixed + n * 1e-6] * rounds for n in call_overhead._SIZES]}
+
+    def fresh(self) -> bool:
+        """Whether every set had sessions of its own."""
+        return len({id(call) for calls in self.sessions for call in calls}) == sum(map(len, self.sessions))
+
+
+def test_a_set_of_sessions_caught_in_a_slow_state_never_reaches_the_parallel_call_cost(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whole sets of fresh sessions were caught at 8 ms a call (a 10 us model then read 14 ms in parallel): such
+    a set is dropped after its first round, and the lower median of the sane sets that follow is kept."""
+    sets = _SetsOfSessions([8e-3, 9e-6, 7e-6, 6e-6])
+    monkeypatch.setattr(call_overhead, "_interleaved_times", sets)
+    assert measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=3, calls=1) == pytest.approx(7e-6)
+    assert sets.timings == [(0, 1), (1, 1), (1, 3), (2, 1), (2, 3)], "the slow set's first round only; then enough"
+
+
+def test_a_set_that_turns_slow_after_its_first_round_is_dropped_too(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sets = _SetsOfSessions([9e-6, 6e-6, 8e-6], full_s={0: 5e-3})
+    monkeypatch.setattr(call_overhead, "_interleaved_times", sets)
+    assert measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=3, calls=1) == pytest.approx(6e-6)
+
+
+def test_the_parallel_call_cost_is_bounded_by_the_sequential_one(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cost that is sane beside a slow sequential call is not beside a fast one; where every set of sessions
+    reads more than the bound, there is no figure (and no parallel estimate), never a slow one."""
+    monkeypatch.setattr(call_overhead, "_interleaved_times", _SetsOfSessions([100e-6] * call_overhead.PARALLEL_SETS))
+    assert measure_parallel_fixed_cost(settings, CallOverhead(fixed_s=12e-6), rounds=2, calls=1) == pytest.approx(
+        100e-6
+    )
+    sets = _SetsOfSessions([100e-6] * call_overhead.PARALLEL_SETS)
+    monkeypatch.setattr(call_overhead, "_interleaved_times", sets)
+    assert measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=2, calls=1) is None
+    assert len(sets.sessions) == call_overhead.PARALLEL_SETS and sets.fresh(), "each set in fresh sessions"
+    assert call_overhead.parallel_ceiling(SEQUENTIAL) == pytest.approx(70e-6)
+
+
+def _one_at_a_time(pool: bool) -> ExecutorDetection:
+    slowdown = PoolSlowdown(2.0, 1e-4, [(1e-3, 2e-3)], 3, "a chain") if pool else None
+    return ExecutorDetection(False, 1, 4e-3, 4.2e-3, 1.05, 7, "two chains", pool=slowdown, nodes_at_once=0)
+
+
+def test_a_stored_detection_without_the_pool_slowdown_is_completed_when_the_parallel_estimate_is_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run that needed no parallel estimate kept the branchy graph's verdict alone: one that asks for the
+    estimate measures the rest, and keeps the completed detection as made now."""
+    completed = _one_at_a_time(pool=True)
+    monkeypatch.setattr(engine, "with_pool_slowdown", lambda detection, settings: completed)
+    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: 3e-6)
+    run = DLBricksRun(Settings(granularity=1, executor="parallel"), time.perf_counter)
+    run.assume_overhead(CallOverhead(fixed_s=2e-6, reference_s=1e-5))
+    run.stored_executor = (_one_at_a_time(pool=False), "2026-01-01T00:00:00+00:00")
+    run.detect_executor()
+    assert run.executor is completed and not run.executor_reused and run.executor_error is None
+    assert run.executor_measured_at != "2026-01-01T00:00:00+00:00", "kept again as made now"
+    assert run.overhead is not None and run.overhead.parallel_fixed_s == 3e-6 and run.parallel_estimated
+
+
+def test_a_stored_parallel_call_cost_caught_in_a_slow_state_is_measured_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "detect_executor", lambda settings, pool=True: _one_at_a_time(pool))
+    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: 3e-6)
+    run = DLBricksRun(Settings(granularity=1, executor="parallel"), time.perf_counter)
+    run.assume_overhead(CallOverhead(fixed_s=2e-6, parallel_fixed_s=8e-3, reference_s=1e-5))
+    run.detect_executor()
+    assert run.overhead is not None and run.overhead.parallel_fixed_s == 3e-6
+
+
+def test_a_parallel_call_cost_that_cannot_be_measured_sanely_gives_no_parallel_estimate_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(engine, "detect_executor", lambda settings, pool=True: _one_at_a_time(pool))
+    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: None)
+    run = DLBricksRun(Settings(granularity=1, executor="parallel"), time.perf_counter)
+    run.assume_overhead(CallOverhead(fixed_s=2e-6, reference_s=1e-5))
+    run.detect_executor()
+    assert run.executor_error is not None and "took more than 40.0 us a call" in run.executor_error
 
 
 def test_the_parallel_fixed_cost_is_measured_on_the_parallel_executor(settings: Settings) -> None:
-    fixed_s = measure_parallel_fixed_cost(settings, rounds=2, calls=5)
-    assert math.isfinite(fixed_s) and 0 <= fixed_s < 0.05
+    fixed_s = measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=2, calls=5)
+    assert fixed_s is None or 0 <= fixed_s <= call_overhead.parallel_ceiling(SEQUENTIAL)
 
 
 def test_optimized_loading_cuts_what_onnxruntime_runs(tmp_path: Path, settings: Settings) -> None:
