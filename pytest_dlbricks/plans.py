@@ -38,7 +38,8 @@ from google.protobuf.message import DecodeError
 from .analysis import BrickWork, LayerWork
 from .bricks import BrickSpec, brick_signature
 from .cutting import Brick, BrokenBrick, ModelPlan
-from .graph import TensorSpec, nested_tensors
+from .file_digests import FileDigests
+from .graph import TensorSpec
 from .identity import digest
 from .screening import check_model_file
 from .settings import LARGEST_NUMBER, Settings
@@ -77,11 +78,13 @@ class CutModel:
 class PlanCache:
     """Cut models in a folder of the store (a shelf's ``plans/``), by a key over what decides them."""
 
-    def __init__(self, folder: Path, settings: Settings) -> None:
+    def __init__(self, folder: Path, settings: Settings, digests: FileDigests | None = None) -> None:
         self.folder = folder
         self.settings = settings
         #: Plans found unusable (and cut again).
         self.discarded = 0
+        #: The model files' digests, kept so that an unchanged file is not read again to find its plan.
+        self.digests = digests or FileDigests(None)
 
     def get(
         self, path: Path, display_path: str, point: SweepPoint = ONE_POINT, samples: str | None = None
@@ -123,14 +126,14 @@ class PlanCache:
         cannot be read."""
         try:
             check_model_file(path)  # nothing but a model file is read, here as when loading
-            content = path.read_bytes()
-            external = _external_files(content, path.parent)
+            model = self.digests.of(path)
+            external = _external_files(model.external, path.parent)
         except Exception:  # unreadable, refused, or no model at all: loading it says why
             return None
         return digest(
             {
                 "version": PLAN_VERSION,
-                "model": hashlib.sha256(content).hexdigest(),
+                "model": model.sha256,
                 "external": external,
                 "point": {**dict(sorted(point.dims.items())), "dtype": point.dtype},
                 "samples": samples,
@@ -153,20 +156,8 @@ def source_digest() -> str:
     return sha.hexdigest()
 
 
-def _external_files(content: bytes, folder: Path) -> list[list[object]]:
-    """Name, size and modification time of each external data file the model reads (If, Loop and Scan
-    bodies included)."""
-    model = onnx.ModelProto()
-    model.ParseFromString(content)
-    names = sorted(
-        {
-            entry.value
-            for tensor in [*model.graph.initializer, *nested_tensors(model.graph)]
-            if tensor.data_location == onnx.TensorProto.EXTERNAL
-            for entry in tensor.external_data
-            if entry.key == "location"
-        }
-    )
+def _external_files(names: tuple[str, ...], folder: Path) -> list[list[object]]:
+    """Name, size and modification time of each external data file a model reads."""
     found = []
     for name in names:
         stat = (folder / name).stat()

@@ -28,6 +28,7 @@ from .composition import brick_calls
 from .cutting import ModelPlan
 from .errors import named_error
 from .estimates import PREFIX, SPREAD, EstimateCheck, HistoryEntry, model_estimates, reused_brick
+from .file_digests import FileDigests
 from .identity import Identity, differences, identify
 from .items import signature_of
 from .noise import CONFIDENCE, HIGH_NOISE, at_confidence, margin_of_error
@@ -122,7 +123,8 @@ class Tracking:
         if self.settings.store is not None and not (benchmarks.disabled or benchmarks.skip):
             self.store = BrickStore(self.settings.store)
             self.shelf = self.store.shelf(self.identity)
-            self.plans = PlanCache(self.shelf.path / "plans", self.settings)
+            digests = FileDigests(self.shelf.path / "files")
+            self.plans = PlanCache(self.shelf.path / "plans", self.settings, digests)
             self.run.use_plan_cache(self.plans)
             try:
                 self.shelf.repair()
@@ -338,6 +340,8 @@ class Tracking:
         discarded = dict(self.shelf.discarded)
         if self.plans is not None and self.plans.discarded:
             discarded["plans"] = self.plans.discarded
+        if self.plans is not None and self.plans.digests.discarded:
+            discarded["model file digests"] = self.plans.digests.discarded
         return {"discarded": discarded, "repaired": dict(self.shelf.repaired + self.store.repaired)}
 
     def _compare(self, report: dict[str, Any], session: pytest.Session) -> None:

@@ -29,7 +29,7 @@ STAGES: dict[str, set[str]] = {
     "cut": {"bricks", "cutting", "flops", "numerics"},
     "synthesize": {"synthesis"},
     "run": {"running", "overhead", "probes", "speed_trace", "sharding", "retiming"},
-    "compose": {"composition", "calibration", "analysis", "validation", "store", "plans"},
+    "compose": {"composition", "calibration", "analysis", "validation", "store", "file_digests", "plans"},
     "report": {
         *("report", "recomposition", "merging", "maps", "machines", "comparing", "estimates"),
         *("terminal", "html", "suite"),
