@@ -119,8 +119,10 @@ class DLBricksRun:
         #: The report, once composed (see :meth:`compose`), and its JSON form, which everything else reads.
         self.composed: RunReport | None = None
         self.report: dict[str, Any] | None = None
-        #: Models cut in earlier runs, when the brick store is on (see :meth:`use_plan_cache`).
-        self.plan_cache: PlanCache | None = None
+        #: Models cut in this run and, when the brick store is on, in earlier runs (see :meth:`use_plan_cache`).
+        self.plan_cache = PlanCache(None, settings)
+        #: Models that took the cut of a model of the same graph, weights aside (see :mod:`.weightless`).
+        self.shared_cuts: list[str] = []
         #: The points every model is benchmarked at (one, unless dimensions or numeric types are swept).
         self.points: list[SweepPoint] = sweep_points(settings.dims, settings.sweep, settings.dtypes)
         #: Bricks the providers cannot run at their types, with the reason, found when run.
@@ -195,11 +197,10 @@ class DLBricksRun:
             self.failed.append(FailedModel(name, error.cause))
             raise
         digest = sample.digest() if sample is not None else None
-        cut = self.plan_cache.get(path, display_path, point, digest) if self.plan_cache is not None else None
+        cut = self.plan_cache.get(path, display_path, point, digest)
         if cut is None:
-            cut = self._cut(path, display_path, point, sample)
-            if self.plan_cache is not None:
-                self.plan_cache.put(path, point, cut, digest)
+            cut = self._cut_or_share(path, display_path, point, sample, digest)
+            self.plan_cache.put(path, point, cut, digest)
         plan = cut.plan
         for signature in plan.signatures:
             self._plans_using.setdefault(signature, []).append(len(self.plans))
@@ -213,6 +214,23 @@ class DLBricksRun:
                 new_bricks.append(brick)
         self.work.update({brick.signature: cut.work[brick.signature] for brick in new_bricks})
         return plan, new_bricks
+
+    def _cut_or_share(
+        self, path: Path, display_path: str, point: SweepPoint, sample: SampleInputs | None, digest: str | None
+    ) -> CutModel:
+        """The cut of a model of the same graph, weights aside, if this run or the store has one; else the
+        model's own."""
+        graph = self.plan_cache.graph_key(path, point, digest)
+        shared = self.plan_cache.get_by_graph(graph, display_path, point) if graph is not None else None
+        if shared is not None:
+            if sample is not None:
+                shared.plan.inputs = sample.source
+            self.shared_cuts.append(display_path + point.suffix)
+            return shared
+        cut = self._cut(path, display_path, point, sample)
+        if graph is not None:
+            self.plan_cache.put_by_graph(graph, cut)
+        return cut
 
     def _sample_inputs(self, path: Path, hooked: object) -> SampleInputs | None:
         if hooked is not None:

@@ -165,6 +165,11 @@ class DLBricksSession:
             analysis = render_analysis(report, verbose=terminalreporter.verbosity > 0)
             if analysis:
                 terminalreporter.write_line(analysis)
+        if run.shared_cuts:
+            terminalreporter.write_line(
+                f"dlbricks: {plural(len(run.shared_cuts), 'model')} took the cut of a model of the same graph,"
+                " weights aside, instead of being loaded, optimized and cut again"
+            )
         for text, is_error in run.messages:
             terminalreporter.write_line(text, red=is_error)
         if report["partial"]:

@@ -25,7 +25,7 @@ STAGES: dict[str, set[str]] = {
         "wording",
     },
     "runtime": {"runtime"},
-    "load": {"screening", "ordering", "samples", "loading"},
+    "load": {"screening", "ordering", "samples", "loading", "weightless"},
     "cut": {"bricks", "cutting", "flops", "numerics"},
     "synthesize": {"synthesis"},
     "run": {"running", "overhead", "probes", "speed_trace", "sharding", "retiming"},
