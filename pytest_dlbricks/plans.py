@@ -51,6 +51,8 @@ from .weightless import graph_digest
 ONE_POINT = SweepPoint()
 
 PLAN_VERSION = 3
+#: The sub-folder of cuts kept by graph, weights aside.
+GRAPHS = "graphs"
 #: What reading a damaged plan may raise: from JSON (nested deeper than the parser goes too), base64,
 #: protobuf, numpy's format (a header claiming more memory than there is), or a wrong type.
 _DAMAGE = (
@@ -77,8 +79,9 @@ class CutModel:
 
 
 class PlanCache:
-    """Cut models in a folder of the store (a shelf's ``plans/``), by a key over what decides them; with no
-    folder, only the cuts of this run's models, for variants of the same graph (see :mod:`.weightless`)."""
+    """Cut models in a folder of the store (a shelf's ``plans/``), by a key over what decides them, and in its
+    ``graphs/`` by a key over all that but the weights' values, for variants of the same graph (see
+    :mod:`.weightless`); with no folder, only the cuts of this run's models, by the latter."""
 
     def __init__(self, folder: Path | None, settings: Settings, digests: FileDigests | None = None) -> None:
         self.folder = folder
@@ -117,7 +120,7 @@ class PlanCache:
         the name of the model that takes it; None if none."""
         if key in self._cut_now:
             return cut_model_from_json(self._cut_now[key], display_path, point)
-        return None if self.folder is None else self._read(key, display_path, point)
+        return None if self.folder is None else self._read(f"{GRAPHS}/{key}", display_path, point)
 
     def put_by_graph(self, key: str, cut: CutModel) -> None:
         """Keep a cut for the variants of its model's graph, unless the work of some of its layers depends on
@@ -130,7 +133,7 @@ class PlanCache:
             return
         self._cut_now[key] = data
         if self.folder is not None:
-            self._write(key, data)
+            self._write(f"{GRAPHS}/{key}", data)
 
     def _read(self, key: str, display_path: str, point: SweepPoint) -> CutModel | None:
         assert self.folder is not None

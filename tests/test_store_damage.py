@@ -112,7 +112,7 @@ MUTATIONS: dict[str, Callable[[random.Random, bytes], bytes]] = {
 def store_files(store: Path) -> list[Path]:
     """Every record of the store, of every kind."""
     files = sorted(path for path in store.rglob("*.json") if not path.name.startswith("."))
-    folders = ("bricks", "plans", "files", "models")
+    folders = ("bricks", "plans", "graphs", "files", "models")
     kinds = {path.parent.name if path.parent.name in folders else path.name for path in files}
     assert kinds == {*folders, "identity.json", "overhead.json", "executor.json"}, kinds
     return files

@@ -386,8 +386,11 @@ def test_a_brick_timed_beside_stored_ones_is_asked_on_reuse_as_with_every_brick_
     (when_timed,) = asked[True]
     asked[True].clear()
     run(pytester, *args).assert_outcomes(deselected=len(brick_records(pytester)))
-    assert asked[True] == [when_timed]
-    assert asked[False] and asked[False][0] != when_timed, "as far as the run had come, it would be asked otherwise"
+    # The models' tallies are sums made in another order then: equal but for their last bits.
+    assert asked[True] == [pytest.approx(when_timed, rel=1e-12)]
+    assert asked[False] and asked[False][0] != pytest.approx(when_timed, rel=1e-12), (
+        "as far as the run had come, it would be asked otherwise"
+    )
 
 
 def test_a_stored_brick_of_an_older_record_is_asked_for_the_precision_of_its_fastest_round(
