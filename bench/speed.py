@@ -11,7 +11,11 @@ close together on a shared machine. Scenarios, each the plugin beside the baseli
 * ``unchanged``: a re-run with nothing changed (brick times and cut models come from the store);
 * ``changed``: a re-run after one layer of one model changed (an activation replaced by another);
 * ``sweep``: a first run at several sizes of one dimension (``--sweep-dim``, default batch 1,2,4,8),
-  on the models that have that dimension; the baseline times every model at every size.
+  on the models that have that dimension; the baseline times every model at every size;
+* ``variants``: a first run on k fine-tuned variants of one model (``--variant-of``, default a ResNet-50
+  where there is one; k from ``--variants``, default 4 and 8): its layers, every weight scaled by noise of
+  its own (weights that old exporters compute with ConstantOfShape are made real weights first), one
+  row per k (``variants4``, ``variants8``).
 
 Prints, per scenario, both whole-process times and their ratio (median and range over
 ``--repeat`` rounds), the peak memory of both and of the plugin's collection, and where the plugin's
@@ -32,6 +36,7 @@ Run it from the repository root, in the environment where pytest-dlbricks is ins
 
     python bench/speed.py [--only NAMES | --subset ci|all] [--light] [--scenarios first,unchanged,changed,sweep]
                           [--granularity 2] [--precision 0.02] [--repeat 1] [--sweep-dim batch --sizes 1,2,4,8]
+                          [--variant-of NAME --variants 4,8]
 """
 
 from __future__ import annotations
@@ -61,6 +66,10 @@ PROBE_OUT = "DLBRICKS_SPEED_OUT"
 CONFIDENCE = 0.95
 #: Activations a changed layer swaps, each for the next: same shapes, another brick.
 SWAPS = {"Relu": "Sigmoid", "Sigmoid": "Relu", "Tanh": "Sigmoid", "HardSwish": "Relu", "LeakyRelu": "Relu"}
+#: Relative spread of the noise each fine-tuned variant scales its weights by.
+TUNING_NOISE = 0.05
+#: Float tensors of more values than this are weights to vary (smaller ones may steer computation).
+MAX_KEPT_FLOATS = 16
 #: Phases of a brick item's fixed cost, in the order printed.
 PHASES = ("session", "check", "overhead", "rewriters", "budget", "calibration", "store", "pytest")
 
@@ -282,10 +291,14 @@ class Model:
 def main() -> None:
     args = parse_args()
     scenarios = args.scenarios.split(",")
-    rows: dict[str, list[tuple[Run, Run]]] = {name: [] for name in scenarios}
+    counts = [int(count) for count in args.variants.split(",")] if "variants" in scenarios else []
+    rows: dict[str, list[tuple[Run, Run]]] = {
+        row: [] for name in scenarios for row in ([f"variants{k}" for k in counts] if name == "variants" else [name])
+    }
     with tempfile.TemporaryDirectory(prefix="dlbricks-speed-") as scratch:
         work = Path(scratch)
         models = select_models(args, work / "models")
+        variants = {k: make_variants(variant_source(args, models), k, work / f"variants-{k}") for k in counts}
         changed = next((m for m in models if swappable(m.path)), None)
         swept = [m for m in models if args.sweep_dim in m.dims]
         (work / "pytest.ini").write_text("[pytest]\n")
@@ -299,6 +312,19 @@ def main() -> None:
                     print(f"changed: {change}", file=sys.stderr)
                 if name == "unchanged" and "first" not in scenarios:
                     run_plugin(args, work, models, store, None)  # fills the store
+                if name == "variants":
+                    for k, tuned in variants.items():
+                        pair = (
+                            run_plugin(args, work, tuned, work / f"variants-store-{k}-{repeat}", None),
+                            run_baseline(args, work, tuned, None),
+                        )
+                        rows[f"variants{k}"].append(pair)
+                        print(
+                            f"variants{k} #{repeat + 1}: plugin {pair[0].seconds:.1f} s,"
+                            f" baseline {pair[1].seconds:.1f} s",
+                            file=sys.stderr,
+                        )
+                    continue
                 if name == "sweep":
                     pair = (
                         run_plugin(args, work, swept, work / f"sweep-store-{repeat}", args.sweep_dim),
@@ -328,6 +354,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=1, help="rounds of every scenario (default: %(default)s)")
     parser.add_argument("--sweep-dim", default="batch", help="dimension swept (default: %(default)s)")
     parser.add_argument("--sizes", default="1,2,4,8", help="its sizes (default: %(default)s)")
+    parser.add_argument("--variant-of", help="model the variants scenario tunes (default: a resnet50, else the first)")
+    parser.add_argument("--variants", default="4,8", help="numbers of variants, one row each (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per pytest process (default: %(default)s)")
     return parser.parse_args()
 
@@ -364,6 +392,64 @@ def select_models(args: argparse.Namespace, folder: Path) -> list[Model]:
                 shutil.copy2(file, target / file.name)
         models.append(Model(name, target / source.name, dims))
     return models
+
+
+def variant_source(args: argparse.Namespace, models: list[Model]) -> Model:
+    """The model the variants scenario tunes."""
+    if args.variant_of:
+        named = [model for model in models if model.name == args.variant_of]
+        if not named:
+            sys.exit(f"--variant-of {args.variant_of}: not among the models ({', '.join(m.name for m in models)})")
+        return named[0]
+    return next((model for model in models if "resnet50" in model.name.replace("-", "")), models[0])
+
+
+def make_variants(model: Model, count: int, folder: Path) -> list[Model]:
+    """``count`` fine-tuned variants of ``model``, each in a folder of its own: the same layers, every weight
+    (a float tensor of more than :data:`MAX_KEPT_FLOATS` values) scaled by noise of its own."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    base = real_weights(onnx.load(str(model.path)))
+    variants = []
+    for number in range(count):
+        rng = np.random.default_rng(number)
+        variant = onnx.ModelProto()
+        variant.CopyFrom(base)
+        for tensor in variant.graph.initializer:
+            values = numpy_helper.to_array(tensor)
+            if values.dtype.kind == "f" and values.size > MAX_KEPT_FLOATS:
+                noise = 1 + TUNING_NOISE * rng.standard_normal(values.shape)
+                tensor.CopyFrom(numpy_helper.from_array((values * noise).astype(values.dtype), tensor.name))
+        target = folder / f"{model.name}-{number}" / model.path.name
+        target.parent.mkdir(parents=True)
+        onnx.save(variant, str(target))
+        variants.append(Model(f"{model.name}-{number}", target, model.dims))
+    return variants
+
+
+def real_weights(model: Any) -> Any:
+    """``model`` with the weights old exporters compute (ConstantOfShape of a constant shape: one value
+    everywhere) made initializers of random values, as a trained model holds them."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    initializers = {tensor.name: tensor for tensor in model.graph.initializer}
+    kept = []
+    for node in model.graph.node:
+        if node.op_type != "ConstantOfShape" or node.input[0] not in initializers:
+            kept.append(node)
+            continue
+        shape = numpy_helper.to_array(initializers[node.input[0]]).astype(int)
+        value = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "value"), None)
+        dtype = numpy_helper.to_array(value).dtype if value is not None else np.dtype(np.float32)
+        values = (rng.standard_normal(shape) * 0.05).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype)
+        model.graph.initializer.append(numpy_helper.from_array(values, node.output[0]))
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return model
 
 
 def _sample_inputs(file: Path) -> bool:

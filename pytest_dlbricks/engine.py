@@ -92,7 +92,13 @@ class DLBricksRun:
         self.results: dict[str, BrickResult] = {}
         #: Times of bricks known before they are timed or reused (from the store), by signature: they count
         #: in the part of their models known so far, which decides how precisely other bricks are timed.
-        self.known_times: dict[str, float] = {}
+        self._known_times: dict[str, float] = {}
+        #: The models using each distinct brick, as indices into :attr:`plans`.
+        self._plans_using: dict[str, list[int]] = {}
+        #: What each model's bricks are known to add, by plan index and whether stored times count (see
+        #: :meth:`_uses`), kept up to date as times become known, for the call overhead it was counted with.
+        self._tallies: dict[tuple[int, bool], _Tally] = {}
+        self._tallied_overhead: CallOverhead | None = None
         #: Validations by model path and executor.
         self.validations: dict[tuple[str, str], Validation] = {}
         #: Cost of one inference call on this machine, measured before the first timing.
@@ -125,8 +131,10 @@ class DLBricksRun:
         #: The report, once composed (see :meth:`compose`), and its JSON form, which everything else reads.
         self.composed: RunReport | None = None
         self.report: dict[str, Any] | None = None
-        #: Models cut in earlier runs, when the brick store is on (see :meth:`use_plan_cache`).
-        self.plan_cache: PlanCache | None = None
+        #: Models cut in this run and, when the brick store is on, in earlier runs (see :meth:`use_plan_cache`).
+        self.plan_cache = PlanCache(None, settings)
+        #: Models that took the cut of a model of the same graph, weights aside (see :mod:`.weightless`).
+        self.shared_cuts: list[str] = []
         #: The points every model is benchmarked at (one, unless dimensions or numeric types are swept).
         self.points: list[SweepPoint] = sweep_points(settings.dims, settings.sweep, settings.dtypes)
         #: Bricks the providers cannot run at their types, with the reason, found when run.
@@ -201,12 +209,13 @@ class DLBricksRun:
             self.failed.append(FailedModel(name, error.cause))
             raise
         digest = sample.digest() if sample is not None else None
-        cut = self.plan_cache.get(path, display_path, point, digest) if self.plan_cache is not None else None
+        cut = self.plan_cache.get(path, display_path, point, digest)
         if cut is None:
-            cut = self._cut(path, display_path, point, sample)
-            if self.plan_cache is not None:
-                self.plan_cache.put(path, point, cut, digest)
+            cut = self._cut_or_share(path, display_path, point, sample, digest)
+            self.plan_cache.put(path, point, cut, digest)
         plan = cut.plan
+        for signature in plan.signatures:
+            self._plans_using.setdefault(signature, []).append(len(self.plans))
         self.plans.append(plan)
         self.model_files[name] = path
         self.sources[name] = (path, point, sample)
@@ -217,6 +226,23 @@ class DLBricksRun:
                 new_bricks.append(brick)
         self.work.update({brick.signature: cut.work[brick.signature] for brick in new_bricks})
         return plan, new_bricks
+
+    def _cut_or_share(
+        self, path: Path, display_path: str, point: SweepPoint, sample: SampleInputs | None, digest: str | None
+    ) -> CutModel:
+        """The cut of a model of the same graph, weights aside, if this run or the store has one; else the
+        model's own."""
+        graph = self.plan_cache.graph_key(path, point, digest)
+        shared = self.plan_cache.get_by_graph(graph, display_path, point) if graph is not None else None
+        if shared is not None:
+            if sample is not None:
+                shared.plan.inputs = sample.source
+            self.shared_cuts.append(display_path + point.suffix)
+            return shared
+        cut = self._cut(path, display_path, point, sample)
+        if graph is not None:
+            self.plan_cache.put_by_graph(graph, cut)
+        return cut
 
     def _sample_inputs(self, path: Path, hooked: object) -> SampleInputs | None:
         if hooked is not None:
@@ -406,30 +432,65 @@ class DLBricksRun:
         return (self.overhead or NO_OVERHEAD).of_brick(len(brick.inputs), brick.output_count)
 
     def _uses(self, signature: str, *, stored: bool = True) -> list[Use]:
-        """The brick's place in each model using it (see :class:`.budget.Use`)."""
+        """The brick's place in each model using it (see :class:`.budget.Use`): the model's tally less the
+        brick's own part, so that sizing every brick of a run costs the models' bricks once, not once each."""
         uses = []
-        for plan in self.plans:
-            count = plan.signatures.get(signature, 0)
-            if not count:
-                continue
-            others, raw, floor = (self.overhead or NO_OVERHEAD).of(*plan.io), 0.0, 0.0
-            for other, calls in plan.signatures.items():
-                if other == signature:
-                    continue
-                time_s = self._known_time(other, stored=stored)
-                if time_s is None:
-                    floor += calls * self._call_cost(other)
-                else:
-                    others += calls * max(time_s - self._call_cost(other), 0.0)
-                    raw += calls * time_s
-            uses.append(Use(count, others, raw, floor))
+        for index in self._plans_using.get(signature, ()):
+            plan = self.plans[index]
+            count = plan.signatures[signature]
+            tally = self._tally(index, stored).minus(self._part(signature, count, stored))
+            others = (self.overhead or NO_OVERHEAD).of(*plan.io) + tally.net_s
+            uses.append(Use(count, others, tally.raw_s, tally.floor_s))
         return uses
+
+    def _tally(self, index: int, stored: bool) -> _Tally:
+        """What all the bricks of plan ``index`` are known to add (see :meth:`_part`), counted once."""
+        if self._tallied_overhead is not self.overhead:
+            self._tallies.clear()
+            self._tallied_overhead = self.overhead
+        key = (index, stored)
+        if key not in self._tallies:
+            tally = _Tally()
+            for signature, calls in self.plans[index].signatures.items():
+                tally = tally.plus(self._part(signature, calls, stored))
+            self._tallies[key] = tally
+        return self._tallies[key]
+
+    def _part(self, signature: str, calls: int, stored: bool) -> _Tally:
+        """What a brick called ``calls`` times adds to its model: its time as composed and as measured when
+        known, else its calls' cost as the least it will add."""
+        call_cost = self._call_cost(signature)
+        time_s = self._known_time(signature, stored=stored)
+        if time_s is None:
+            return _Tally(floor_s=calls * call_cost)
+        return _Tally(net_s=calls * max(time_s - call_cost, 0.0), raw_s=calls * time_s)
 
     def _known_time(self, signature: str, *, stored: bool = True) -> float | None:
         result = self.results.get(signature)
         if result is not None:
             return float(result.stats[self.settings.statistic])
-        return self.known_times.get(signature) if stored else None
+        return self._known_times.get(signature) if stored else None
+
+    def _learn(self, signature: str, change: Callable[[], None]) -> None:
+        """Make ``change`` to what is known of a brick's time, and to the tallies of the models using it."""
+        if self._tallied_overhead is not self.overhead:
+            self._tallies.clear()
+        counted = [
+            (index, stored)
+            for index in self._plans_using.get(signature, ())
+            for stored in (True, False)
+            if (index, stored) in self._tallies
+        ]
+        calls = {index: self.plans[index].signatures[signature] for index, _ in counted}
+        before = [self._part(signature, calls[index], stored) for index, stored in counted]
+        change()
+        for key, old in zip(counted, before):
+            index, stored = key
+            self._tallies[key] = self._tallies[key].minus(old).plus(self._part(signature, calls[index], stored))
+
+    def know_time(self, signature: str, seconds: float) -> None:
+        """A brick's time known before it is timed or reused (from the store)."""
+        self._learn(signature, lambda: self._known_times.__setitem__(signature, seconds))
 
     def assume_overhead(self, overhead: CallOverhead | None) -> None:
         """Compose with a call cost measured in an earlier run (the one reused brick times were measured beside)."""
@@ -438,7 +499,7 @@ class DLBricksRun:
 
     def record_result(self, signature: str, result: BrickResult) -> None:
         """A brick's time, measured in this run or reused from the store."""
-        self.results[signature] = result
+        self._learn(signature, lambda: self.results.__setitem__(signature, result))
 
     def mark_measured_at(self, signature: str, when: str) -> BrickResult:
         """Stamp a brick's time with the moment it was measured; returns the stamped result."""
@@ -557,6 +618,22 @@ class DLBricksRun:
 def _now() -> str:
     """This moment, as detections are stamped (ISO 8601, UTC)."""
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tally:
+    """What some bricks of a model add: their known times as composed (``net_s``) and as measured
+    (``raw_s``), and the calls' cost of those not known (``floor_s``), each as often as the model calls it."""
+
+    net_s: float = 0.0
+    raw_s: float = 0.0
+    floor_s: float = 0.0
+
+    def plus(self, other: _Tally) -> _Tally:
+        return _Tally(self.net_s + other.net_s, self.raw_s + other.raw_s, self.floor_s + other.floor_s)
+
+    def minus(self, other: _Tally) -> _Tally:
+        return _Tally(self.net_s - other.net_s, self.raw_s - other.raw_s, self.floor_s - other.floor_s)
 
 
 def _converter(dtype: str) -> Callable[[Any, Path], Any] | None:

@@ -31,7 +31,7 @@ MEMORY_SHARE = 0.5
 #: Limit used where the physical memory cannot be read.
 FALLBACK_MEMORY_LIMIT = 4 << 30
 
-_FLOAT_TYPES = frozenset(
+FLOAT_TYPES = frozenset(
     {
         onnx.TensorProto.FLOAT,
         onnx.TensorProto.DOUBLE,
@@ -58,7 +58,7 @@ class TensorSpec:
 
     @property
     def is_float(self) -> bool:
-        return self.dtype in _FLOAT_TYPES
+        return self.dtype in FLOAT_TYPES
 
     def steers(self, *, constant: bool) -> bool:
         """Whether a tensor of this spec likely steers computation, so synthetic values would change the work.

@@ -38,17 +38,21 @@ from google.protobuf.message import DecodeError
 from .analysis import BrickWork, LayerWork
 from .bricks import BrickSpec, brick_signature
 from .cutting import Brick, BrokenBrick, ModelPlan
-from .graph import TensorSpec, nested_tensors
+from .file_digests import FileDigests
+from .graph import TensorSpec
 from .identity import digest
 from .screening import check_model_file
 from .settings import LARGEST_NUMBER, Settings
 from .store import is_brick_graph, write_json
 from .sweeps import SweepPoint
+from .weightless import graph_digest
 
 #: The point of a run that sweeps nothing.
 ONE_POINT = SweepPoint()
 
 PLAN_VERSION = 4
+#: The sub-folder of cuts kept by graph, weights aside.
+GRAPHS = "graphs"
 #: What reading a damaged plan may raise: from JSON (nested deeper than the parser goes too), base64,
 #: protobuf, numpy's format (a header claiming more memory than there is), or a wrong type.
 _DAMAGE = (
@@ -75,22 +79,64 @@ class CutModel:
 
 
 class PlanCache:
-    """Cut models in a folder of the store (a shelf's ``plans/``), by a key over what decides them."""
+    """Cut models in a folder of the store (a shelf's ``plans/``), by a key over what decides them, and in its
+    ``graphs/`` by a key over all that but the weights' values, for variants of the same graph (see
+    :mod:`.weightless`); with no folder, only the cuts of this run's models, by the latter."""
 
-    def __init__(self, folder: Path, settings: Settings) -> None:
+    def __init__(self, folder: Path | None, settings: Settings, digests: FileDigests | None = None) -> None:
         self.folder = folder
         self.settings = settings
         #: Plans found unusable (and cut again).
         self.discarded = 0
+        #: The model files' digests, kept so that an unchanged file is not read again to find its plan.
+        self.digests = digests or FileDigests(None)
+        #: The cuts this run made, by :meth:`graph_key`, as plain data.
+        self._cut_now: dict[str, dict[str, Any]] = {}
 
     def get(
         self, path: Path, display_path: str, point: SweepPoint = ONE_POINT, samples: str | None = None
     ) -> CutModel | None:
         """The model at ``path`` as cut before at ``point`` with these settings, under its current name
         (``display_path`` as pytest shows the file), on the sample inputs of digest ``samples``; None if never."""
-        key = self.key(path, point, samples)
-        if key is None:
+        if self.folder is None:
             return None
+        key = self.key(path, point, samples)
+        return None if key is None else self._read(key, display_path, point)
+
+    def put(self, path: Path, point: SweepPoint, cut: CutModel, samples: str | None = None) -> None:
+        """Keep a cut model; one that cannot be written as plain data (an object array) is not kept."""
+        if self.folder is None:
+            return
+        key = self.key(path, point, samples)
+        try:
+            data = cut_model_to_json(cut)
+        except ValueError:
+            return
+        if key is not None:
+            self._write(key, data)
+
+    def get_by_graph(self, key: str, display_path: str, point: SweepPoint = ONE_POINT) -> CutModel | None:
+        """The cut of a model of the same graph (:meth:`graph_key` ``key``), made in this run or kept before, under
+        the name of the model that takes it; None if none."""
+        if key in self._cut_now:
+            return cut_model_from_json(self._cut_now[key], display_path, point)
+        return None if self.folder is None else self._read(f"{GRAPHS}/{key}", display_path, point)
+
+    def put_by_graph(self, key: str, cut: CutModel) -> None:
+        """Keep a cut for the variants of its model's graph, unless the work of some of its layers depends on
+        the values they read (see ``graph.DATA_DEPENDENT_OPS``): weights may then decide its bricks' shapes."""
+        if cut.plan.data_dependent:
+            return
+        try:
+            data = cut_model_to_json(cut)
+        except ValueError:
+            return
+        self._cut_now[key] = data
+        if self.folder is not None:
+            self._write(f"{GRAPHS}/{key}", data)
+
+    def _read(self, key: str, display_path: str, point: SweepPoint) -> CutModel | None:
+        assert self.folder is not None
         try:
             content = (self.folder / f"{key}.json").read_bytes()
         except OSError:  # absent, or no folder to hold it: a miss, no damage
@@ -104,15 +150,8 @@ class PlanCache:
             self.discarded += 1
             return None
 
-    def put(self, path: Path, point: SweepPoint, cut: CutModel, samples: str | None = None) -> None:
-        """Keep a cut model; one that cannot be written as plain data (an object array) is not kept."""
-        key = self.key(path, point, samples)
-        try:
-            data = cut_model_to_json(cut)
-        except ValueError:
-            return
-        if key is None:
-            return
+    def _write(self, key: str, data: dict[str, Any]) -> None:
+        assert self.folder is not None
         try:
             write_json(self.folder / f"{key}.json", data)
         except OSError:
@@ -123,15 +162,27 @@ class PlanCache:
         cannot be read."""
         try:
             check_model_file(path)  # nothing but a model file is read, here as when loading
-            content = path.read_bytes()
-            external = _external_files(content, path.parent)
+            model = self.digests.of(path)
+            external = _external_files(model.external, path.parent)
         except Exception:  # unreadable, refused, or no model at all: loading it says why
             return None
+        return self._key({"model": model.sha256, "external": external}, point, samples)
+
+    def graph_key(self, path: Path, point: SweepPoint = ONE_POINT, samples: str | None = None) -> str | None:
+        """Digest of everything that decides how the model at ``path`` is cut at ``point`` but its weights'
+        values (see :mod:`.weightless`); None if it cannot be read, or keeps its weights in external files."""
+        try:
+            check_model_file(path)
+            graph = graph_digest(path.read_bytes())
+        except Exception:  # unreadable, refused, or no model at all: loading it says why
+            return None
+        return None if graph is None else self._key({"graph": graph}, point, samples)
+
+    def _key(self, model: dict[str, Any], point: SweepPoint, samples: str | None) -> str:
         return digest(
             {
                 "version": PLAN_VERSION,
-                "model": hashlib.sha256(content).hexdigest(),
-                "external": external,
+                **model,
                 "point": {**dict(sorted(point.dims.items())), "dtype": point.dtype},
                 "samples": samples,
                 "granularity": self.settings.granularity,
@@ -153,20 +204,8 @@ def source_digest() -> str:
     return sha.hexdigest()
 
 
-def _external_files(content: bytes, folder: Path) -> list[list[object]]:
-    """Name, size and modification time of each external data file the model reads (If, Loop and Scan
-    bodies included)."""
-    model = onnx.ModelProto()
-    model.ParseFromString(content)
-    names = sorted(
-        {
-            entry.value
-            for tensor in [*model.graph.initializer, *nested_tensors(model.graph)]
-            if tensor.data_location == onnx.TensorProto.EXTERNAL
-            for entry in tensor.external_data
-            if entry.key == "location"
-        }
-    )
+def _external_files(names: tuple[str, ...], folder: Path) -> list[list[object]]:
+    """Name, size and modification time of each external data file a model reads."""
     found = []
     for name in names:
         stat = (folder / name).stat()

@@ -187,6 +187,11 @@ class DLBricksSession:
             analysis = render_analysis(report, verbose=verbose)
             if analysis:
                 write(analysis)
+        if run.shared_cuts:
+            write(
+                f"dlbricks: {plural(len(run.shared_cuts), 'model')} took the cut of a model of the same graph,"
+                " weights aside, instead of being loaded, optimized and cut again"
+            )
         for text, is_error in run.messages:
             write(text, red=is_error)
         if report["partial"]:

@@ -28,6 +28,7 @@ from .composition import brick_calls
 from .cutting import ModelPlan
 from .errors import named_error
 from .estimates import PREFIX, SPREAD, EstimateCheck, HistoryEntry, model_estimates, reused_brick
+from .file_digests import FileDigests
 from .identity import Identity, differences, identify
 from .items import signature_of
 from .noise import CONFIDENCE, HIGH_NOISE, at_confidence, margin_of_error
@@ -52,9 +53,9 @@ class Tracking:
 
     ``pytest_sessionstart`` identifies the machine and settings (pytest-benchmark's machine_info), opens
     the store's shelf for them and loads the saved run to compare with, refusing an incompatible one;
-    ``pytest_collection_finish`` reads the shelf's records of the collected bricks once;
-    ``pytest_runtest_setup`` skips a brick the shelf has a fresh time for and hands that time to the
-    session; ``pytest_runtest_makereport`` saves each brick time the moment it is measured;
+    ``pytest_collection_modifyitems`` reads the shelf's records of the collected bricks once, hands the
+    session the times fit to reuse and deselects their items; ``pytest_runtest_makereport`` saves each
+    brick time the moment it is measured;
     ``pytest_sessionfinish`` adds per-model estimates and reused bricks to pytest-benchmark's benchmarks,
     compares the estimates, re-times suspects and decides the gate (exit status 1 on a regression,
     :data:`~pytest_dlbricks.comparing.INCONCLUSIVE_EXIT` when the noise is too high to tell);
@@ -122,7 +123,8 @@ class Tracking:
         if self.settings.store is not None and not (benchmarks.disabled or benchmarks.skip):
             self.store = BrickStore(self.settings.store)
             self.shelf = self.store.shelf(self.identity)
-            self.plans = PlanCache(self.shelf.path / "plans", self.settings)
+            digests = FileDigests(self.shelf.path / "files")
+            self.plans = PlanCache(self.shelf.path / "plans", self.settings, digests)
             self.run.use_plan_cache(self.plans)
             try:
                 self.shelf.repair()
@@ -202,9 +204,12 @@ class Tracking:
         self.mismatches = mismatches
         return name, block
 
-    def pytest_collection_finish(self) -> None:
-        """Read the store's times of the collected bricks, once: those it can reuse, and what the store knows
-        of every model, which decides how precisely the bricks timed anew must be (see :mod:`.budget`)."""
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Read the store's times of the collected bricks, once, and deselect the bricks it has a time fit to
+        reuse, as ``-k`` deselects (after it and the other selections): their times go into the report, and
+        pytest runs nothing for them. What the store knows of every model also decides how precisely the
+        bricks timed anew must be (see :mod:`.budget`). ``--collect-only`` lists every brick collected."""
         if self.shelf is None or self.settings.remeasure or self.config.option.collectonly:
             return
         statistic = self.settings.statistic
@@ -212,23 +217,27 @@ class Tracking:
             stored = self.shelf.get(signature, max_age_s=self.settings.max_age_s, statistic=statistic)
             self.stored[signature] = stored
             if stored is not None:
-                self.run.known_times[signature] = float(stored.stats[statistic])
+                self.run.know_time(signature, float(stored.stats[statistic]))
+        kept: list[pytest.Item] = []
+        reused: list[pytest.Item] = []
+        for item in items:
+            brick = signature_of(item)
+            (reused if brick is not None and self._reuse(item, brick) else kept).append(item)
+        if reused:
+            self.config.hook.pytest_deselected(items=reused)
+            items[:] = kept
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        signature = signature_of(item)
-        if signature is None or self.shelf is None or self.settings.remeasure:
-            return
-        if signature in self.stored:
-            stored = self.stored[signature]
-        else:
-            stored = self.shelf.get(signature, max_age_s=self.settings.max_age_s, statistic=self.settings.statistic)
+    def _reuse(self, item: pytest.Item, signature: str) -> bool:
+        """Take a brick's stored time into the run if it is fresh and precise enough (or ran out of a time
+        limit at least this run's); the bricks reused before it count in its models' known part, as they
+        would had their items run."""
+        stored = self.stored.get(signature)
         limit = self._time_limit()
         if stored is None or not (
             stored.precise_enough(self._precision(signature, stored.stats, stored.probe_s))
             or (limit is not None and stored.timed_out_within(limit))
         ):
-            return
+            return False
         self.run.record_result(
             signature,
             BrickResult(
@@ -248,7 +257,7 @@ class Tracking:
             "measured_at": stored.measured_at.isoformat(timespec="seconds"),
         }
         self.reused_entries.append(reused_brick(item.name, item.nodeid, stored.stats, extra_info))
-        pytest.skip(f"reused from store {self._store_name()}")
+        return True
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
@@ -291,7 +300,12 @@ class Tracking:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
-        """Before pytest-benchmark saves and displays its runs: add the estimates, compare, decide the outcome."""
+        """Before pytest-benchmark saves and displays its runs: add the estimates, compare, decide the outcome.
+
+        A run whose bricks all came from the store ran no item, which pytest calls "no tests collected" (exit
+        status 5): it composed every estimate, a success."""
+        if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and self.reused_at:
+            session.exitstatus = pytest.ExitCode.OK
         if self.shelf is not None and self.run.report is None:
             self._measure_lost_overhead(session)
             self.run.store_damage = self._damage()
@@ -327,6 +341,8 @@ class Tracking:
         discarded = dict(self.shelf.discarded)
         if self.plans is not None and self.plans.discarded:
             discarded["plans"] = self.plans.discarded
+        if self.plans is not None and self.plans.digests.discarded:
+            discarded["model file digests"] = self.plans.digests.discarded
         return {"discarded": discarded, "repaired": dict(self.shelf.repaired + self.store.repaired)}
 
     def _compare(self, report: dict[str, Any], session: pytest.Session) -> None:
@@ -523,7 +539,7 @@ class Tracking:
         return bool(getattr(benchmarks, "save", None) or getattr(benchmarks, "autosave", None))
 
     def _store_use(self) -> str:
-        """What the store did, in words that tie it to pytest's count of skipped items."""
+        """What the store did, in words that tie it to pytest's count of deselected items."""
         store = self._store_name()
         measured = f"{plural(self.saved, 'brick')} measured in this run and saved"
         if not self.reused_at:
@@ -533,7 +549,7 @@ class Tracking:
         return (
             f"{plural(reused, 'brick time')} reused from store {store}, measured"
             f" {oldest if oldest == newest else f'from {oldest} to {newest}'}"
-            f" (the {reused} skipped {'item' if reused == 1 else 'items'}; --dlbricks-remeasure times them again);"
+            f" ({'its item' if reused == 1 else 'their items'} deselected; --dlbricks-remeasure times them again);"
             f" {measured}"
         )
 

@@ -26,11 +26,11 @@ STAGES: dict[str, set[str]] = {
         "verdict",
     },
     "runtime": {"runtime"},
-    "load": {"screening", "ordering", "samples", "loading"},
+    "load": {"screening", "ordering", "samples", "loading", "weightless"},
     "cut": {"bricks", "cutting", "flops", "numerics"},
     "synthesize": {"synthesis"},
     "run": {"running", "overhead", "probes", "speed_trace", "load", "sharding", "retiming"},
-    "compose": {"composition", "calibration", "analysis", "validation", "store", "plans"},
+    "compose": {"composition", "calibration", "analysis", "validation", "store", "file_digests", "plans"},
     "report": {
         *("report", "recomposition", "merging", "maps", "machines", "comparing", "estimates"),
         *("terminal", "html", "suite"),

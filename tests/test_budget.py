@@ -6,6 +6,7 @@ import math
 import random
 import shutil
 import time
+from dataclasses import astuple
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from conftest import SAMPLE_MODELS
 from pytest_dlbricks import items
 from pytest_dlbricks.budget import LOOSEST, Use, brick_precision, estimate_precision, largest_share
 from pytest_dlbricks.engine import DLBricksRun
+from pytest_dlbricks.overhead import NO_OVERHEAD, CallOverhead
 from pytest_dlbricks.report import BrickResult
 from pytest_dlbricks.settings import Settings
 
@@ -70,7 +72,8 @@ def test_times_the_store_knows_count_in_a_model_s_known_part(tmp_path: Path) -> 
     _, bricks = run.add_model(model, "mlp.onnx")
     first, *others = (brick.signature for brick in bricks)
     assert run.brick_precision(first, 1e-6, 0.02) == pytest.approx(0.02), "nothing else of the model is known"
-    run.known_times.update(dict.fromkeys(others, 1e-4))
+    for other in others:
+        run.know_time(other, 1e-4)
     assert run.brick_precision(first, 1e-6, 0.02) == LOOSEST
     assert run.brick_precision(first, 1e-4, 0.02) == pytest.approx(0.02 * math.sqrt(3), rel=0.05)
     assert run.brick_precision(first, 1e-6, 0.02, stored=False) == pytest.approx(0.02), "as far as the run has come"
@@ -90,6 +93,62 @@ class _Item:
 
     def add_marker(self, marker: pytest.MarkDecorator, append: bool = True) -> None:
         self.marks.append(marker.mark)
+
+
+def _uses_counted_anew(run: DLBricksRun, signature: str, *, stored: bool) -> list[Use]:
+    """A brick's uses counted from every brick of every model, as :meth:`DLBricksRun._uses` must find them."""
+    overhead = run.overhead or NO_OVERHEAD
+    uses = []
+    for plan in run.plans:
+        if signature not in plan.signatures:
+            continue
+        others, raw, floor = overhead.of(*plan.io), 0.0, 0.0
+        for other, calls in plan.signatures.items():
+            brick = run.bricks[other]
+            call_cost = overhead.of_brick(len(brick.inputs), brick.output_count)
+            result = run.results.get(other)
+            time_s = float(result.stats["median"]) if result else run._known_times.get(other) if stored else None
+            if other == signature:
+                continue
+            if time_s is None:
+                floor += calls * call_cost
+            else:
+                others += calls * max(time_s - call_cost, 0.0)
+                raw += calls * time_s
+        uses.append(Use(plan.signatures[signature], others, raw, floor))
+    return uses
+
+
+def test_the_models_tallies_follow_every_time_learnt(tmp_path: Path) -> None:
+    """Sizing a brick reads its models' tallies, kept up to date as times become known and the call cost
+    changes: the same uses as counting every brick of the models anew."""
+    models = [Path(shutil.copy(SAMPLE_MODELS / name, tmp_path / name)) for name in ("mlp.onnx", "tiny_resnet.onnx")]
+    run = DLBricksRun(Settings(granularity=1, dims={"batch": 1}), time.perf_counter)
+    for model in models:
+        run.add_model(model, model.name)
+    run.add_model(models[0], "again.onnx")  # a second model of the same bricks: every brick used twice
+    signatures = list(run.bricks)
+    generator = random.Random(7)
+
+    def agree() -> None:
+        for signature in signatures:
+            for stored in (True, False):
+                counted = _uses_counted_anew(run, signature, stored=stored)
+                tallied = run._uses(signature, stored=stored)
+                assert len(tallied) == len(counted)
+                for mine, expected in zip(tallied, counted):  # sums made in another order differ in their last bits
+                    assert astuple(mine) == pytest.approx(astuple(expected), rel=1e-9, abs=1e-15)
+
+    agree()
+    for step, signature in enumerate(generator.sample(signatures, len(signatures))):
+        seconds = generator.uniform(1e-6, 1e-3)
+        if step % 3:
+            run.know_time(signature, seconds)
+        else:
+            run.record_result(signature, BrickResult(stats={"median": seconds}, provider="CPUExecutionProvider"))
+        if step == len(signatures) // 2:
+            run.assume_overhead(CallOverhead(fixed_s=4e-6, per_input_s=1e-7, per_output_s=2e-7, timing_s=1e-7))
+        agree()
 
 
 class _Run:

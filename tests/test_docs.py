@@ -60,8 +60,9 @@ def shown_outputs() -> list[list[str]]:
 
 def as_pattern(shown: str) -> str:
     """A shown line as a pattern of ``fnmatch_lines``: ``N`` (or ``N.NN``) stands for a number that depends on
-    the machine, and the rule of ``=`` around pytest's last line for the terminal's width."""
-    pattern = re.sub(r"([*?\[])", r"[\1]", shown)
+    the machine, ``...`` within a line for any text, and the rule of ``=`` around pytest's last line for the
+    terminal's width."""
+    pattern = re.sub(r"([*?\[])", r"[\1]", shown).replace("...", "*")
     pattern = re.sub(r"(?<![\w.])N(\.N+)?(?=s\b|\W|$)", "*", pattern)  # "N layers", "(N%)", "in N.NNs"
     return re.sub(r"^=+ | =+$", "*", pattern)
 

@@ -176,3 +176,20 @@ def test_a_file_loading_refuses_is_never_read_for_its_key(tmp_path: Path, monkey
     os.mkfifo(path)  # reading it would wait for a writer forever
     monkeypatch.setattr(Path, "read_bytes", lambda *args: pytest.fail("the file was read"))
     assert PlanCache(tmp_path / "plans", SETTINGS).key(path) is None
+
+
+def test_a_cut_is_shared_by_graph_only_where_weights_cannot_decide_its_bricks(tmp_path: Path) -> None:
+    """Where a layer's work depends on the values it reads (a Loop's trip count, NonZero), a variant's weights
+    could give its bricks other shapes: its model is cut for itself."""
+    cache = PlanCache(None, SETTINGS)
+    plain = tiny_models.chain(tmp_path)
+    key = cache.graph_key(plain)
+    assert key is not None and cache.get_by_graph(key, "chain.onnx") is None
+    cache.put_by_graph(key, cut(plain))
+    shared = cache.get_by_graph(key, "tuned.onnx")
+    assert shared is not None and shared.plan.path == "tuned.onnx"
+    looping = tiny_models.loop_outer_scope(tmp_path)
+    key = cache.graph_key(looping)
+    assert key is not None
+    cache.put_by_graph(key, cut(looping))
+    assert cache.get_by_graph(key, "loop.onnx") is None

@@ -22,6 +22,7 @@ import pytest
 import tiny_models
 from test_plugin import run
 
+from pytest_dlbricks import file_digests
 from pytest_dlbricks.cli import main
 from pytest_dlbricks.store import BrickStore
 
@@ -111,14 +112,16 @@ MUTATIONS: dict[str, Callable[[random.Random, bytes], bytes]] = {
 def store_files(store: Path) -> list[Path]:
     """Every record of the store, of every kind."""
     files = sorted(path for path in store.rglob("*.json") if not path.name.startswith("."))
-    kinds = {path.parent.name if path.parent.name in ("bricks", "plans", "models") else path.name for path in files}
-    assert kinds == {"bricks", "plans", "models", "identity.json", "overhead.json", "executor.json"}, kinds
+    folders = ("bricks", "plans", "graphs", "files", "models")
+    kinds = {path.parent.name if path.parent.name in folders else path.name for path in files}
+    assert kinds == {*folders, "identity.json", "overhead.json", "executor.json"}, kinds
     return files
 
 
 @pytest.fixture
-def filled(pytester: pytest.Pytester) -> Path:
-    """A store filled by one run of two tiny models."""
+def filled(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A store filled by one run of two tiny models, whose files count as long settled: their digests are kept."""
+    monkeypatch.setattr(file_digests, "SETTLED_NS", -(10**18))
     (pytester.path / "models").mkdir()
     tiny_models.chain(pytester.path / "models")
     tiny_models.diamond(pytester.path / "models")

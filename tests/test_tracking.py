@@ -86,17 +86,17 @@ def test_a_rerun_reuses_every_brick_from_the_store(pytester: pytest.Pytester, sa
     )
     assert len(brick_records(pytester)) == distinct
 
-    again = run(pytester, "-rs", *args)
-    again.assert_outcomes(skipped=distinct)
-    assert again.ret == 0
+    again = run(pytester, *args)
+    again.assert_outcomes(deselected=distinct)
+    assert again.ret == pytest.ExitCode.OK, "every brick reused: no item ran, and the run succeeded"
     again.stdout.fnmatch_lines(
         [
             "models/mlp.onnx * yes",
             f"* {distinct} distinct (*), 0 measured, {distinct} reused from the brick store",
             f"dlbricks: {distinct} brick times reused from store {STORE}, measured ????-??-?? ??:?? UTC"
-            f" (the {distinct} skipped items; --dlbricks-remeasure times them again);"
+            " (their items deselected; --dlbricks-remeasure times them again);"
             " 0 bricks measured in this run and saved",
-            f"SKIPPED [[]{distinct}[]] *: reused from store {STORE}",
+            f"=* {distinct} deselected*",
         ]
     )
     reused = read(pytester.path / "r.json")
@@ -108,6 +108,36 @@ def test_a_rerun_reuses_every_brick_from_the_store(pytester: pytest.Pytester, sa
     # Each brick's call cost follows the machine's speed around its timing, the same again on reuse.
     assert all(brick["reference_s"] > 0 for brick in measured["bricks"])
     assert [b["reference_s"] for b in reused["bricks"]] == [b["reference_s"] for b in measured["bricks"]]
+    figures = ("sequential_s", "critical_path_s", "complete")
+    assert [[m[f] for f in figures] for m in reused["models"]] == [[m[f] for f in figures] for m in measured["models"]]
+    assert [b["time_s"] for b in reused["bricks"]] == [b["time_s"] for b in measured["bricks"]]
+
+
+def test_reused_bricks_are_deselected_after_the_user_s_selection(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    """Reuse deselects what ``-k`` left; a run that selects nothing keeps pytest's own exit status, and one whose
+    items all fail or pass decides the outcome as usual."""
+    args = ("--dlbricks-granularity=2", "--dlbricks-json=r.json", "models/mlp.onnx", "models/tiny_rnn.onnx")
+    run(pytester, *args)
+    distinct = read(pytester.path / "r.json")["summary"]["distinct_bricks"]
+
+    mlp = run(pytester, "-k", "mlp", *args)
+    mlp_bricks = read(pytester.path / "r.json")["summary"]["reused_bricks"]
+    assert 0 < mlp_bricks < distinct
+    mlp.assert_outcomes(deselected=distinct)
+    assert mlp.ret == pytest.ExitCode.OK
+    mlp.stdout.fnmatch_lines([f"dlbricks: {mlp_bricks} brick times reused from store {STORE}, *"])
+
+    nothing = run(pytester, "-k", "no_such_brick", *args)
+    nothing.assert_outcomes(deselected=distinct)
+    assert nothing.ret == pytest.ExitCode.NO_TESTS_COLLECTED, "nothing selected, nothing reused: pytest's outcome"
+    assert "reused from store" not in nothing.stdout.str()
+
+    (pytester.path / "models" / "broken.onnx").write_bytes(b"not a model")
+    broken = run(pytester, *args, "models/broken.onnx")
+    broken.assert_outcomes(errors=1, deselected=distinct)
+    assert broken.ret == pytest.ExitCode.TESTS_FAILED
 
 
 def test_models_cut_before_are_not_loaded_again(
@@ -125,7 +155,7 @@ def test_models_cut_before_are_not_loaded_again(
     monkeypatch.setattr("pytest_dlbricks.engine.load_model", never)
     again = run(pytester, "--collect-only", "-q", *args)
     assert again.stdout.lines[:-2] == first.stdout.lines[:-2], "the same items, in the same order"
-    run(pytester, *args).assert_outcomes(skipped=measured["summary"]["distinct_bricks"])
+    run(pytester, *args).assert_outcomes(deselected=measured["summary"]["distinct_bricks"])
     reused = read(pytester.path / "r.json")
     assert [m["sequential_s"] for m in reused["models"]] == [m["sequential_s"] for m in measured["models"]]
 
@@ -230,10 +260,10 @@ def test_remeasure_and_the_age_limit(pytester: pytest.Pytester, sample_models: l
     old = (datetime.now(UTC) - timedelta(days=40)).isoformat(timespec="seconds")
     first = brick_records(pytester)[0]
     first.write_text(json.dumps({**read(first), "measured_at": old}))
-    run(pytester, *args).assert_outcomes(passed=1, skipped=2)  # the default age limit is 30 days
+    run(pytester, *args).assert_outcomes(passed=1, deselected=2)  # the default age limit is 30 days
     first.write_text(json.dumps({**read(first), "measured_at": old}))
-    run(pytester, "--dlbricks-max-age=none", *args).assert_outcomes(skipped=3)
-    run(pytester, "--dlbricks-max-age=1h", *args).assert_outcomes(passed=1, skipped=2)
+    run(pytester, "--dlbricks-max-age=none", *args).assert_outcomes(deselected=3)
+    run(pytester, "--dlbricks-max-age=1h", *args).assert_outcomes(passed=1, deselected=2)
 
 
 #: A granularity that makes the sample MLP one brick: the whole model's precision is its brick's (see test_budget).
@@ -251,12 +281,12 @@ def test_times_of_a_looser_precision_are_not_reused(pytester: pytest.Pytester, s
     # Reused: reached 10%, or ran out of the same time limit short of 5% (it would stop there again).
     timed_out = [read(path)["timed_out_s"] is not None for path in brick_records(pytester)]
     precise = sum(margin <= 0.1 or out for margin, out in zip(reached, timed_out))
-    run(pytester, "--dlbricks-precision=10%", *args).assert_outcomes(passed=1 - precise, skipped=precise)
+    run(pytester, "--dlbricks-precision=10%", *args).assert_outcomes(passed=1 - precise, deselected=precise)
     # A longer limit than any time-out so far: reached or not, 0.1% asks it to be timed again.
     run(
         pytester, "--dlbricks-precision=0.1%", WHOLE_MLP, "--benchmark-max-time=0.4", "models/mlp.onnx"
     ).assert_outcomes(passed=1)
-    run(pytester, "--dlbricks-precision=off", *args).assert_outcomes(skipped=1)
+    run(pytester, "--dlbricks-precision=off", *args).assert_outcomes(deselected=1)
 
 
 def test_a_time_that_ran_out_of_its_time_limit_is_reused_until_the_limit_grows(
@@ -267,7 +297,7 @@ def test_a_time_that_ran_out_of_its_time_limit_is_reused_until_the_limit_grows(
     run(pytester, "--benchmark-max-time=0.05", *args).assert_outcomes(passed=1)
     (record,) = [read(path) for path in brick_records(pytester)]
     assert record["precision"] > 0.0001 and record["timed_out_s"] == pytest.approx(0.05), "one brick: all the time"
-    run(pytester, "--benchmark-max-time=0.05", *args).assert_outcomes(skipped=1)
+    run(pytester, "--benchmark-max-time=0.05", *args).assert_outcomes(deselected=1)
     run(pytester, "--benchmark-max-time=0.5", *args).assert_outcomes(passed=1)
 
 
@@ -292,7 +322,7 @@ def test_the_store_keeps_the_precision_reached_not_the_one_asked(
     assert all(record["precision"] == pytest.approx(margin_of_error(record["stats"])) for record in records)
     # Reused when precise enough, or when it ran out of the same time limit the next run would give it.
     reusable = sum(record["precision"] <= 0.02 or record["timed_out_s"] is not None for record in records)
-    run(pytester, "--dlbricks-precision=2%", *args).assert_outcomes(passed=1 - reusable, skipped=reusable)
+    run(pytester, "--dlbricks-precision=2%", *args).assert_outcomes(passed=1 - reusable, deselected=reusable)
 
 
 def test_a_stored_brick_is_asked_on_reuse_for_the_precision_it_was_asked_when_timed(
@@ -325,7 +355,7 @@ def test_a_stored_brick_is_asked_on_reuse_for_the_precision_it_was_asked_when_ti
         signature: seconds for signature, (seconds, _) in when_timed.items()
     }
     asked.clear()
-    run(pytester, *args).assert_outcomes(skipped=len(records))
+    run(pytester, *args).assert_outcomes(deselected=len(records))
     assert {signature: calls[-1] for (signature, stored), calls in asked.items() if not stored} == when_timed
 
 
@@ -356,12 +386,15 @@ def test_a_brick_timed_beside_stored_ones_is_asked_on_reuse_as_with_every_brick_
         return precision
 
     monkeypatch.setattr(engine.DLBricksRun, "brick_precision", recorded)
-    run(pytester, *args).assert_outcomes(passed=1, skipped=len(brick_records(pytester)) - 1)
+    run(pytester, *args).assert_outcomes(passed=1, deselected=len(brick_records(pytester)) - 1)
     (when_timed,) = asked[True]
     asked[True].clear()
-    run(pytester, *args).assert_outcomes(skipped=len(brick_records(pytester)))
-    assert asked[True] == [when_timed]
-    assert asked[False] and asked[False][0] != when_timed, "as far as the run had come, it would be asked otherwise"
+    run(pytester, *args).assert_outcomes(deselected=len(brick_records(pytester)))
+    # The models' tallies are sums made in another order then: equal but for their last bits.
+    assert asked[True] == [pytest.approx(when_timed, rel=1e-12)]
+    assert asked[False] and asked[False][0] != pytest.approx(when_timed, rel=1e-12), (
+        "as far as the run had come, it would be asked otherwise"
+    )
 
 
 def test_a_stored_brick_of_an_older_record_is_asked_for_the_precision_of_its_fastest_round(
@@ -384,7 +417,7 @@ def test_a_stored_brick_of_an_older_record_is_asked_for_the_precision_of_its_fas
         return 1.0
 
     monkeypatch.setattr(engine.DLBricksRun, "brick_precision", any_precision_will_do)
-    run(pytester, *args).assert_outcomes(skipped=len(fastest))
+    run(pytester, *args).assert_outcomes(deselected=len(fastest))
     assert sized_from == fastest
 
 
@@ -398,11 +431,11 @@ def test_a_changed_model_times_only_its_new_bricks(pytester: pytest.Pytester) ->
     run(pytester, *args).assert_outcomes(passed=4)
     tiny_models.chain(models, "b.onnx", blocks=2, channels=4, kernel=5)
     result = run(pytester, *args)
-    result.assert_outcomes(passed=1, skipped=3)  # b's Conv changed; its Relu and a's bricks did not
+    result.assert_outcomes(passed=1, deselected=3)  # b's Conv changed; its Relu and a's bricks did not
     result.stdout.fnmatch_lines(
         [
             "* 4 distinct (50%), 1 measured, 3 reused from the brick store",
-            f"dlbricks: 3 brick times reused from store {STORE}, * (the 3 skipped items; *); 1 brick measured in this*",
+            f"dlbricks: 3 brick times reused from store {STORE}, * (their items deselected; *); 1 brick measured*",
         ]
     )
 
@@ -417,7 +450,7 @@ def test_an_interrupted_run_keeps_every_brick_measured(pytester: pytest.Pytester
     (pytester.path / "conftest.py").unlink()
     again = run(pytester, "--dlbricks-granularity=1", "--dlbricks-json=r.json", "models/transformer_block.onnx")
     distinct = read(pytester.path / "r.json")["summary"]["distinct_bricks"]
-    again.assert_outcomes(passed=distinct - 2, skipped=2)
+    again.assert_outcomes(passed=distinct - 2, deselected=2)
 
 
 def test_a_crashed_run_keeps_every_brick_measured(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
@@ -436,7 +469,7 @@ def test_the_store_can_move_or_be_turned_off(pytester: pytest.Pytester, sample_m
     args = ("-c", "conf/pytest.ini", "--rootdir", ".", "--dlbricks-granularity=2", "models/mlp.onnx")
     run(pytester, *args).assert_outcomes(passed=3)
     assert len(list((pytester.path / "cache" / "bricks").glob("*/bricks/*.json"))) == 3
-    run(pytester, *args).assert_outcomes(skipped=3)
+    run(pytester, *args).assert_outcomes(deselected=3)
     run(pytester, "--dlbricks-store=elsewhere", *args).assert_outcomes(passed=3)
     assert (pytester.path / "elsewhere").is_dir()
 
@@ -545,7 +578,7 @@ def test_a_regression_introduced_into_a_model_fails_the_session(
     summary = read(pytester.path / "r.json")["summary"]
     assert summary["reused_bricks"] >= 3, "mlp's bricks, at least, come from the store"
     result.assert_outcomes(
-        passed=summary["distinct_bricks"] - summary["reused_bricks"], skipped=summary["reused_bricks"]
+        passed=summary["distinct_bricks"] - summary["reused_bricks"], deselected=summary["reused_bricks"]
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
@@ -565,7 +598,7 @@ def test_a_regression_introduced_into_a_model_fails_the_session(
     # Saved in the history all the same, but no baseline: run again, as CI retries a job, it fails again.
     assert len(saved_runs(pytester)) == 2
     again = run(pytester, *gate, *args, timing=GATE_TIMING)
-    again.assert_outcomes(skipped=summary["distinct_bricks"])
+    again.assert_outcomes(deselected=summary["distinct_bricks"])
     assert again.ret == pytest.ExitCode.TESTS_FAILED
     again.stdout.fnmatch_lines(
         [
@@ -620,7 +653,7 @@ def test_pytest_benchmarks_spread_checks_pass_over_the_estimates(
     args = ("--dlbricks-granularity=2", "--benchmark-autosave", "models/mlp.onnx")
     run(pytester, *args).assert_outcomes(passed=3)
     result = run(pytester, "--benchmark-compare", "--benchmark-compare-fail=stddev:5%", *args)
-    result.assert_outcomes(skipped=3)
+    result.assert_outcomes(deselected=3)
     result.stdout.fnmatch_lines(
         [
             "dlbricks: --benchmark-compare-fail on stddev passes over the dlbricks:: estimates: one composed value"
@@ -645,7 +678,7 @@ def test_pytest_benchmarks_precision_is_met_at_its_own_confidence(
 
     rewrite_records(pytester, within_1_8_percent)
     precision = "--benchmark-precision=0.02"
-    run(pytester, precision, "--benchmark-confidence=0.95", *args).assert_outcomes(skipped=3)
+    run(pytester, precision, "--benchmark-confidence=0.95", *args).assert_outcomes(deselected=3)
     run(pytester, precision, *args).assert_outcomes(passed=3)
 
 
@@ -654,7 +687,7 @@ def test_a_damaged_saved_run_is_passed_over_or_refused_by_name(
 ) -> None:
     args = ("--dlbricks-granularity=2", "--benchmark-autosave", "models/mlp.onnx")
     run(pytester, *args).assert_outcomes(passed=3)
-    run(pytester, *args).assert_outcomes(skipped=3)
+    run(pytester, *args).assert_outcomes(deselected=3)
     first, second = saved_runs(pytester)
     data = read(second)
     data["dlbricks"]["report"]["models"][0]["sequential_s"] = "fast"
@@ -704,7 +737,7 @@ def test_unchanged_bricks_timed_slower_pass_the_gate(pytester: pytest.Pytester, 
 
     rewrite_records(pytester, slower)
     result = run(pytester, "--dlbricks-compare", "--dlbricks-compare-fail=10%", *args)
-    result.assert_outcomes(skipped=3)
+    result.assert_outcomes(deselected=3)
     result.stdout.fnmatch_lines(
         ["models/mlp.onnx * +*% * same bricks * unchanged", "dlbricks: gate passed: no model's changed bricks *"]
     )

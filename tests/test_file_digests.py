@@ -1,0 +1,110 @@
+"""Model files' digests kept by their status: an unchanged file is not read again, a changed one always is."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import tiny_models
+
+from pytest_dlbricks import file_digests
+from pytest_dlbricks.file_digests import FileDigest, FileDigests
+from pytest_dlbricks.plans import PlanCache
+from pytest_dlbricks.settings import Settings
+
+
+@pytest.fixture
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file counts as long settled, as a model written before the run is."""
+    monkeypatch.setattr(file_digests, "SETTLED_NS", -(10**18))
+
+
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The files read through ``Path.read_bytes`` from now on."""
+    read: list[Path] = []
+    original = Path.read_bytes
+
+    def recording(path: Path) -> bytes:
+        read.append(path)
+        return original(path)
+
+    monkeypatch.setattr(Path, "read_bytes", recording)
+    return read
+
+
+def test_an_unchanged_file_is_not_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settled: None) -> None:
+    path = tiny_models.chain(tmp_path)
+    digests = FileDigests(tmp_path / "files")
+    read = reads(monkeypatch)
+    first = digests.of(path)
+    assert first == FileDigest(hashlib.sha256(path.read_bytes()).hexdigest(), ())
+    read.clear()
+    assert FileDigests(tmp_path / "files").of(path) == first, "a later run finds the record"
+    assert path not in read
+
+
+def test_a_changed_file_is_read_again(tmp_path: Path, settled: None) -> None:
+    path = tiny_models.chain(tmp_path)
+    digests = FileDigests(tmp_path / "files")
+    first = digests.of(path)
+    status = path.stat()
+    tiny_models.chain(tmp_path, kernel=5)
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))  # its times put back: its size and ctime moved
+    assert digests.of(path).sha256 == hashlib.sha256(path.read_bytes()).hexdigest() != first.sha256
+    assert digests.discarded == 0, "a file changed is no damage"
+
+
+def test_a_file_just_written_is_not_kept(tmp_path: Path) -> None:
+    """Written again within its time stamps' resolution, it could change without its status moving."""
+    path = tiny_models.chain(tmp_path)
+    FileDigests(tmp_path / "files").of(path)
+    assert not (tmp_path / "files").exists()
+
+
+def test_external_data_names_are_kept(tmp_path: Path, settled: None) -> None:
+    path = tiny_models.external_weights(tmp_path)
+    (data,) = [file.name for file in tmp_path.iterdir() if file.is_file() and file.suffix != ".onnx"]
+    digests = FileDigests(tmp_path / "files")
+    assert digests.of(path).external == (data,)
+    assert FileDigests(tmp_path / "files").of(path).external == (data,)
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["", "{", "[]", '{"version": 1}', "RECORD_WITH_BAD_DIGEST", "RECORD_WITH_BAD_NAMES", "[" * 100_000],
+)
+def test_a_damaged_record_is_counted_and_the_file_read_again(tmp_path: Path, settled: None, content: str) -> None:
+    path = tiny_models.chain(tmp_path)
+    digests = FileDigests(tmp_path / "files")
+    expected = digests.of(path)
+    (record,) = (tmp_path / "files").iterdir()
+    data = json.loads(record.read_text())
+    if content == "RECORD_WITH_BAD_DIGEST":
+        content = json.dumps({**data, "sha256": "not a digest"})
+    elif content == "RECORD_WITH_BAD_NAMES":
+        content = json.dumps({**data, "external": [1]})
+    record.write_text(content)
+    again = FileDigests(tmp_path / "files")
+    assert again.of(path) == expected
+    assert again.discarded == 1
+    assert again.of(path) == expected and again.discarded == 1, "the record was written anew"
+
+
+def test_a_record_that_cannot_be_written_is_no_error(tmp_path: Path, settled: None) -> None:
+    path = tiny_models.chain(tmp_path)
+    (tmp_path / "blocked").write_text("a file where the records' folder should be")
+    assert FileDigests(tmp_path / "blocked" / "files").of(path).sha256
+
+
+def test_the_plan_cache_finds_a_plan_without_reading_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settled: None
+) -> None:
+    path = tiny_models.chain(tmp_path)
+    cache = PlanCache(tmp_path / "plans", Settings(granularity=2), FileDigests(tmp_path / "files"))
+    key = cache.key(path)
+    read = reads(monkeypatch)
+    assert cache.key(path) == key
+    assert path not in read
