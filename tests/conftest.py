@@ -13,7 +13,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from pytest_dlbricks import engine, probes
+from pytest_dlbricks import engine, probes, runtime
 from pytest_dlbricks.cutting import ModelPlan, plan_model
 from pytest_dlbricks.load import LoadMeter
 from pytest_dlbricks.loading import load_model
@@ -103,7 +103,7 @@ def plan_of(path: Path, granularity: int, name: str | None = None) -> ModelPlan:
 def runtime_ops(model: onnx.ModelProto | Path, folder: Path) -> list[str]:
     """The operators of the graph onnxruntime makes of ``model`` (a file, as a user's session reads it, or a
     model in memory) with its default optimizations and one thread, as it saves that graph."""
-    options = ort.SessionOptions()
+    options = runtime.new_options()  # a global thread pool set by an earlier run in this process is taken
     options.intra_op_num_threads = 1
     options.log_severity_level = 3  # onnxruntime warns of every weight listed as an input
     options.optimized_model_filepath = str(folder / "runtime_graph.onnx")

@@ -646,7 +646,7 @@ def test_a_table_fitted_to_the_terminal_shortens_paths_then_leaves_columns_out()
         "inputs": "synthetic", "data_dependent_ops": ["Loop"],
     }  # fmt: skip
     summary = {"models": 1, "layers": 8, "bricks": 4, "distinct_bricks": 4, "distinct_ratio": 1.0, "measured_bricks": 4}
-    report = {"models": [model], "summary": summary}
+    report = {"models": [model], "summary": summary, "executor": {"model": "one node at a time"}}
     full = render_table(report).splitlines()
     assert "synthetic, but Loop depends on data: give sample inputs" in full[2] and "Critical path" in full[0]
     roomy = render_table(report, width=110).splitlines()
