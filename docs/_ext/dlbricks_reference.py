@@ -68,8 +68,9 @@ def recorded_options() -> RecordingParser:
 
 
 def _text(value: str) -> str:
-    """Help text as reStructuredText: flags it names as literals, markup characters in the rest escaped."""
-    parts = re.split(r"(--[a-z][a-z0-9-]*)", value)
+    """Help text as reStructuredText: flags it names as literals (with the value given them, which a literal's
+    end cannot be followed by), markup characters in the rest escaped."""
+    parts = re.split(r"(--[a-z][a-z0-9-]*(?:=[\w%.:/-]*[\w%])?)", value)
     return "".join(
         f"``{part}``" if index % 2 else re.sub(r"([\\*`|_])", r"\\\1", part) for index, part in enumerate(parts)
     )
