@@ -100,10 +100,13 @@ class SpeedTrace:
     def summary(self) -> dict[str, Any] | None:
         """The trace for the report: its samples' quartiles and ``spread``, half the interquartile range over
         the median, as the run's noise figure reads the bricks' rounds (see :func:`.noise.run_noise`), so
-        that the two compare; None with fewer than :data:`MIN_SAMPLES` samples."""
+        that the two compare; and ``swing``, half the distance from its 10th to its 90th percentile over the
+        median: how far apart the machine's speed states lay, which a brick timed in the other state is off
+        by (a machine slow a fifth of the time has no interquartile range of it). None with fewer than
+        :data:`MIN_SAMPLES` samples."""
         if len(self.samples) < MIN_SAMPLES:
             return None
-        q1, median, q3 = (float(v) for v in np.percentile(self.samples, [25, 50, 75]))
+        p10, q1, median, q3, p90 = (float(v) for v in np.percentile(self.samples, [10, 25, 50, 75, 90]))
         return {
             "reference": self.description,
             "samples": len(self.samples),
@@ -112,4 +115,7 @@ class SpeedTrace:
             "median_s": median,
             "q3_s": q3,
             "spread": (q3 - q1) / (2 * median) if median > 0 else None,
+            "p10_s": p10,
+            "p90_s": p90,
+            "swing": (p90 - p10) / (2 * median) if median > 0 else None,
         }

@@ -6,9 +6,12 @@ by the run itself and each read as a relative margin:
 - the bricks' spread: the margin of error of the least precise complete model's estimate, its bricks'
   margins in quadrature (see :func:`.budget.estimate_precision`); where no brick's margin is known,
   half the bricks' typical interquartile range (the run's noise, see :func:`.noise.run_noise`);
-- the machine's speed: how far the reference call's time moved through the run (half its
-  interquartile range over its median, see :mod:`.speed_trace`): bricks timed at other moments may
-  be off by as much;
+- the machine's speed: how far apart the reference call's times lay through the run (half the distance
+  from their 10th to their 90th percentile over their median, ``swing`` in :mod:`.speed_trace`; half
+  their interquartile range in reports written before it): the bricks of the same command timed another
+  time may have met the machine's other speed state, and be off by as much. Half the interquartile
+  range fell short: three first runs of the onnx wheel's CNNs minutes apart moved a model up to 24%
+  from its median where it read 8% to 10%;
 - load: the share of its rounds' wall time the timing thread spent off its core (see :mod:`.load`),
   as the time the estimates may hold beyond the work's; below :data:`.load.UNTRUSTED_BELOW` no margin
   is given at all.
@@ -149,11 +152,19 @@ def judge_report(report: Mapping[str, Any]) -> Verdict | None:
     return judge(
         precisions=[_number(model.get("precision")) for model in complete],
         noise=_number(summary.get("noise")),
-        speed_spread=_number((summary.get("speed") or {}).get("spread")),
+        speed_spread=_speed_margin(summary.get("speed")),
         load=load if isinstance(load, Mapping) and _number(load.get("core_share")) is not None else None,
         threads=int((report.get("settings") or {}).get("intra_op_threads") or 0),
         ratios=[ratio for model in complete if (ratio := _number(model.get("ratio"))) is not None],
     )
+
+
+def _speed_margin(trace: object) -> float | None:
+    """The speed trace's ``swing``, or its ``spread`` in a report written before traces had one."""
+    if not isinstance(trace, Mapping):
+        return None
+    swing = _number(trace.get("swing"))
+    return swing if swing is not None else _number(trace.get("spread"))
 
 
 def _number(value: object) -> float | None:
@@ -172,7 +183,11 @@ def verdict_line(verdict: Mapping[str, Any]) -> str:
     elif margin is None:
         line = "dlbricks verdict: no margin: nothing was measured to give one"
     else:
-        line = f"dlbricks verdict: estimates hold within +-{max(margin, 0.01):.0%}" + (f" ({parts})" if parts else "")
+        # A source not measured could only widen the margin: what is given is its least.
+        least = " at the least" if verdict.get("unmeasured") else ""
+        line = f"dlbricks verdict: estimates hold within +-{max(margin, 0.01):.0%}{least}" + (
+            f" ({parts})" if parts else ""
+        )
     unmeasured = verdict.get("unmeasured") or {}
     if unmeasured and margin is not None:
         line += f"; not measured: {', '.join(SOURCE_NAMES.get(name, name) for name in unmeasured)}"

@@ -70,7 +70,21 @@ def test_the_spread_is_half_the_interquartile_range_over_the_median() -> None:
         "median_s": pytest.approx(15e-6),
         "q3_s": pytest.approx(20e-6),
         "spread": pytest.approx(1 / 3),
+        "p10_s": pytest.approx(10e-6),
+        "p90_s": pytest.approx(20e-6),
+        "swing": pytest.approx(1 / 3),
     }
+
+
+def test_the_swing_sees_a_slow_state_the_quartiles_miss() -> None:
+    """Slow (20 us) a fifth of the time: no interquartile range, but a brick timed then is off by a third."""
+    machine = StubMachine(warm_then(*([[10e-6] * SAMPLE_CALLS] * 8 + [[20e-6] * SAMPLE_CALLS] * 2)))
+    trace = SpeedTrace(machine.make_call, "stub", clock=machine.clock, every_s=0.0)
+    for _ in range(10):
+        trace.sample_if_due()
+    summary = trace.summary()
+    assert summary is not None and summary["spread"] == 0.0
+    assert summary["swing"] == pytest.approx(0.5 * (summary["p90_s"] - 10e-6) / 10e-6) and summary["swing"] > 0.2
 
 
 def test_a_steady_machine_has_no_spread() -> None:

@@ -38,7 +38,9 @@ def test_without_estimate_margins_the_bricks_part_is_half_the_noise() -> None:
     verdict = judge(precisions=[None], noise=0.1, speed_spread=None, load=None, threads=1)
     assert verdict.sources == {"bricks": pytest.approx(0.05)}
     assert set(verdict.unmeasured) == {"speed", "load"}
-    assert verdict_line(verdict.as_json()).endswith("not measured: machine speed, load")
+    line = verdict_line(verdict.as_json())
+    assert line.startswith("dlbricks verdict: estimates hold within +-5% at the least (bricks' spread +-5%)")
+    assert line.endswith("not measured: machine speed, load")
 
 
 def test_a_loaded_run_widens_its_margin_by_the_time_its_thread_lost() -> None:
@@ -90,8 +92,11 @@ def test_a_report_s_verdict_reads_its_complete_models_and_summary() -> None:
     }
     verdict = judge_report(report)
     assert verdict is not None
-    assert verdict.sources == {"bricks": 0.03, "speed": 0.04, "load": 0.0}
+    assert verdict.sources == {"bricks": 0.03, "speed": 0.04, "load": 0.0}, "a report written before the swing"
     assert verdict.validated_within == (1, 1)
+    report["summary"]["speed"]["swing"] = 0.3
+    swung = judge_report(report)
+    assert swung is not None and swung.sources["speed"] == 0.3, "how far apart the machine's states lay"
 
 
 def test_a_damaged_report_s_figures_count_as_unmeasured() -> None:
