@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -81,7 +82,7 @@ def test_load_margin() -> None:
 
 
 def test_a_report_s_verdict_reads_its_complete_models_and_summary() -> None:
-    report = {
+    report: dict[str, Any] = {
         "settings": {"intra_op_threads": 1},
         "summary": {"noise": 0.1, "speed": {"spread": 0.04}, "load": {"core_share": 0.95, "loaded": False}},
         "models": [
