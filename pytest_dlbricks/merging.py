@@ -31,6 +31,7 @@ from .recomposition import (
     unestimated_executor,
 )
 from .report import REPORT_VERSION
+from .verdict import speed_margin
 
 #: Settings that may differ between reports that merge.
 PER_RUN_SETTINGS = frozenset({"shard"})
@@ -82,10 +83,13 @@ def merge_reports(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> Report:
     noises = [report["summary"].get("noise") for _, report in reports]
     merged["summary"]["noise"] = max((n for n in noises if n is not None), default=None)
     merged["summary"]["high_noise"] = any(report["summary"].get("high_noise") for _, report in reports)
+    # The shard whose machine's speed moved most, as the verdict reads a trace.
     traces = [
-        trace for _, report in reports if (trace := report["summary"].get("speed")) and is_number(trace.get("spread"))
+        (margin, trace)
+        for _, report in reports
+        if (margin := speed_margin(trace := report["summary"].get("speed"))) is not None
     ]
-    merged["summary"]["speed"] = max(traces, key=lambda trace: trace["spread"], default=None)
+    merged["summary"]["speed"] = max(traces, key=lambda pair: pair[0], default=(None, None))[1]
     # The shard whose timing thread kept its core least.
     loads = [
         load for _, report in reports if (load := report["summary"].get("load")) and is_number(load.get("core_share"))

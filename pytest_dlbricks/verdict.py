@@ -152,14 +152,14 @@ def judge_report(report: Mapping[str, Any]) -> Verdict | None:
     return judge(
         precisions=[_number(model.get("precision")) for model in complete],
         noise=_number(summary.get("noise")),
-        speed_spread=_speed_margin(summary.get("speed")),
+        speed_spread=speed_margin(summary.get("speed")),
         load=load if isinstance(load, Mapping) and _number(load.get("core_share")) is not None else None,
         threads=int((report.get("settings") or {}).get("intra_op_threads") or 0),
         ratios=[ratio for model in complete if (ratio := _number(model.get("ratio"))) is not None],
     )
 
 
-def _speed_margin(trace: object) -> float | None:
+def speed_margin(trace: object) -> float | None:
     """The speed trace's ``swing``, or its ``spread`` in a report written before traces had one."""
     if not isinstance(trace, Mapping):
         return None
