@@ -97,9 +97,11 @@ class BrickRunner:
         self._binding = bind(self.session, self.feeds, views)
         self._rebind = False
         self._outputs: list[np.ndarray] = []
+        self._called = False
 
     def __call__(self) -> None:
         """One inference, its outputs left where onnxruntime put them (see :func:`bind`)."""
+        self._called = True
         if self._binding is None:
             self._outputs = self.session.run(None, self.feeds)
             return
@@ -108,7 +110,9 @@ class BrickRunner:
         self.session.run_with_iobinding(self._binding)
 
     def outputs(self) -> list[np.ndarray]:
-        """The outputs of the last call."""
+        """The outputs of the last call; none before the first (a binding copied before any run crashes onnxruntime)."""
+        if not self._called:
+            return []
         return self._outputs if self._binding is None else list(self._binding.copy_outputs_to_cpu())
 
     def rewrite_inputs(self) -> None:

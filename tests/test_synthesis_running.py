@@ -720,3 +720,10 @@ def test_a_model_onnxruntime_cannot_load_is_a_model_error(tmp_path: Path, settin
     onnx.save(model, str(path))
     with pytest.raises(ModelError, match="onnxruntime cannot load the model"):
         load_model(path, optimize=settings)
+
+
+def test_a_runner_has_no_outputs_before_its_first_call(tmp_path: Path, settings: Settings) -> None:
+    runner = BrickRunner(brick_with_ops(tiny_models.computed_reshape(tmp_path), ("Reshape",)), settings)
+    assert runner.outputs() == []
+    runner()
+    assert runner.outputs()[0].shape == (2, 12)
