@@ -748,7 +748,7 @@ def test_a_gate_too_noisy_for_its_threshold_is_inconclusive(
     pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Bricks taken to drift apart by a factor of e between runs: no interval can tell 10%."""
-    monkeypatch.setattr("pytest_dlbricks.comparing.DEFAULT_DRIFT_SPREAD", 1.0)
+    monkeypatch.setattr("pytest_dlbricks.drift.DEFAULT_DRIFT_SPREAD", 1.0)
     (pytester.path / "models").mkdir()
     net(pytester, kernel=1)
     args = ("--dlbricks-granularity=1", "--benchmark-autosave", "models")
