@@ -20,6 +20,7 @@ from .budget import Use, brick_precision, largest_share
 from .calibration import CalibrationRecord
 from .clock import PausableClock
 from .cutting import ModelPlan, plan_model
+from .entries import BrickResult, FailedModel
 from .errors import ModelError, describe_error, named_error
 from .html import render_html
 from .load import LoadMeter, load_summary
@@ -44,7 +45,7 @@ from .probes import (
     measure_run,
     with_pool_slowdown,
 )
-from .report import BrickResult, FailedModel, RunReport, build_report
+from .report import RunReport, build_report
 from .running import BrickRunner, ModelRunner
 from .samples import SampleInputs, find_samples, from_hook
 from .settings import Settings

@@ -26,6 +26,7 @@ from .comparing import (
 )
 from .composition import brick_calls
 from .cutting import ModelPlan
+from .entries import BrickResult
 from .errors import named_error
 from .estimates import PREFIX, SPREAD, EstimateCheck, HistoryEntry, model_estimates, reused_brick
 from .file_digests import FileDigests
@@ -35,7 +36,6 @@ from .noise import CONFIDENCE, HIGH_NOISE, at_confidence, margin_of_error
 from .overhead import CallOverhead
 from .plans import PlanCache
 from .probes import detection_conditions
-from .report import BrickResult
 from .retiming import retime
 from .session import DLBricksSession
 from .settings import Settings

@@ -32,7 +32,19 @@ STAGES: dict[str, set[str]] = {
     "run": {"running", "overhead", "probes", "speed_trace", "load", "sharding", "retiming"},
     "compose": {"composition", "calibration", "analysis", "validation", "store", "file_digests", "plans"},
     "report": {
-        *("report", "recomposition", "merging", "maps", "machines", "comparing", "drift", "estimates"),
+        *(
+            "report",
+            "entries",
+            "executor_entry",
+            "validation_fields",
+            "recomposition",
+            "merging",
+            "maps",
+            "machines",
+            "comparing",
+            "drift",
+            "estimates",
+        ),
         *("terminal", "html", "suite"),
     },
     "wiring": {
