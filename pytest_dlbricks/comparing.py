@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .drift import BrickMove, Judgement, _Model, _Share
-from .terminal import format_seconds, format_table
+from .formatting import format_seconds, format_table
 
 BLOCK_VERSION = 1
 #: Bricks named in a failure message.

@@ -22,6 +22,7 @@ from .clock import PausableClock
 from .cutting import ModelPlan, plan_model
 from .entries import BrickResult, FailedModel
 from .errors import ModelError, describe_error, named_error
+from .formatting import format_seconds
 from .html import render_html
 from .load import LoadMeter, load_summary
 from .loading import load_model, whole_model
@@ -55,7 +56,6 @@ from .store import write_json, write_text
 from .suite import SuiteError, export_suite, read_manifest
 from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
 from .synthetic import SharedWeights
-from .terminal import format_seconds
 from .validation import Validation, has_parallel_branches
 from .wording import plural
 

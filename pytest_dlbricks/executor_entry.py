@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .executor_text import executor_line
 from .overhead import CallOverhead
 from .probes import ExecutorDetection
-from .terminal import executor_line
 
 #: How the parallel estimate is composed, by whether the parallel executor runs independent nodes at once.
 ONE_AT_A_TIME = "one node at a time"

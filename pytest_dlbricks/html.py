@@ -14,19 +14,10 @@ from html import escape
 from typing import Any
 
 from . import __version__
-from .terminal import (
-    accuracy_lines,
-    calibration_line,
-    describe_inputs,
-    executor_line,
-    format_flops,
-    format_rate,
-    format_ratio,
-    format_seconds,
-    format_share,
-    parallel_estimated,
-    speed_line,
-)
+from .accuracy_text import accuracy_lines, calibration_line
+from .executor_text import executor_line
+from .formatting import format_flops, format_rate, format_ratio, format_seconds, format_share
+from .terminal import describe_inputs, parallel_estimated, speed_line
 from .verdict import verdict_line
 from .wording import plural
 

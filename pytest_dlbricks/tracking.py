@@ -30,6 +30,7 @@ from .entries import BrickResult
 from .errors import named_error
 from .estimates import PREFIX, SPREAD, EstimateCheck, HistoryEntry, model_estimates, reused_brick
 from .file_digests import FileDigests
+from .formatting import table_width
 from .identity import Identity, differences, identify
 from .items import signature_of
 from .noise import CONFIDENCE, HIGH_NOISE, at_confidence, margin_of_error
@@ -40,7 +41,6 @@ from .retiming import retime
 from .session import DLBricksSession
 from .settings import Settings
 from .store import BrickStore, ModelManifest, Shelf, StoredBrick, StoredExecutor
-from .terminal import table_width
 from .wording import counted, plural
 
 #: Saved runs searched, beyond the latest, for one that estimated every model of this run (see

@@ -33,6 +33,9 @@ STAGES: dict[str, set[str]] = {
     "compose": {"composition", "calibration", "analysis", "validation", "store", "file_digests", "plans"},
     "report": {
         *(
+            "formatting",
+            "executor_text",
+            "accuracy_text",
             "report",
             "entries",
             "executor_entry",

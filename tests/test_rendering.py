@@ -14,6 +14,17 @@ import pytest
 from test_analysis import analysed_report
 
 from conftest import SAMPLE_MODELS, run_dlbricks
+from pytest_dlbricks.accuracy_text import accuracy_lines
+from pytest_dlbricks.executor_text import executor_line
+from pytest_dlbricks.formatting import (
+    fit_lines,
+    format_flops,
+    format_rate,
+    format_ratio,
+    format_seconds,
+    format_share,
+    shorten_path,
+)
 from pytest_dlbricks.html import (
     CALL,
     CALL_COLOUR,
@@ -25,21 +36,12 @@ from pytest_dlbricks.html import (
     render_html,
 )
 from pytest_dlbricks.terminal import (
-    accuracy_lines,
     describe_inputs,
-    executor_line,
-    fit_lines,
-    format_flops,
-    format_rate,
-    format_ratio,
-    format_seconds,
-    format_share,
     inputs_notes,
     parallel_estimated,
     progress_line,
     render_analysis,
     render_table,
-    shorten_path,
     speed_line,
 )
 
