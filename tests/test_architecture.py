@@ -48,7 +48,7 @@ STAGES: dict[str, set[str]] = {
             "drift",
             "estimates",
         ),
-        *("terminal", "html", "suite"),
+        *("terminal", "html", "html_parts", "html_charts", "suite"),
     },
     "wiring": {
         *("engine", "items", "session", "collector", "tracking", "plugin", "options", "distributed", "hooks"),

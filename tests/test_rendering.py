@@ -25,16 +25,9 @@ from pytest_dlbricks.formatting import (
     format_share,
     shorten_path,
 )
-from pytest_dlbricks.html import (
-    CALL,
-    CALL_COLOUR,
-    LABEL_CHARS,
-    OP_COLOURS,
-    OTHER_COLOUR,
-    SHOWN_OP_TYPES,
-    op_colour,
-    render_html,
-)
+from pytest_dlbricks.html import render_html
+from pytest_dlbricks.html_charts import CALL, CALL_COLOUR, OP_COLOURS, OTHER_COLOUR, SHOWN_OP_TYPES, op_colour
+from pytest_dlbricks.html_parts import LABEL_CHARS
 from pytest_dlbricks.terminal import (
     describe_inputs,
     inputs_notes,
