@@ -27,7 +27,7 @@ STAGES: dict[str, set[str]] = {
     },
     "runtime": {"runtime"},
     "load": {"screening", "ordering", "samples", "loading", "weightless"},
-    "cut": {"bricks", "cutting", "flops", "numerics"},
+    "cut": {"bricks", "cutting", "counters", "fused_counters", "flops", "numerics"},
     "synthesize": {"synthesis"},
     "run": {"running", "overhead", "probes", "speed_trace", "load", "sharding", "retiming"},
     "compose": {"composition", "calibration", "analysis", "validation", "store", "file_digests", "plans"},
