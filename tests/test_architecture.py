@@ -51,7 +51,18 @@ STAGES: dict[str, set[str]] = {
         *("terminal", "html", "html_parts", "html_charts", "suite"),
     },
     "wiring": {
-        *("engine", "items", "session", "collector", "tracking", "plugin", "options", "distributed", "hooks"),
+        *(
+            "engine",
+            "items",
+            "session",
+            "collector",
+            "tracking",
+            "plugin",
+            "options",
+            "option_table",
+            "distributed",
+            "hooks",
+        ),
         *("interruption", "warning_types", "cli", "__main__"),
     },
 }
