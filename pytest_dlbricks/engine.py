@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import BrickWork, plan_work
+from .atomic_files import write_json, write_text
 from .bricks import BrickSpec
 from .budget import Use, brick_precision, largest_share
 from .calibration import CalibrationRecord
@@ -52,7 +53,6 @@ from .samples import SampleInputs, find_samples, from_hook
 from .settings import Settings
 from .sharding import assign, brick_cost
 from .speed_trace import SpeedTrace
-from .store import write_json, write_text
 from .suite import SuiteError, export_suite, read_manifest
 from .sweeps import AS_WRITTEN, SweepPoint, sweep_points
 from .synthetic import SharedWeights

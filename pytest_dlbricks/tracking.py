@@ -40,7 +40,8 @@ from .probes import detection_conditions
 from .retiming import retime
 from .session import DLBricksSession
 from .settings import Settings
-from .store import BrickStore, ModelManifest, Shelf, StoredBrick, StoredExecutor
+from .store import BrickStore, Shelf
+from .store_records import ModelManifest, StoredBrick, StoredExecutor
 from .wording import counted, plural
 
 #: Saved runs searched, beyond the latest, for one that estimated every model of this run (see

@@ -30,7 +30,17 @@ STAGES: dict[str, set[str]] = {
     "cut": {"bricks", "cutting", "counters", "fused_counters", "flops", "numerics"},
     "synthesize": {"synthesis"},
     "run": {"running", "overhead", "probes", "speed_trace", "load", "sharding", "retiming"},
-    "compose": {"composition", "calibration", "analysis", "validation", "store", "file_digests", "plans"},
+    "compose": {
+        "composition",
+        "calibration",
+        "analysis",
+        "validation",
+        "store",
+        "store_records",
+        "atomic_files",
+        "file_digests",
+        "plans",
+    },
     "report": {
         *(
             "formatting",
