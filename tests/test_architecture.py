@@ -26,7 +26,7 @@ STAGES: dict[str, set[str]] = {
         "verdict",
     },
     "runtime": {"runtime"},
-    "load": {"screening", "ordering", "samples", "loading", "weightless"},
+    "load": {"screening", "ordering", "samples", "model_parts", "loading", "weightless"},
     "cut": {"bricks", "cutting", "counters", "fused_counters", "flops", "numerics"},
     "synthesize": {"synthesis"},
     "run": {"running", "overhead", "probes", "speed_trace", "load", "sharding", "retiming"},
