@@ -37,8 +37,8 @@ STAGES: dict[str, set[str]] = {
         *("machines", "comparing", "drift", "estimates", "suite"),
     },
     "wiring": {
-        *("engine", "items", "session", "collector", "tracking", "baselines", "plugin", "options", "option_table"),
-        *("distributed", "hooks", "interruption", "warning_types", "cli", "__main__"),
+        *("run_state", "engine", "items", "session", "collector", "tracking", "baselines", "plugin", "options"),
+        *("option_table", "distributed", "hooks", "interruption", "warning_types", "cli", "__main__"),
     },
 }
 RANK = {module: rank for rank, modules in enumerate(STAGES.values()) for module in modules}

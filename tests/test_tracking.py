@@ -14,7 +14,7 @@ import pytest
 import tiny_models
 
 from conftest import QUICK_TIMING, SAMPLE_DIMS, SAMPLE_MODELS, run_dlbricks
-from pytest_dlbricks import engine
+from pytest_dlbricks import engine, run_state
 from pytest_dlbricks.cli import main
 from pytest_dlbricks.comparing import INCONCLUSIVE_EXIT
 from pytest_dlbricks.identity import CUT_METHOD
@@ -807,7 +807,7 @@ def test_a_run_whose_verdict_does_not_trust_it_is_passed_over_as_a_baseline(
     args = ("--dlbricks-granularity=2", "--benchmark-autosave", "models/mlp.onnx")
     run(pytester, *args).assert_outcomes(passed=3)
     with monkeypatch.context() as patch:
-        patch.setattr(engine, "LoadMeter", Loaded)
+        patch.setattr(run_state, "LoadMeter", Loaded)
         loaded = run(pytester, *args)
     loaded.stdout.fnmatch_lines(
         [
