@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from .atomic_files import write_text
 from .comparing import (
     Comparison,
     compare,
@@ -38,7 +39,7 @@ from .maps import MapError, check_results, compose_from_maps, read_json, read_ma
 from .merging import IncompatibleReports, merge_reports
 from .recomposition import damaged_executor
 from .settings import DEFAULT_STORE, STATISTICS, parse_choice, parse_percentage
-from .store import BrickStore, write_text
+from .store import BrickStore
 from .terminal import render_table
 from .verdict import judge_report, verdict_line
 from .wording import plural

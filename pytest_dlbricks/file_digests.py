@@ -22,8 +22,8 @@ from typing import Any
 
 import onnx
 
+from .atomic_files import write_json
 from .graph import nested_tensors
-from .store import write_json
 
 VERSION = 1
 #: How long before it is read a file must have last changed for its digest to be kept: more than the

@@ -7,51 +7,22 @@ number on the page is one of the report's, formatted as the terminal formats it.
 
 from __future__ import annotations
 
-import hashlib
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
 from . import __version__
-from .terminal import (
-    accuracy_lines,
-    calibration_line,
-    describe_inputs,
-    executor_line,
-    format_flops,
-    format_rate,
-    format_ratio,
-    format_seconds,
-    format_share,
-    parallel_estimated,
-    speed_line,
-)
+from .accuracy_text import accuracy_lines, calibration_line
+from .executor_text import executor_line
+from .formatting import format_flops, format_rate, format_ratio, format_seconds, format_share
+from .html_charts import _colours, _op_chart, _op_times, _ratio_chart
+from .html_parts import _bar, _definitions, _muted, _path, _section, _short, _table
+from .terminal import describe_inputs, parallel_estimated, speed_line
 from .verdict import verdict_line
 from .wording import plural
 
-#: Colours of common operator types, fixed so that an operator looks the same in every report.
-OP_COLOURS = {
-    "Conv": "#4e79a7", "FusedConv": "#a0cbe8", "Gemm": "#e15759", "FusedGemm": "#ff9d9a",
-    "MatMul": "#f28e2b", "FusedMatMul": "#ffbe7d", "Attention": "#59a14f", "MultiHeadAttention": "#8cd17d",
-    "LayerNormalization": "#b6992d", "SkipLayerNormalization": "#f1ce63", "Softmax": "#499894",
-    "Add": "#86bcb6", "Mul": "#d37295", "Relu": "#fabfd2", "MaxPool": "#b07aa1", "AveragePool": "#d4a6c8",
-    "GlobalAveragePool": "#9d7660", "BatchNormalization": "#d7b5a6", "LSTM": "#7b4ea3", "GRU": "#2f6f8f",
-    "Transpose": "#8c6d31", "Concat": "#bcbd22", "Gelu": "#17becf", "Sigmoid": "#ad494a",
-    "ReorderInput": "#8ca252", "ReorderOutput": "#cedb9c", "Reshape": "#636363",
-}  # fmt: skip
-#: Operator types drawn in a colour of their own, heaviest over all models first; the rest are "other".
-SHOWN_OP_TYPES = 12
-OTHER_COLOUR = "#bab0ac"
-#: Colour and label of a model's own inference call, counted once in its estimate.
-CALL_COLOUR = "#d4dae1"
-CALL = "inference call"
-#: Operator types named beside each model's bar, largest first.
-NAMED_PARTS = 3
 #: Bricks in the run-wide table, heaviest first.
 TOP_BRICKS = 15
-#: Longest model path shown before it is shortened from the left.
-LABEL_CHARS = 42
 
 _STYLE = """
 :root { color-scheme: light; --ink: #1f2328; --muted: #59636e; --line: #d1d9e0; --band: #f6f8fa; }
@@ -181,11 +152,6 @@ def _header(report: Mapping[str, Any]) -> str:
     return f"<h1>pytest-dlbricks report</h1>\n<p>{escape(lead)}</p>\n<div class=cards>{card_html}</div>\n"
 
 
-def _muted(lines: Iterable[str | None]) -> str:
-    """Closing lines of the terminal's summary, as the page's notes under a section."""
-    return "".join(f"<p class=muted>{escape(line)}</p>\n" for line in lines if line)
-
-
 def _models_table(
     models: Sequence[Mapping[str, Any]], *, validated: bool, calibrated: bool = False, parallel: bool = True
 ) -> str:
@@ -246,112 +212,6 @@ def _load(model: Mapping[str, Any]) -> str:
     if "load_error" in model:
         return f'<span class="bad" title="{escape(model["load_error"])}">failed</span>'
     return escape(format_seconds(model.get("load_s")))
-
-
-def _op_chart(models: Sequence[Mapping[str, Any]], colours: Mapping[str, str]) -> str:
-    """A bar per model, 100% wide, in segments by operator type; its estimate and largest parts beside it."""
-    rows = [m for m in models if "error" not in m]
-    if not rows:
-        return "<p class=muted>No model was cut into bricks.</p>"
-    body = []
-    for model in rows:
-        op_time = _op_times(model)
-        total = sum(op_time.values()) if op_time else 0.0
-        if not op_time or total <= 0:
-            plot, parts = '<span class="muted">incomplete: not every brick was measured</span>', ""
-        else:
-            segments = [
-                f'<span style="width:{100 * seconds / total:.3f}%;background:{_colour(op, colours)}"'
-                f' title="{escape(op)}: {escape(format_seconds(seconds))} ({escape(format_share(seconds / total))})">'
-                "</span>"
-                for op, seconds in _grouped(op_time, colours)
-            ]
-            plot = f'<div class="stack">{"".join(segments)}</div>'
-            largest = sorted(op_time.items(), key=lambda item: -item[1])[:NAMED_PARTS]
-            parts = escape(", ".join(f"{op} {format_share(seconds / total)}" for op, seconds in largest))
-        estimate = escape(format_seconds(model["sequential_s"]))
-        body.append([_path(model["path"]), plot, estimate, f"<span class=muted>{parts}</span>"])
-    table = _table(["Model", "Time by operator type", "Sequential", "Largest parts"], body, numeric={2}, chart=True)
-    legend = "".join(f'<span><i style="background:{colour}"></i>{escape(op)}</span>' for op, colour in colours.items())
-    if any(op not in colours for m in rows for op in (m.get("op_time_s") or {})):
-        legend += f'<span><i style="background:{OTHER_COLOUR}"></i>other</span>'
-    if any(m.get("call_s") for m in rows):
-        legend += f'<span><i style="background:{CALL_COLOUR}"></i>{CALL} (once per model)</span>'
-    note = (
-        "<p class=muted>Share of each model's sequential estimate by operator type, and of the model's own"
-        " inference call. Hover a segment for its time.</p>"
-    )
-    return f"{note}{table}<div class=legend>{legend}</div>"
-
-
-def _colour(op: str, colours: Mapping[str, str]) -> str:
-    return CALL_COLOUR if op == CALL else colours.get(op, OTHER_COLOUR)
-
-
-def _grouped(op_time: Mapping[str, float], colours: Mapping[str, str]) -> list[tuple[str, float]]:
-    """Operator types in legend order, those without a colour of their own summed as "other", the call last."""
-    shown = [(op, op_time[op]) for op in colours if op in op_time]
-    other = sum(seconds for op, seconds in op_time.items() if op not in colours and op != CALL)
-    return shown + ([("other", other)] if other > 0 else []) + ([(CALL, op_time[CALL])] if CALL in op_time else [])
-
-
-def _op_times(model: Mapping[str, Any]) -> dict[str, float]:
-    """The model's time by operator type and, when it has one, its own inference call."""
-    times = dict(model.get("op_time_s") or {})
-    if times and model.get("call_s"):
-        times[CALL] = model["call_s"]
-    return times
-
-
-def _ratio_chart(models: Sequence[Mapping[str, Any]]) -> str:
-    """Sequential / Measured per model on a common axis, with the +-10% band, and the two times beside it."""
-    ratios = [float(m["ratio"]) for m in models if m.get("ratio") is not None]
-    low = min([0.8, *ratios]) - 0.05
-    high = max([1.2, *ratios]) + 0.05
-
-    def at(ratio: float) -> str:
-        return f"{100 * (ratio - low) / (high - low):.2f}%"
-
-    band = (
-        f'<span class="band" style="left:{at(0.9)};width:{100 * 0.2 / (high - low):.2f}%"></span>'
-        f'<span class="one" style="left:{at(1.0)}"></span>'
-    )
-    ticks = "".join(f'<span class="tick" style="left:{at(tick)}">{tick:.1f}</span>' for tick in _ticks(low, high))
-    body = []
-    for model in models:
-        ratio = model.get("ratio")
-        dot = ""
-        if ratio is not None:
-            paired = model.get("paired_ratio")
-            tip = f"{model['path']}: ratio {format_ratio(ratio)}" + (
-                f"; in paired rounds {format_ratio(paired)}" if paired is not None else ""
-            )
-            grade = "good" if 0.9 <= ratio <= 1.1 else "off"
-            dot = f'<span class="dot {grade}" style="left:{at(float(ratio))}" title="{escape(tip)}"></span>'
-        body.append(
-            [
-                _path(model["path"]),
-                f'<div class="axis">{band}{dot}</div>',
-                escape(format_seconds(model["sequential_s"])),
-                escape(format_seconds(model["measured_s"])),
-                format_ratio(ratio),
-            ]
-        )
-    body.append(["", f'<div class="axis">{ticks}</div>', "", "", ""])
-    columns = ["Model", "Sequential / Measured", "Sequential", "Measured", "Ratio"]
-    table = _table(columns, body, numeric={2, 3, 4}, chart=True)
-    note = (
-        "<p class=muted>The sequential estimate, composed from the brick items, over the model measured whole;"
-        " the band is +-10%. Hover a point for the ratio of paired rounds, where the bricks were timed again"
-        " just before each timed call of the model.</p>"
-    )
-    return note + table
-
-
-def _ticks(low: float, high: float) -> list[float]:
-    step = 0.1 if high - low <= 1.5 else 0.5
-    first = round(low / step + 0.4999) * step
-    return [round(first + i * step, 2) for i in range(int((high - first) / step) + 1)]
 
 
 def _bricks_table(report: Mapping[str, Any]) -> str:
@@ -439,88 +299,3 @@ def _notes() -> str:
 
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def _colours(models: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """A colour for each of the heaviest operator types over all models: its own in every report."""
-    totals: Counter[str] = Counter()
-    for model in models:
-        for op, seconds in (model.get("op_time_s") or {}).items():
-            totals[op] += seconds
-    return {op: op_colour(op) for op, _ in totals.most_common(SHOWN_OP_TYPES)}
-
-
-def op_colour(op: str) -> str:
-    """An operator type's colour: fixed for the common ones, else a hue made from its name alone."""
-    if op in OP_COLOURS:
-        return OP_COLOURS[op]
-    digest = hashlib.sha256(op.encode()).digest()
-    hue = int.from_bytes(digest[:2], "big") % 360
-    return f"hsl({hue} 50% {(45, 60, 75)[digest[2] % 3]}%)"
-
-
-def _section(title: str, body: str, anchor: str | None = None) -> str:
-    attribute = f' id="{anchor}"' if anchor else ""
-    return f"<section{attribute}><h2>{escape(title)}</h2>\n{body}\n</section>\n"
-
-
-def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: set[int], chart: bool = False) -> str:
-    """A table of cells that are HTML already, with the ``numeric`` columns right-aligned.
-
-    The last cell of a row shorter than the header spans the remaining columns.
-    """
-
-    def cls(index: int) -> str:
-        return ' class="num"' if index in numeric else ""
-
-    def cells(row: Sequence[str]) -> str:
-        html = [f"<td{cls(i)}>{cell}</td>" for i, cell in enumerate(row[:-1])]
-        span = len(columns) - len(row) + 1
-        html.append(f'<td colspan="{span}">{row[-1]}</td>' if span > 1 else f"<td{cls(len(row) - 1)}>{row[-1]}</td>")
-        return "".join(html)
-
-    head = "".join(f"<th{cls(i)}>{escape(column)}</th>" for i, column in enumerate(columns))
-    body = "".join(f"<tr>{cells(row)}</tr>" for row in rows)
-    kind = ' class="chart"' if chart else ""
-    return f"<div class=wide><table{kind}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
-
-
-def _definitions(values: Mapping[str, Any]) -> str:
-    items = "".join(f"<dt>{escape(str(key))}</dt><dd>{escape(_value(value))}</dd>" for key, value in values.items())
-    return f"<dl>{items}</dl>"
-
-
-def _value(value: Any) -> str:
-    """A setting as a user writes it: on and off for switches, none for nothing."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if value is None:
-        return "none"
-    if isinstance(value, Mapping):
-        return ", ".join(f"{key}={item}" for key, item in value.items()) or "none"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(map(str, value))
-    return str(value)
-
-
-def _bar(fraction: float | None) -> str:
-    """A share as text, and beside it a bar of that length (capped at 100%)."""
-    if fraction is None:
-        return "-"
-    width = max(0.0, min(fraction, 1.0)) * 100
-    return (
-        f'<div class="bar"><span class="text">{escape(format_share(fraction))}</span>'
-        f'<span class="track"><span class="fill" style="width:{width:.1f}%"></span></span></div>'
-    )
-
-
-def _path(path: str) -> str:
-    """A model path whole on one line, shortened from the left past :data:`LABEL_CHARS` characters (its
-    file name stays), the full path in its title: a path broken mid-name reads as two."""
-    short = _short(path)
-    title = f' title="{escape(path)}"' if short != path else ""
-    return f"<code class=path{title}>{escape(short)}</code>"
-
-
-def _short(path: str, limit: int = LABEL_CHARS) -> str:
-    return path if len(path) <= limit else "..." + path[-(limit - 3) :]

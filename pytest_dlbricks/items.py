@@ -15,8 +15,8 @@ import pytest
 
 from .cutting import ModelPlan
 from .engine import DLBricksRun
+from .entries import BrickResult
 from .errors import ModelError, dims_hint
-from .report import BrickResult
 from .running import BrickError, UnsupportedByProvider
 from .settings import DEFAULT_DIM
 from .validation import BrickRounds, Validation, rounds_for

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections import Counter
 
 from .composition import compose_calls
+from .formatting import format_seconds, format_table
 from .identity import describe_machine, describe_timing
 from .overhead import NO_OVERHEAD
-from .store import BrickStore, references_of, times_of
-from .terminal import format_seconds, format_table
+from .store import BrickStore
+from .store_records import references_of, times_of
 from .wording import counted, plural
 
 #: A model's cell when some of its windows have no brick the provider runs.

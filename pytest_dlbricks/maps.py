@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .atomic_files import write_json
 from .cutting import ModelPlan
 from .recomposition import (
     Report,
@@ -25,7 +26,6 @@ from .recomposition import (
     static_fields,
     unestimated_executor,
 )
-from .store import write_json
 
 MAP_SUFFIX = ".map.json"
 KIND = "pytest-dlbricks model map"

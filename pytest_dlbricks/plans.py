@@ -36,6 +36,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from .analysis import BrickWork, LayerWork
+from .atomic_files import write_json
 from .bricks import BrickSpec, brick_signature
 from .cutting import Brick, BrokenBrick, ModelPlan
 from .file_digests import FileDigests
@@ -43,7 +44,7 @@ from .graph import TensorSpec
 from .identity import digest
 from .screening import check_model_file
 from .settings import LARGEST_NUMBER, Settings
-from .store import is_brick_graph, write_json
+from .store_records import is_brick_graph
 from .sweeps import SweepPoint
 from .weightless import graph_digest
 

@@ -20,9 +20,10 @@ import networkx as nx
 
 from .analysis import BrickAnalysis, BrickUse, model_analysis
 from .composition import BrickCall, ParallelExecutor, compose_calls, is_count, is_number
+from .executor_entry import ONE_AT_A_TIME, SCHEDULE, explained
 from .overhead import CallOverhead
 from .probes import Peak, RunMeasurements
-from .report import ONE_AT_A_TIME, REPORT_VERSION, SCHEDULE, explained, unsupported_windows
+from .report import REPORT_VERSION, unsupported_windows
 
 #: Fields of a model entry that hold whatever the brick times: a recomposition copies them and
 #: computes the estimate again; fields of other kinds (validation, the analysis of a run's times)

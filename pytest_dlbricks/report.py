@@ -8,17 +8,14 @@ recomposition read the JSON form, which is also what they read back from files.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .analysis import (
-    BrickAnalysis,
     BrickUse,
     BrickWork,
-    ModelAnalysis,
     brick_analysis,
     model_analysis,
     peak_fields,
@@ -26,188 +23,20 @@ from .analysis import (
 from .bricks import BrickSpec
 from .budget import estimate_precision
 from .calibration import CalibrationRecord, fit, model_key, record_of
-from .composition import Estimate, ParallelExecutor, brick_calls, compose, model_costs
+from .composition import ParallelExecutor, brick_calls, compose, model_costs
 from .cutting import ModelPlan
+from .entries import BrickEntry, BrickResult, FailedModel, ModelEntry, Summary
+from .executor_entry import executor_fields, explained
 from .identity import CUT_METHOD
 from .noise import HIGH_NOISE, margin_of_error, run_noise
 from .overhead import NO_OVERHEAD, CallOverhead
 from .probes import ExecutorDetection, RunMeasurements
 from .settings import Settings
-from .terminal import executor_line
-from .validation import Validation, accuracy
+from .validation import Validation
+from .validation_fields import _accuracy, _ratio, _validation_fields
 from .verdict import judge_report
 
 REPORT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class BrickResult:
-    """One distinct brick's timing, in seconds, as pytest-benchmark measured it."""
-
-    stats: Mapping[str, float]
-    provider: str
-    #: When the brick was measured (ISO 8601, UTC), when known.
-    measured_at: str | None = None
-    #: Taken from the brick store instead of measured in this run.
-    reused: bool = False
-    #: The brick's time its precision was sized from when it was timed: the fastest probe call (see
-    #: :func:`.items._budget_rounds`); None when unknown (a record of an older version).
-    probe_s: float | None = None
-    #: The reference call's time right before and after the brick was timed (see
-    #: :meth:`.speed_trace.SpeedTrace.now`): its call cost is scaled to it. None when unknown.
-    reference_s: float | None = None
-
-
-@dataclass(frozen=True)
-class FailedModel:
-    """A model that could not be loaded or cut; reported with its cause."""
-
-    path: str
-    cause: str
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "complete": False,
-            "error": self.cause,
-            "sequential_s": None,
-            "critical_path_s": None,
-        }
-
-
-@dataclass(frozen=True)
-class BrickEntry:
-    """A distinct brick of the run: its time, who uses it, its analysis, where it ran."""
-
-    signature: str
-    ops: list[str]
-    time_s: float | None
-    stats: dict[str, float] | None
-    provider: str | None
-    measured_at: str | None
-    reused: bool
-    #: How many times each model uses it, by model path.
-    models: dict[str, int]
-    analysis: BrickAnalysis
-    #: Why the providers cannot run it, when they cannot.
-    unsupported: str | None
-    #: Nodes run by each provider, when its run was profiled.
-    node_providers: dict[str, int] | None
-    #: The reference call's time around the brick's timing, to which its call cost is scaled (see
-    #: :attr:`BrickResult.reference_s`); None when unknown.
-    reference_s: float | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {
-            "signature": self.signature,
-            "ops": list(self.ops),
-            "time_s": self.time_s,
-            "reference_s": self.reference_s,
-            "stats": dict(self.stats) if self.stats is not None else None,
-            "provider": self.provider,
-            "measured_at": self.measured_at,
-            "reused": self.reused,
-            "models": dict(self.models),
-            **self.analysis.as_json(),
-            "unsupported": self.unsupported,
-        }
-        if self.node_providers is not None:
-            fields["node_providers"] = dict(self.node_providers)
-        return fields
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    """A model cut into bricks: its counts, its composed estimate, its validation and analysis, and what
-    recomposition needs (its sweep point and composition)."""
-
-    path: str
-    layers: int
-    bricks: int
-    unique_bricks: int
-    measured_bricks: int
-    reused_bricks: int
-    sequential_s: float | None
-    critical_path_s: float | None
-    complete: bool
-    guessed_dims: dict[str, int]
-    unbuildable_layers: list[dict[str, Any]]
-    #: End-to-end measurements (see :func:`_validation_fields`); empty when the model was not validated.
-    validation: dict[str, Any]
-    analysis: ModelAnalysis
-    point: dict[str, object]
-    #: Windows without a time because the provider cannot run them.
-    unsupported: list[dict[str, object]]
-    composition: dict[str, Any]
-    #: What the model ran on (its sample inputs' source, or ``synthetic``), and its operators whose work
-    #: depends on their data: both together mark an estimate made on synthetic data that may mislead.
-    inputs: str = "synthetic"
-    data_dependent_ops: list[str] = field(default_factory=list)
-    #: How many of its weights the model lists as graph inputs (see :attr:`.ModelPlan.weights_as_inputs`).
-    weights_as_inputs: int = 0
-    #: The estimate corrected by the machine's calibration (see :mod:`.calibration`), beside the raw
-    #: ``sequential_s``; None until the machine has enough calibration models other than this one.
-    calibrated_s: float | None = None
-    #: The parallel executor's time as the run's ``executor`` entry models it (None: not detected).
-    parallel_s: float | None = None
-    #: Margin of error of the sequential estimate (relative, 95%): its bricks' margins in quadrature.
-    precision: float | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "layers": self.layers,
-            "bricks": self.bricks,
-            "unique_bricks": self.unique_bricks,
-            "measured_bricks": self.measured_bricks,
-            "reused_bricks": self.reused_bricks,
-            "sequential_s": self.sequential_s,
-            "critical_path_s": self.critical_path_s,
-            "parallel_s": self.parallel_s,
-            "complete": self.complete,
-            "calibrated_s": self.calibrated_s,
-            "precision": self.precision,
-            "guessed_dims": dict(self.guessed_dims),
-            "inputs": self.inputs,
-            "data_dependent_ops": list(self.data_dependent_ops),
-            "weights_as_inputs": self.weights_as_inputs,
-            "unbuildable_layers": list(self.unbuildable_layers),
-            **self.validation,
-            **self.analysis.as_json(),
-            "point": self.point,
-            "unsupported": self.unsupported,
-            "composition": self.composition,
-        }
-
-
-@dataclass(frozen=True)
-class Summary:
-    models: int
-    failed_models: int
-    layers: int
-    bricks: int
-    distinct_bricks: int
-    distinct_ratio: float | None
-    measured_bricks: int
-    call_overhead_s: dict[str, Any] | None
-    wall_time_s: float | None
-    reused_bricks: int
-    #: Time of the complete models in bricks whose FLOPs are unknown, and its share of their estimates.
-    unknown_flops_time_s: float | None
-    unknown_flops_share: float | None
-    #: Records of the brick store found damaged, by what was done and kind: ``{"discarded": {"brick
-    #: times": 2}, "repaired": {"identity": 1}}``; None without a store.
-    store_damage: dict[str, dict[str, int]] | None = None
-    #: The machine's noise in the run: the typical relative interquartile range of the bricks it timed.
-    noise: float | None = None
-    #: Whether that noise exceeds :data:`.noise.HIGH_NOISE`: the run is no baseline for comparisons.
-    high_noise: bool = False
-    #: How fast the machine ran through the run (see :meth:`.speed_trace.SpeedTrace.summary`); None when
-    #: the run took too few samples.
-    speed: dict[str, Any] | None = None
-    #: Whether the run's timing thread got its core through the timed rounds (see :func:`.load.load_summary`);
-    #: None when too little was timed to tell.
-    load: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -471,65 +300,6 @@ def _calibrated(
     return dataclasses.replace(model, calibrated_s=calibrated, validation=validation)
 
 
-#: How the parallel estimate is composed, by whether the parallel executor runs independent nodes at once.
-ONE_AT_A_TIME = "one node at a time"
-SCHEDULE = "list schedule"
-
-
-#: Why a report has no parallel estimate when none was asked for.
-NOT_ASKED = "no parallel estimate was asked for (--dlbricks-executor=sequential)"
-#: Why it has none when left to what the parallel executor does, and it runs one node at a time.
-ONE_AT_A_TIME_HERE = (
-    "onnxruntime's parallel executor runs one node at a time here, so its estimate would be the sequential"
-    " one at another call cost: none is made (--dlbricks-executor=parallel makes it all the same)"
-)
-
-
-def executor_fields(
-    executor: ExecutorDetection | None,
-    error: str | None,
-    overhead: CallOverhead | None,
-    measured_at: str | None = None,
-    reused: bool = False,
-    *,
-    setting: str = "parallel",
-) -> dict[str, Any] | None:
-    """Which model of onnxruntime's parallel executor the parallel estimates used, and why: what was
-    detected, when, whether in this run or in an earlier one (``reused`` from the brick store), with
-    its figures, and the call costs composed with. Where the models have no parallel estimate, the
-    entry says why: none was asked for (``setting``, see :data:`.settings.EXECUTORS`), the executor runs
-    one node at a time here (with what was detected), or it could not be tried (``error``)."""
-    if setting == "sequential":
-        return {"model": None, "reason": NOT_ASKED}
-    if executor is None:
-        return None if error is None else {"model": None, "error": error}
-    origin = {"detection": executor.as_json(), "measured_at": measured_at, "reused": reused}
-    if setting == "auto" and not executor.concurrent:
-        return {"model": None, "reason": ONE_AT_A_TIME_HERE, **origin}
-    if error is not None:
-        return {"model": None, "error": error, **origin}
-    pool = executor.pool
-    return {
-        "model": SCHEDULE if executor.concurrent else ONE_AT_A_TIME,
-        "threads": executor.threads,
-        # Bricks whose layers take at least pool_layer_s each split their work over the intra-op
-        # pool, and count pool_factor times their time (see probes.PoolSlowdown).
-        "pool_factor": pool.factor if pool is not None else 1.0,
-        "pool_layer_s": pool.layer_s if pool is not None else None,
-        **origin,
-        "call_s": overhead.fixed_s if overhead is not None else None,
-        "parallel_call_s": overhead.parallel_fixed_s if overhead is not None else None,
-        "critical_path": "the lower bound for an executor with unlimited parallelism",
-    }
-
-
-def explained(executor: Mapping[str, Any]) -> dict[str, Any]:
-    """An ``executor`` entry with its ``explanation``: the line ``-v`` prints, how the parallel executor was
-    detected and what the parallel estimate is (or why there is none), from the entry's figures."""
-    entry = {key: value for key, value in executor.items() if key != "explanation"}
-    return {**entry, "explanation": executor_line(entry, verbose=True)}
-
-
 def plan_composition(plan: ModelPlan) -> dict[str, Any]:
     """What composition needs of ``plan``, JSON-ready.
 
@@ -556,103 +326,6 @@ def unsupported_windows(composition: Mapping[str, Any], unsupported: Mapping[str
         if cause is not None:
             found.append({"window": index, "signature": window[0], "cause": cause})
     return found
-
-
-def _validation_fields(
-    plan: ModelPlan,
-    estimate: Estimate,
-    validations: Mapping[tuple[str, str], Validation],
-    overhead: CallOverhead,
-    parallel_executor: ParallelExecutor | None = None,
-    statistic: str = "median",
-) -> dict[str, object]:
-    """A model's end-to-end measurements (in the run's ``statistic``, over its rounds) against the
-    estimates the user gets: ``measured_s`` and ``ratio``
-    (``sequential_s / measured_s``) for the sequential executor, ``measured_parallel_s``,
-    ``parallel_ratio`` (``parallel_s / measured_parallel_s``) and ``critical_path_ratio``
-    (``critical_path_s / measured_parallel_s``) for the parallel one; beside them the ratios of paired
-    rounds (``paired_ratio``, ``paired_parallel_ratio``, ``paired_critical_path_ratio``: each round's
-    bricks timed again just before that round's model) and the details."""
-    details = {
-        executor: validation.summarize(plan, overhead, statistic=statistic)
-        for (path, executor), validation in validations.items()
-        if path == plan.path
-    }
-    if not details:
-        return {}
-    fields: dict[str, object] = {"validation": details}
-    if "sequential" in details:
-        sequential = details["sequential"]
-        fields["measured_s"] = sequential["measured_s"]
-        fields["ratio"] = _ratio(estimate.sequential_s, sequential["measured_s"])
-        fields["paired_ratio"] = sequential["ratio"]
-        # How far the reported estimate, timed earlier, drifted from the one timed beside the model.
-        fields["estimate_drift"] = _ratio(estimate.sequential_s, sequential["estimate_s"])
-    if "parallel" in details:
-        parallel = details["parallel"]
-        fields["measured_parallel_s"] = parallel["measured_s"]
-        fields["critical_path_ratio"] = _ratio(estimate.critical_path_s, parallel["measured_s"])
-        fields["paired_critical_path_ratio"] = parallel["ratio"]
-        if estimate.parallel_s is not None:
-            paired = validations[(plan.path, "parallel")].summarize(
-                plan, overhead, parallel_executor, "parallel_s", statistic
-            )
-            fields["parallel_ratio"] = _ratio(estimate.parallel_s, parallel["measured_s"])
-            fields["paired_parallel_ratio"] = paired["ratio"]
-    return fields
-
-
-def _ratio(estimate: float | None, measured: float | None) -> float | None:
-    return estimate / measured if estimate and measured else None
-
-
-def _accuracy(
-    models: Sequence[Mapping[str, object]], times: Mapping[str, float], users: Mapping[str, Counter[str]]
-) -> dict[str, object] | None:
-    """How close the estimates came, over all validated models, and what the method saved.
-
-    ``sequential`` and ``critical_path`` score the estimates the user gets (the models' ``ratio`` and
-    ``critical_path_ratio``); the ``_paired`` blocks score the paired rounds' estimates.
-    """
-    validated = [model for model in models if "validation" in model]
-    if not validated:
-        return None
-    details: list[Mapping[str, Mapping[str, float | None]]] = [model["validation"] for model in validated]  # type: ignore[misc]
-    spreads = [s for detail in details for summary in detail.values() if (s := summary["spread"]) is not None]
-    paths = {model["path"] for model in validated}
-    distinct = [time_s for signature, time_s in times.items() if paths & set(users[signature])]
-    measured = [float(model["measured_s"]) for model in validated if "measured_s" in model]  # type: ignore[arg-type]
-    return {
-        "sequential": accuracy(_ratios(validated, "ratio")),
-        "critical_path": accuracy(_ratios(validated, "critical_path_ratio")),
-        "parallel": accuracy(_ratios(validated, "parallel_ratio")),
-        "sequential_paired": accuracy(_ratios(validated, "paired_ratio")),
-        "critical_path_paired": accuracy(_ratios(validated, "paired_critical_path_ratio")),
-        # The calibrated estimates (each from the calibration models other than itself), beside the raw ones.
-        "calibrated": accuracy(_ratios(validated, "calibrated_ratio")),
-        "parallel_paired": accuracy(_ratios(validated, "paired_parallel_ratio")),
-        # The item estimates against the paired rounds' (``estimate_drift``): the same bricks timed minutes
-        # apart, so what differs is the machine's speed, not the method; it tells how much of the gap
-        # between ``sequential`` and ``sequential_paired`` is the machine's.
-        "drift": accuracy(_ratios(validated, "estimate_drift")),
-        # Typical relative spread (interquartile range) of a model's per-round ratios: the machine's noise.
-        "noise": statistics.median(spreads) if spreads else None,
-        # The same, of the parallel executor's rounds alone: where its threads compete with the intra-op
-        # pool, the time it takes varies far more than the machine's noise.
-        "parallel_noise": statistics.median(parallel) if (parallel := _spreads(details, "parallel")) else None,
-        # The paper's measure of the time saved: end-to-end latencies over distinct brick latencies.
-        "speedup": sum(measured) / sum(distinct) if distinct and measured else None,
-    }
-
-
-def _spreads(details: Sequence[Mapping[str, Mapping[str, float | None]]], executor: str) -> list[float]:
-    """The spreads of the per-round ratios of ``executor``'s validations."""
-    return [s for detail in details if executor in detail and (s := detail[executor]["spread"]) is not None]
-
-
-def _ratios(models: Sequence[Mapping[str, object]], key: str) -> list[float]:
-    """The models' ratios under ``key``, leaving out models without one."""
-    return [ratio for model in models if isinstance(ratio := model.get(key), float)]
 
 
 def _estimate_precision(plan: ModelPlan, results: Mapping[str, BrickResult], estimate_s: float | None) -> float | None:

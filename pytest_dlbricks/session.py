@@ -18,10 +18,11 @@ import pytest
 from .collector import BrickFile, FailingItem, ModelFile
 from .distributed import NO_ESTIMATES, is_controller_without_estimates, is_distributed
 from .engine import DLBricksRun
+from .formatting import fit_lines, table_width
 from .interruption import stopped_early
 from .items import signature_of
 from .settings import Settings
-from .terminal import fit_lines, progress_line, render_analysis, render_table, table_width
+from .terminal import progress_line, render_analysis, render_table
 from .verdict import verdict_line
 from .warning_types import DLBricksWarning
 from .wording import plural

@@ -31,11 +31,11 @@ import onnx
 from onnx import numpy_helper
 
 from . import __version__
+from .atomic_files import write_bytes, write_json
 from .bricks import BrickSpec, brick_signature
 from .errors import ModelError
 from .graph import TensorSpec
 from .screening import check_model_file
-from .store import write_bytes, write_json
 from .synthesis import build_brick_model
 
 MANIFEST = "manifest.json"

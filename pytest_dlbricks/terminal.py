@@ -5,13 +5,22 @@ Pure functions of the report (the JSON form of :class:`pytest_dlbricks.report.Ru
 
 from __future__ import annotations
 
-import math
-import statistics
-import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .accuracy_text import _speed_moved, accuracy_lines, calibration_line
 from .composition import is_count, is_number
+from .executor_text import executor_line
+from .formatting import (
+    format_flops,
+    format_rate,
+    format_ratio,
+    format_seconds,
+    format_share,
+    format_table,
+    shorten_path,
+    table_width,
+)
 from .settings import DEFAULT_DIM
 from .wording import plural
 
@@ -21,9 +30,6 @@ SHOWN_OP_TYPES = 5
 CALL_LABEL = "(call)"
 #: Bricks listed per model at ``-v``.
 SHOWN_BRICKS = 3
-#: How far the machine's speed may move through a run before the table's closing lines say what that
-#: means for the estimates.
-SPEED_MOVED = 0.05
 
 
 def render_analysis(report: Mapping[str, Any], *, verbose: bool) -> str:
@@ -39,36 +45,6 @@ def render_analysis(report: Mapping[str, Any], *, verbose: bool) -> str:
             lines += ["", "Top bricks by time in the model:"]
             lines += _labelled(broken_down, _top_bricks)
     return "\n".join(lines)
-
-
-def format_flops(flops: float | None) -> str:
-    """A FLOP count to three significant digits with an SI prefix: ``812 FLOP``, ``1.35 MFLOP``, ``40.9 GFLOP``."""
-    if flops is None:
-        return "-"
-    rounded = float(f"{flops:.3g}")
-    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if rounded >= scale:
-            value = round(rounded / scale, 6)
-            return f"{value:.{max(0, 2 - int(math.log10(value)))}f} {prefix}FLOP"
-    return f"{flops:.0f} FLOP"
-
-
-def format_rate(flops_per_s: float | None) -> str:
-    """FLOP/s in GFLOP/s: one decimal from 10 on, three significant digits below."""
-    if flops_per_s is None:
-        return "-"
-    giga = flops_per_s / 1e9
-    return f"{giga:.1f}" if giga >= 10 else f"{giga:.3g}"
-
-
-def format_share(fraction: float | None) -> str:
-    """A fraction as a percentage: none above 10%, one decimal from 1%, two significant digits below."""
-    if fraction is None:
-        return "-"
-    percent = fraction * 100
-    if round(percent, 1) >= 10:
-        return f"{percent:.0f}%"
-    return f"{percent:.1f}%" if percent >= 1 else f"{percent:.2g}%"
 
 
 def _peak_line(report: Mapping[str, Any], *, verbose: bool) -> str:
@@ -140,36 +116,6 @@ def _brick_use(brick: Mapping[str, Any]) -> str:
 def _labelled(models: Sequence[Mapping[str, Any]], describe: Callable[[Mapping[str, Any]], str]) -> list[str]:
     width = max(len(str(model["path"])) for model in models)
     return [f"  {str(model['path']).ljust(width)}  {describe(model)}" for model in models]
-
-
-def format_seconds(seconds: float | None) -> str:
-    """A duration in the unit that reads best, chosen after rounding (so never "1000.0 us")."""
-    if seconds is None:
-        return "-"
-    if round(seconds * 1e6, 1) < 1000:
-        return f"{seconds * 1e6:.1f} us"
-    if round(seconds * 1e3, 2) < 1000:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.3f} s"
-
-
-def format_table(rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> str:
-    """Rows as aligned text columns, a rule under the header; columns ``left`` are left-aligned, others right."""
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    lines = [
-        "  ".join(
-            cell.ljust(width) if column in left else cell.rjust(width)
-            for column, (cell, width) in enumerate(zip(row, widths))
-        ).rstrip()
-        for row in rows
-    ]
-    lines.insert(1, "-" * max(map(len, lines)))
-    return "\n".join(lines)
-
-
-def table_width(text: str) -> int:
-    """The width of a table made by :func:`format_table` (its rule under the header), for a title rule above it."""
-    return len(text.splitlines()[1])
 
 
 _COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Parallel", "Critical path", "Inputs", "Complete")
@@ -261,12 +207,6 @@ def count_line(summary: Mapping[str, Any]) -> str:
     return line + (f", {reused} reused from the brick store" if reused else "")
 
 
-def _speed_moved(spread: float, noise: float) -> bool:
-    """Whether the machine's speed moved through the run by more than ``noise`` (half a spread) and
-    :data:`SPEED_MOVED`: estimates then compare times taken at moments that differ by as much."""
-    return spread > max(noise, SPEED_MOVED)
-
-
 def speed_line(summary: Mapping[str, Any]) -> str | None:
     """How far the machine's speed moved through the run, beside how far the bricks' own rounds spread
     (both half an interquartile range over a median)."""
@@ -317,33 +257,12 @@ def _fit_paths(rows: list[tuple[str, ...]], width: int, least: int) -> list[tupl
     return [rows[0], *((shorten_path(row[0], keep), *row[1:]) for row in rows[1:])]
 
 
-def shorten_path(path: str, width: int) -> str:
-    """``path`` in at most ``width`` characters, shortened from the left, where its file name is."""
-    return path if len(path) <= width else "..." + path[len(path) - width + 3 :]
-
-
 def progress_line(path: str, number: int, found: int, width: int) -> str:
     """The collecting line while a model is cut: which one, and how many of the files found so far are left."""
     left = found - number
     tail = f" ({number} of {found}{f', {left} left' if left else ''})"
     keep = max(MIN_PATH_WIDTH, width - 1 - len("dlbricks: loading and cutting ") - len(tail))
     return f"dlbricks: loading and cutting {shorten_path(path, keep)}{tail}"
-
-
-def fit_lines(text: str, width: int) -> str:
-    """Lines wider than ``width`` wrapped at spaces, their continuations indented; a word wider than the
-    terminal (a path) is left whole, and so is a table's row (a gap of two spaces between its cells), whose
-    columns wrapping would scramble."""
-    fitted = []
-    for line in text.splitlines():
-        if len(line) <= width or "  " in line.strip():
-            fitted.append(line)
-            continue
-        indent = " " * (len(line) - len(line.lstrip()) + 2)
-        fitted.extend(
-            textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
-        )
-    return "\n".join(fitted)
 
 
 def _row(
@@ -380,120 +299,6 @@ def _calibrated(model: Mapping[str, object], validated: bool) -> tuple[str, ...]
     calibrated = model.get("calibrated_s")
     seconds = format_seconds(calibrated if isinstance(calibrated, float) else None)
     return (seconds, format_ratio(model.get("calibrated_ratio"))) if validated else (seconds,)  # type: ignore[arg-type]
-
-
-def executor_line(executor: Mapping[str, Any] | None, *, verbose: bool = True) -> str | None:
-    """Which model of onnxruntime's parallel executor the Parallel column used, and why: in a short line, or
-    (``verbose``) with how it was detected and the figures; where there is no parallel estimate, why
-    (``verbose`` only, unless the executor could not be tried)."""
-    if not executor:
-        return None
-    if executor.get("error"):
-        return f"Parallel: not estimated, the parallel executor could not be tried: {executor['error']}"
-    if executor.get("model") is None:
-        reason = executor.get("reason")
-        return (
-            f"Parallel{_detected(executor)}: not estimated: {reason}" if verbose and isinstance(reason, str) else None
-        )
-    if not verbose:
-        return _executor_summary(executor)
-    found = executor["detection"]
-    # The ratio decides, and is the median of the rounds' ratios: not the ratio of the two medians beside it.
-    figures = (
-        f"{found['graph']}, {found['rounds']} rounds: medians {format_seconds(found['sequential_s'])} sequential,"
-        f" {format_seconds(found['parallel_s'])} parallel; median of the rounds' parallel / sequential"
-        f" {found['ratio']:.2f}"
-    )
-    under = found["ratio"] < found["concurrent_below"]
-    figures += f", {'' if under else 'not '}under {found['concurrent_below']}{_profile_clause(found, under)}"
-    if executor["model"] == "list schedule":
-        how = (
-            f"onnxruntime's parallel executor ran independent nodes at once here ({figures}), so Parallel is"
-            f" a list schedule of the bricks on {plural(executor['threads'], 'thread')}"
-        )
-    else:
-        how = (
-            f"onnxruntime's parallel executor ran one node at a time here ({figures}), so Parallel is Sequential"
-            f" at {_call_costs(executor)}"
-        )
-    return f"Parallel{_detected(executor)}: {how}{_pool_clause(executor)}; Critical path: {executor['critical_path']}"
-
-
-def _executor_summary(executor: Mapping[str, Any]) -> str:
-    """The model of the parallel executor in one short line, pointing to ``-v`` for the rest."""
-    if executor["model"] == "list schedule":
-        how = f"a list schedule of the bricks on {plural(executor['threads'], 'thread')}"
-    else:
-        how = f"Sequential at {_call_costs(executor)}"
-        factor = executor.get("pool_factor")
-        if executor.get("pool_layer_s") is not None and is_number(factor):
-            how += f", bricks using the intra-op pool at {factor:.2f}x"
-    return f"Parallel: {how} (-v: how the parallel executor was detected)"
-
-
-def _call_costs(executor: Mapping[str, Any]) -> str:
-    """The parallel executor's call cost beside the sequential one's, where the two read differently."""
-    parallel, sequential = format_seconds(executor.get("parallel_call_s")), format_seconds(executor.get("call_s"))
-    if parallel == sequential:
-        return f"the parallel executor's call cost ({parallel}, as the sequential one's)"
-    return f"the parallel executor's call cost ({parallel} instead of {sequential})"
-
-
-def _profile_clause(found: Mapping[str, Any], under: bool) -> str:
-    """What onnxruntime's profile of the branchy graph showed, where the detection profiled it."""
-    at_once = found.get("nodes_at_once")
-    if at_once is None:
-        return ""
-    if at_once == 0:
-        seen = "in onnxruntime's profile no node started while another ran"
-        return f", but {seen}: the machine's speed moved between rounds" if under else f"; {seen}"
-    seen = f"in onnxruntime's profile {plural(at_once, 'node')} started while another ran"
-    return f"; {seen}" if under else f", though {seen}: running them at once gained too little"
-
-
-def _detected(executor: Mapping[str, Any]) -> str:
-    """When the detection was made: in this run, or in an earlier one whose detection the store kept."""
-    when = executor.get("measured_at")
-    if not isinstance(when, str):
-        return ""
-    if not executor.get("reused"):
-        return ", as detected in this run"
-    moment = when.replace("T", " ")[:16]
-    return f", as detected {moment} UTC and kept in the brick store (--dlbricks-remeasure detects it again)"
-
-
-def _pool_clause(executor: Mapping[str, Any]) -> str:
-    """How the Parallel column counts the bricks whose layers use the intra-op thread pool, and why."""
-    layer_s = executor.get("pool_layer_s")
-    pool = executor["detection"].get("pool")
-    if layer_s is None or not pool:
-        return ""
-    return (
-        f", bricks whose layers take {format_seconds(layer_s)} or more each (onnxruntime splits their work"
-        f" over its intra-op thread pool) at {executor['pool_factor']:.2f}x their time, as the parallel"
-        f" executor ran such layers here ({pool['graph']}{_pool_figures(pool, executor['pool_factor'])})"
-    )
-
-
-def _pool_figures(pool: Mapping[str, Any], factor: float) -> str:
-    """The times the pool slowdown follows from, when the detection's sessions give it back (those of an
-    older detection method, or damaged ones, do not: nothing is printed then)."""
-    sessions = pool.get("sessions")
-    if not isinstance(sessions, list) or not sessions:
-        return ""
-    if not all(
-        isinstance(pair, list | tuple) and len(pair) == 2 and all(is_number(t) for t in pair) for pair in sessions
-    ):
-        return ""
-    sequential, parallel = [pair[0] for pair in sessions], [pair[1] for pair in sessions]
-    mean_parallel, median_sequential = statistics.mean(parallel), statistics.median(sequential)
-    if median_sequential <= 0 or not math.isclose(mean_parallel / median_sequential, factor, rel_tol=1e-6):
-        return ""
-    return (
-        f": the mean parallel time, {format_seconds(mean_parallel)} ({format_seconds(min(parallel))} to"
-        f" {format_seconds(max(parallel))} by session), over the median sequential one,"
-        f" {format_seconds(median_sequential)}"
-    )
 
 
 def _guessed(model: Mapping[str, object]) -> str:
@@ -544,86 +349,3 @@ def inputs_notes(models: Sequence[Mapping[str, object]]) -> list[str]:
             " neither folds nor pre-packs them (take them out of the graph inputs if nothing overrides them)"
         )
     return notes
-
-
-def format_ratio(ratio: float | None) -> str:
-    """An estimate over a measurement, to two decimals: what the two times printed beside it give."""
-    return "-" if ratio is None else f"{ratio:.2f}"
-
-
-_PAIRED = "  in paired rounds (the bricks timed again just before each timed call of the model)"
-#: The accuracy blocks of a validated report: the estimates the user gets, each followed by its paired rounds.
-_ACCURACIES = (
-    ("sequential", "accuracy of sequential estimates (Sequential / Measured)"),
-    ("sequential_paired", _PAIRED),
-    (
-        "drift",
-        "  item estimates against the paired rounds' (the same bricks timed apart: the machine's speed moved)",
-    ),
-    ("calibrated", "accuracy of calibrated estimates (Calibrated / Measured, each from the other calibration models)"),
-    ("parallel", "accuracy of parallel estimates against the parallel executor (Parallel / its measured time)"),
-    ("parallel_paired", _PAIRED),
-    ("critical_path", "accuracy of critical paths against the parallel executor (Critical path / its measured time)"),
-    ("critical_path_paired", _PAIRED),
-)
-
-
-def calibration_line(calibration: Mapping[str, Any] | None) -> str | None:
-    """What the calibration does, and which models it was learned from."""
-    if not calibration:
-        return None
-    models: Sequence[str] = calibration["models"]
-    named = f"{plural(len(models), 'model')} ({', '.join(models)})"
-    if calibration.get("declined"):
-        return f"calibration on {named} not applied: {calibration['declined']}"
-    if calibration.get("per_layer_missing"):
-        per_layer = f" (no cost per layer: {calibration['per_layer_missing']})"
-    elif "per_layer_s" in calibration:  # not in reports of versions that fitted none
-        per_layer = f" + {calibration['per_layer_s'] * 1e6:.2f} us per layer"
-    else:
-        per_layer = ""
-    return (
-        f"calibrated on {named}: bricks' work x"
-        f"{calibration['work_factor']:.3f} + {format_seconds(calibration['per_byte_s'] * 1e6)} per MB its layers move"
-        f"{per_layer}"
-    )
-
-
-def accuracy_lines(accuracy: Mapping[str, object] | None, summary: Mapping[str, object]) -> list[str]:
-    """The validation summary: accuracy per executor, the machine's noise, the time the method saved."""
-    if not accuracy:
-        return []
-    lines = []
-    for key, label in _ACCURACIES:
-        result: Mapping[str, float] | None = accuracy.get(key)  # type: ignore[assignment]
-        if result:
-            models = plural(int(result["models"]), "model")
-            # Reports written before the 5% band was counted have the 10% one alone.
-            close = f"{result['within_5_percent']}/{models} within +-5%, " if "within_5_percent" in result else ""
-            within = f"{close}{result['within_10_percent']}/{result['models'] if close else models} within +-10%"
-            lines.append(
-                f"{label}: {result['accuracy']:.1%} (geometric mean ratio {result['geometric_mean_ratio']:.3f},"
-                f" {within})"
-            )
-    noise, speedup, wall = accuracy.get("noise"), accuracy.get("speedup"), summary.get("wall_time_s")
-    details = []
-    if isinstance(noise, float):
-        details.append(f"machine noise +-{noise / 2:.1%} (half the interquartile range of per-round ratios)")
-    speed = summary.get("speed")
-    spread = speed.get("spread") if isinstance(speed, Mapping) else None
-    if is_number(spread) and _speed_moved(spread, noise / 2 if isinstance(noise, float) else 0.0):
-        # Sequential / Measured compares bricks and models timed at other moments: the rounds' noise is not its own.
-        details.append(
-            f"the machine's speed +-{spread:.1%} through the run (the Sequential / Measured line's bricks and"
-            " models were timed at other moments, and may differ by as much)"
-        )
-    parallel_noise = accuracy.get("parallel_noise")
-    if isinstance(parallel_noise, float):
-        details.append(f"the parallel executor's rounds +-{parallel_noise / 2:.1%}")
-    if isinstance(speedup, float):
-        details.append(f"benchmarking speedup {speedup:.1f}x (end-to-end latencies / distinct brick latencies)")
-    if isinstance(wall, float):
-        details.append(f"wall time {wall:.1f} s")
-    if details:
-        lines.append("; ".join(details))
-    return lines

@@ -13,7 +13,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from pytest_dlbricks import engine, probes, runtime
+from pytest_dlbricks import probes, run_state, runtime
 from pytest_dlbricks.cutting import ModelPlan, plan_model
 from pytest_dlbricks.load import LoadMeter
 from pytest_dlbricks.loading import load_model
@@ -68,7 +68,7 @@ def a_timing_thread_that_keeps_its_core(monkeypatch: pytest.MonkeyPatch) -> None
     the machine runs: the verdict of a run in a test must not follow the load of the machine the suite runs on.
     The tests of load (test_load, test_verdict) stub their readings."""
     monkeypatch.setattr(
-        engine, "LoadMeter", functools.partial(LoadMeter, cpu=time.perf_counter, load_average=lambda: None)
+        run_state, "LoadMeter", functools.partial(LoadMeter, cpu=time.perf_counter, load_average=lambda: None)
     )
 
 

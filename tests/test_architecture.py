@@ -20,24 +20,25 @@ PACKAGE = Path(pytest_dlbricks.__file__).parent
 STAGES: dict[str, set[str]] = {
     "vocabulary": {
         *("__init__", "graph", "errors", "settings", "sweeps", "clock", "synthetic", "placement", "identity"),
-        "noise",
-        "budget",
-        "wording",
-        "verdict",
+        *("noise", "budget", "wording", "verdict"),
     },
     "runtime": {"runtime"},
-    "load": {"screening", "ordering", "samples", "loading", "weightless"},
-    "cut": {"bricks", "cutting", "flops", "numerics"},
+    "load": {"screening", "ordering", "samples", "model_parts", "loading", "weightless"},
+    "cut": {"bricks", "cutting", "counters", "fused_counters", "flops", "numerics"},
     "synthesize": {"synthesis"},
     "run": {"running", "overhead", "probes", "speed_trace", "load", "sharding", "retiming"},
-    "compose": {"composition", "calibration", "analysis", "validation", "store", "file_digests", "plans"},
+    "compose": {
+        *("composition", "calibration", "analysis", "validation"),
+        *("store", "store_records", "atomic_files", "file_digests", "plans"),
+    },
     "report": {
-        *("report", "recomposition", "merging", "maps", "machines", "comparing", "estimates"),
-        *("terminal", "html", "suite"),
+        *("formatting", "executor_text", "accuracy_text", "terminal", "html", "html_parts", "html_charts"),
+        *("report", "entries", "executor_entry", "validation_fields", "recomposition", "merging", "maps"),
+        *("machines", "comparing", "drift", "estimates", "suite"),
     },
     "wiring": {
-        *("engine", "items", "session", "collector", "tracking", "plugin", "options", "distributed", "hooks"),
-        *("interruption", "warning_types", "cli", "__main__"),
+        *("run_state", "engine", "items", "session", "collector", "tracking", "baselines", "plugin", "options"),
+        *("option_table", "distributed", "hooks", "interruption", "warning_types", "cli", "__main__"),
     },
 }
 RANK = {module: rank for rank, modules in enumerate(STAGES.values()) for module in modules}

@@ -15,8 +15,8 @@ from conftest import SAMPLE_MODELS
 from pytest_dlbricks import items
 from pytest_dlbricks.budget import LOOSEST, Use, brick_precision, estimate_precision, largest_share
 from pytest_dlbricks.engine import DLBricksRun
+from pytest_dlbricks.entries import BrickResult
 from pytest_dlbricks.overhead import NO_OVERHEAD, CallOverhead
-from pytest_dlbricks.report import BrickResult
 from pytest_dlbricks.settings import Settings
 
 

@@ -15,7 +15,8 @@ from pytest_dlbricks.cli import main
 from pytest_dlbricks.identity import Identity
 from pytest_dlbricks.machines import store_report
 from pytest_dlbricks.overhead import CallOverhead
-from pytest_dlbricks.store import BrickStore, ModelManifest, StoredBrick
+from pytest_dlbricks.store import BrickStore
+from pytest_dlbricks.store_records import ModelManifest, StoredBrick
 from pytest_dlbricks.wording import counted
 
 WHEN = datetime(2025, 3, 1, tzinfo=UTC)

@@ -75,13 +75,13 @@ def test_a_loaded_run_says_so_in_its_verdict(
     pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A timing thread whose CPU clock runs at half the wall clock's pace: it was on its core half the time."""
-    from pytest_dlbricks import engine, load
+    from pytest_dlbricks import load, run_state
 
     class HalfTheTime(load.LoadMeter):
         def readings(self) -> load.Readings:
             return load.Readings(max(self.wall_s, 1.0), max(self.wall_s, 1.0) / 2, 3.5, 2)
 
-    monkeypatch.setattr(engine, "LoadMeter", HalfTheTime)
+    monkeypatch.setattr(run_state, "LoadMeter", HalfTheTime)
     result = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-json=report.json", "--dlbricks-store=none")
     result.stdout.fnmatch_lines(
         [

@@ -16,6 +16,7 @@ from test_reporting import distinct_bricks
 from pytest_dlbricks.analysis import BrickWork, plan_work
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import ModelPlan, plan_model
+from pytest_dlbricks.entries import BrickResult
 from pytest_dlbricks.html import render_html
 from pytest_dlbricks.identity import CUT_METHOD
 from pytest_dlbricks.loading import load_model
@@ -31,7 +32,7 @@ from pytest_dlbricks.merging import IncompatibleReports, merge_reports
 from pytest_dlbricks.overhead import CallOverhead
 from pytest_dlbricks.probes import ExecutorDetection, Peak, PoolSlowdown, RunMeasurements, describe_machine
 from pytest_dlbricks.recomposition import brick_references, overhead_of
-from pytest_dlbricks.report import BrickResult, build_report, plan_composition
+from pytest_dlbricks.report import build_report, plan_composition
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.sharding import assign, brick_cost, parse_shard
 

@@ -14,32 +14,27 @@ import pytest
 from test_analysis import analysed_report
 
 from conftest import SAMPLE_MODELS, run_dlbricks
-from pytest_dlbricks.html import (
-    CALL,
-    CALL_COLOUR,
-    LABEL_CHARS,
-    OP_COLOURS,
-    OTHER_COLOUR,
-    SHOWN_OP_TYPES,
-    op_colour,
-    render_html,
-)
-from pytest_dlbricks.terminal import (
-    accuracy_lines,
-    describe_inputs,
-    executor_line,
+from pytest_dlbricks.accuracy_text import accuracy_lines
+from pytest_dlbricks.executor_text import executor_line
+from pytest_dlbricks.formatting import (
     fit_lines,
     format_flops,
     format_rate,
     format_ratio,
     format_seconds,
     format_share,
+    shorten_path,
+)
+from pytest_dlbricks.html import render_html
+from pytest_dlbricks.html_charts import CALL, CALL_COLOUR, OP_COLOURS, OTHER_COLOUR, SHOWN_OP_TYPES, op_colour
+from pytest_dlbricks.html_parts import LABEL_CHARS
+from pytest_dlbricks.terminal import (
+    describe_inputs,
     inputs_notes,
     parallel_estimated,
     progress_line,
     render_analysis,
     render_table,
-    shorten_path,
     speed_line,
 )
 

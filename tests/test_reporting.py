@@ -14,7 +14,8 @@ import tiny_models
 from conftest import plan_of
 from pytest_dlbricks.bricks import BrickSpec
 from pytest_dlbricks.cutting import ModelPlan
-from pytest_dlbricks.report import REPORT_VERSION, BrickResult, FailedModel, build_report
+from pytest_dlbricks.entries import BrickResult, FailedModel
+from pytest_dlbricks.report import REPORT_VERSION, build_report
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.terminal import count_line, render_table
 from pytest_dlbricks.validation import Validation

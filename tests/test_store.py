@@ -13,19 +13,18 @@ from typing import Any
 
 import pytest
 
+from pytest_dlbricks.atomic_files import write_json
 from pytest_dlbricks.identity import Identity
 from pytest_dlbricks.overhead import MEASUREMENT_METHOD, CallOverhead
 from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown
-from pytest_dlbricks.store import (
+from pytest_dlbricks.store import BrickStore, Shelf
+from pytest_dlbricks.store_records import (
     STORE_VERSION,
-    BrickStore,
     ModelManifest,
-    Shelf,
     StoredBrick,
     StoredExecutor,
     references_of,
     times_of,
-    write_json,
 )
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

@@ -14,7 +14,7 @@ import pytest
 import tiny_models
 
 from conftest import QUICK_TIMING, SAMPLE_DIMS, SAMPLE_MODELS, run_dlbricks
-from pytest_dlbricks import engine
+from pytest_dlbricks import engine, run_state
 from pytest_dlbricks.cli import main
 from pytest_dlbricks.comparing import INCONCLUSIVE_EXIT
 from pytest_dlbricks.identity import CUT_METHOD
@@ -748,7 +748,7 @@ def test_a_gate_too_noisy_for_its_threshold_is_inconclusive(
     pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Bricks taken to drift apart by a factor of e between runs: no interval can tell 10%."""
-    monkeypatch.setattr("pytest_dlbricks.comparing.DEFAULT_DRIFT_SPREAD", 1.0)
+    monkeypatch.setattr("pytest_dlbricks.drift.DEFAULT_DRIFT_SPREAD", 1.0)
     (pytester.path / "models").mkdir()
     net(pytester, kernel=1)
     args = ("--dlbricks-granularity=1", "--benchmark-autosave", "models")
@@ -807,7 +807,7 @@ def test_a_run_whose_verdict_does_not_trust_it_is_passed_over_as_a_baseline(
     args = ("--dlbricks-granularity=2", "--benchmark-autosave", "models/mlp.onnx")
     run(pytester, *args).assert_outcomes(passed=3)
     with monkeypatch.context() as patch:
-        patch.setattr(engine, "LoadMeter", Loaded)
+        patch.setattr(run_state, "LoadMeter", Loaded)
         loaded = run(pytester, *args)
     loaded.stdout.fnmatch_lines(
         [
