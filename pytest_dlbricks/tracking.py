@@ -31,6 +31,8 @@ from .estimates import PREFIX, SPREAD, EstimateCheck, HistoryEntry, model_estima
 from .file_digests import FileDigests
 from .identity import Identity, differences, identify
 from .items import signature_of
+from .machine_info import FOLDER as MACHINE_INFO
+from .machine_info import MachineInfoCache
 from .noise import CONFIDENCE, HIGH_NOISE, at_confidence, margin_of_error
 from .overhead import CallOverhead
 from .plans import PlanCache
@@ -43,6 +45,8 @@ from .store import BrickStore, ModelManifest, Shelf, StoredBrick, StoredExecutor
 from .terminal import table_width
 from .wording import counted, plural
 
+#: The module of pytest-benchmark's hooks, whose machine info is kept for the machine's boot.
+BENCHMARK_PLUGIN = "pytest_benchmark.plugin"
 #: Saved runs searched, beyond the latest, for one that estimated every model of this run (see
 #: :meth:`Tracking._covering`): a long history is not read whole for a model that is new.
 COVER_LOOKBACK = 20
@@ -90,6 +94,8 @@ class Tracking:
         self.store_error: str | None = None
         self._identity: Identity | None = None
         self._machine_info: dict[str, Any] | None = None
+        #: Where the machine info is kept between runs, when it is (see :meth:`_generate_machine_info`).
+        self.machine_info_cache: MachineInfoCache | None = None
         self._saved_overhead: CallOverhead | None = None
         self.plans: PlanCache | None = None
         #: The store's records of the collected bricks, read once when collection is over (None: none usable).
@@ -101,12 +107,28 @@ class Tracking:
             hook = self.config.hook
             info: dict[str, Any] = {}
             if hasattr(hook, "pytest_benchmark_generate_machine_info"):
-                info = hook.pytest_benchmark_generate_machine_info(config=self.config) or {}
+                info = self._generate_machine_info()
                 self._machine_info = copy.deepcopy(info)
                 hook.pytest_benchmark_update_machine_info(config=self.config, machine_info=info)
             timer = str(self.config.getoption("benchmark_timer", ""))
             self._identity = identify(info, self.settings, timer)
         return self._identity
+
+    def _generate_machine_info(self) -> dict[str, Any]:
+        """pytest-benchmark's machine info, kept in the store for the machine's boot (see :mod:`.machine_info`)
+        when pytest-benchmark's own hook is the one that makes it: a conftest's may say something else each run."""
+        hook = self.config.hook.pytest_benchmark_generate_machine_info
+        makers = {getattr(impl.plugin, "__name__", None) for impl in hook.get_hookimpls() if impl.plugin is not self}
+        store = self.settings.store
+        kept = self.machine_info_cache = (
+            MachineInfoCache(store / MACHINE_INFO) if store is not None and makers == {BENCHMARK_PLUGIN} else None
+        )
+        info = kept.get() if kept is not None else None
+        if info is None:
+            info = hook(config=self.config) or {}
+            if kept is not None:
+                kept.put(info)
+        return info
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
     def pytest_benchmark_generate_machine_info(self) -> dict[str, Any] | None:
@@ -343,6 +365,8 @@ class Tracking:
             discarded["plans"] = self.plans.discarded
         if self.plans is not None and self.plans.digests.discarded:
             discarded["model file digests"] = self.plans.digests.discarded
+        if self.machine_info_cache is not None and self.machine_info_cache.discarded:
+            discarded["machine descriptions"] = self.machine_info_cache.discarded
         return {"discarded": discarded, "repaired": dict(self.shelf.repaired + self.store.repaired)}
 
     def _compare(self, report: dict[str, Any], session: pytest.Session) -> None:

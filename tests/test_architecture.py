@@ -30,7 +30,10 @@ STAGES: dict[str, set[str]] = {
     "cut": {"bricks", "cutting", "flops", "numerics"},
     "synthesize": {"synthesis"},
     "run": {"running", "overhead", "probes", "speed_trace", "load", "sharding", "retiming"},
-    "compose": {"composition", "calibration", "analysis", "validation", "store", "file_digests", "plans"},
+    "compose": {
+        *("composition", "calibration", "analysis", "validation", "store", "file_digests", "plans"),
+        "machine_info",
+    },
     "report": {
         *("report", "recomposition", "merging", "maps", "machines", "comparing", "estimates"),
         *("terminal", "html", "suite"),
