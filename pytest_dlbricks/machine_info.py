@@ -3,76 +3,73 @@
 pytest-benchmark describes the processor with py-cpuinfo, which runs cpuid, ``lscpu`` and ``dmesg`` in
 processes of their own: about 0.4 s of every run, more than the rest of a re-run whose brick times all
 come from the store. The processor does not change while the machine runs, so the description is kept
-in the store (``machine-info/<key>.json``) under a key over what could change it: the boot (Linux's boot
-id), the host name, the Python that runs, and the versions of pytest-benchmark and py-cpuinfo. Where no
-boot id can be read, nothing is kept. A record that cannot be read, or is not one, is a miss counted in
-:attr:`MachineInfoCache.discarded`.
+in the store (``machine-info.json``) with a stamp of what could change it: the boot (Linux's boot id),
+the host name, the Python that runs, and the versions of pytest-benchmark and py-cpuinfo. One record
+only, the last: a store that CI carries from job to job, each on a fresh machine, does not grow with
+them. Where no boot id can be read, nothing is kept. A record that cannot be read, or is not one, is a
+miss counted in :attr:`MachineInfoCache.discarded`; one of another boot is a miss, no damage.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import platform
 import sys
 from functools import cached_property
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .identity import digest
 from .store import write_json
 
 VERSION = 1
 #: Where Linux says which boot this is: a new random id each time the machine starts.
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
-#: The sub-folder of the store that keeps the records.
-FOLDER = "machine-info"
-#: The distributions whose versions decide how the machine is described (py-cpuinfo goes by both names).
-DESCRIBED_BY = ("pytest-benchmark", "py-cpuinfo", "py-cpuinfo2")
+#: The file of the store that keeps the record.
+FILE = "machine-info.json"
+#: The modules that describe the machine: a new version of either may describe it otherwise.
+DESCRIBED_BY = ("pytest_benchmark.plugin", "cpuinfo")
 #: What reading a damaged record may raise.
 _DAMAGE = (ValueError, KeyError, TypeError, RecursionError)
 
 
 class MachineInfoCache:
-    """The machine info of this boot of this machine, one small JSON record in ``folder`` (the store's
-    ``machine-info/``)."""
+    """The machine info of this boot of this machine, a small JSON record at ``path`` (the store's
+    ``machine-info.json``)."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+    def __init__(self, path: Path) -> None:
+        self.path = path
         #: Records found damaged (and the machine described again).
         self.discarded = 0
 
     def get(self) -> dict[str, Any] | None:
         """The machine info kept for this boot, or None."""
-        record = self._record
-        if record is None:
+        if self._stamp is None:
             return None
         try:
-            content = record.read_bytes()
+            content = self.path.read_bytes()
         except OSError:  # absent, or no folder to hold it: a miss, no damage
             return None
         try:
             data = json.loads(content.decode("utf-8"))
             if data["version"] != VERSION or not isinstance(data["machine_info"], dict):
                 raise ValueError("not a record of this version")
-            return dict(data["machine_info"])
+            return dict(data["machine_info"]) if data["stamp"] == self._stamp else None
         except _DAMAGE:
             self.discarded += 1
             return None
 
     def put(self, machine_info: dict[str, Any]) -> None:
         """Keep the machine info for the rest of this boot; one that cannot be kept costs the next run its time."""
-        record = self._record
-        if record is not None:
+        if self._stamp is not None:
             with contextlib.suppress(OSError, TypeError, ValueError):
-                write_json(record, {"version": VERSION, "machine_info": machine_info})
+                write_json(self.path, {"version": VERSION, "stamp": self._stamp, "machine_info": machine_info})
 
     @cached_property
-    def _record(self) -> Path | None:
-        stamp = boot_stamp()
-        return None if stamp is None else self.folder / f"{digest(stamp)[:32]}.json"
+    def _stamp(self) -> dict[str, Any] | None:
+        return boot_stamp()
 
 
 def boot_stamp() -> dict[str, Any] | None:
@@ -88,12 +85,17 @@ def boot_stamp() -> dict[str, Any] | None:
         "node": platform.node(),
         "cores": os.cpu_count(),
         "python": [sys.executable, sys.version],
-        "versions": [_version(name) for name in DESCRIBED_BY],
+        "describers": [_source_stamp(name) for name in DESCRIBED_BY],
     }
 
 
-def _version(distribution: str) -> str | None:
+def _source_stamp(module: str) -> list[object] | None:
+    """Where a module's source is, its size and modification time: an upgrade changes them. Found without
+    importing it (py-cpuinfo is imported only to describe the machine)."""
     try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
+        spec = importlib.util.find_spec(module)
+        origin = spec.origin if spec is not None else None
+        status = os.stat(origin) if origin else None
+    except (ImportError, ValueError, OSError):
         return None
+    return None if status is None else [origin, status.st_size, status.st_mtime_ns]

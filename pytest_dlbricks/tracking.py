@@ -31,7 +31,7 @@ from .estimates import PREFIX, SPREAD, EstimateCheck, HistoryEntry, model_estima
 from .file_digests import FileDigests
 from .identity import Identity, differences, identify
 from .items import signature_of
-from .machine_info import FOLDER as MACHINE_INFO
+from .machine_info import FILE as MACHINE_INFO
 from .machine_info import MachineInfoCache
 from .noise import CONFIDENCE, HIGH_NOISE, at_confidence, margin_of_error
 from .overhead import CallOverhead

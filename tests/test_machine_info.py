@@ -38,29 +38,33 @@ def cpuinfo_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_the_machine_info_is_kept_for_the_boot(tmp_path: Path, boot: Path) -> None:
-    cache = MachineInfoCache(tmp_path / "machine-info")
+    record = tmp_path / "machine-info.json"
+    cache = MachineInfoCache(record)
     assert cache.get() is None
     cache.put({"cpu": CPU, "node": "here"})
-    assert MachineInfoCache(tmp_path / "machine-info").get() == {"cpu": CPU, "node": "here"}
+    assert MachineInfoCache(record).get() == {"cpu": CPU, "node": "here"}
     boot.write_text("second boot\n")
-    assert MachineInfoCache(tmp_path / "machine-info").get() is None, "the machine restarted: described again"
+    later = MachineInfoCache(record)
+    assert later.get() is None, "the machine restarted: described again"
+    assert later.discarded == 0, "another boot's record is no damage"
+    later.put({"cpu": CPU, "node": "there"})
+    assert MachineInfoCache(record).get() == {"cpu": CPU, "node": "there"}, "one record, the last boot's"
 
 
 def test_nothing_is_kept_where_the_boot_cannot_be_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(machine_info, "BOOT_ID", tmp_path / "absent")
-    cache = MachineInfoCache(tmp_path / "machine-info")
+    cache = MachineInfoCache(tmp_path / "machine-info.json")
     cache.put({"cpu": CPU})
     assert cache.get() is None
-    assert not (tmp_path / "machine-info").exists()
+    assert not (tmp_path / "machine-info.json").exists()
 
 
-@pytest.mark.parametrize("content", [b"{", b"[]", b'{"version": 1, "machine_info": []}', b"\xff"])
+@pytest.mark.parametrize("content", [b"{", b"[]", b'{"version": 1, "machine_info": []}', b"\xff", b'{"version": 1}'])
 def test_a_damaged_record_is_a_miss_counted(tmp_path: Path, boot: Path, content: bytes) -> None:
-    cache = MachineInfoCache(tmp_path / "machine-info")
-    cache.put({"cpu": CPU})
-    (record,) = (tmp_path / "machine-info").iterdir()
+    record = tmp_path / "machine-info.json"
+    MachineInfoCache(record).put({"cpu": CPU})
     record.write_bytes(content)
-    again = MachineInfoCache(tmp_path / "machine-info")
+    again = MachineInfoCache(record)
     assert again.get() is None
     assert again.discarded == 1
 
@@ -94,5 +98,5 @@ def test_machine_info_a_conftest_makes_is_not_kept(
     args = ("--dlbricks-granularity=2", "--dlbricks-precision=off", "models/mlp.onnx")
     run_dlbricks(pytester, *args).assert_outcomes(passed=3)
     run_dlbricks(pytester, *args).assert_outcomes(deselected=3)
-    assert not (pytester.path / ".benchmarks" / "dlbricks" / machine_info.FOLDER).exists()
+    assert not (pytester.path / ".benchmarks" / "dlbricks" / machine_info.FILE).exists()
     assert cpuinfo_calls == []
