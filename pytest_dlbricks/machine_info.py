@@ -22,6 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from .identity import digest
 from .store import write_json
 
 VERSION = 1
@@ -56,6 +57,8 @@ class MachineInfoCache:
             data = json.loads(content.decode("utf-8"))
             if data["version"] != VERSION or not isinstance(data["machine_info"], dict):
                 raise ValueError("not a record of this version")
+            if data["digest"] != digest(data["machine_info"]):  # the shelf would be another machine's
+                raise ValueError("the machine info is not the one kept")
             return dict(data["machine_info"]) if data["stamp"] == self._stamp else None
         except _DAMAGE:
             self.discarded += 1
@@ -65,7 +68,8 @@ class MachineInfoCache:
         """Keep the machine info for the rest of this boot; one that cannot be kept costs the next run its time."""
         if self._stamp is not None:
             with contextlib.suppress(OSError, TypeError, ValueError):
-                write_json(self.path, {"version": VERSION, "stamp": self._stamp, "machine_info": machine_info})
+                record = {"stamp": self._stamp, "digest": digest(machine_info), "machine_info": machine_info}
+                write_json(self.path, {"version": VERSION, **record})
 
     @cached_property
     def _stamp(self) -> dict[str, Any] | None:

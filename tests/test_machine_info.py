@@ -69,6 +69,16 @@ def test_a_damaged_record_is_a_miss_counted(tmp_path: Path, boot: Path, content:
     assert again.discarded == 1
 
 
+def test_a_machine_info_changed_in_its_record_is_damage(tmp_path: Path, boot: Path) -> None:
+    """Read as it stands, it would file brick times on another machine's shelf until the machine restarts."""
+    record = tmp_path / "machine-info.json"
+    MachineInfoCache(record).put({"cpu": CPU})
+    record.write_text(record.read_text().replace('"count": 2', '"count": 3'))
+    again = MachineInfoCache(record)
+    assert again.get() is None
+    assert again.discarded == 1
+
+
 def test_a_rerun_does_not_describe_the_machine_again(
     pytester: pytest.Pytester, sample_models: list[Path], boot: Path, cpuinfo_calls: list[int]
 ) -> None:
