@@ -1,8 +1,9 @@
 """A re-run with nothing changed, end to end through ``pytester``: it reads, runs and measures nothing it need not.
 
 Every brick time and every cut model comes from the store; the machine info from the store too (see
-:mod:`pytest_dlbricks.machine_info`). What is left is composing the stored figures and saying, in the
-verdict, which of the run's own readings it did not take.
+:mod:`pytest_dlbricks.machine_info`); onnxruntime is not asked for a session, nor for its thread pool.
+What is left is composing the stored figures and saying, in the verdict, which of the run's own readings
+it did not take.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 import pytest_benchmark.plugin
 
 from conftest import run_dlbricks
-from pytest_dlbricks import engine, file_digests, machine_info, probes, speed_trace
+from pytest_dlbricks import engine, file_digests, machine_info, probes, runtime, speed_trace
 
 ARGS = ("--dlbricks-granularity=2", "--dlbricks-precision=off", "--dlbricks-json=r.json", "models/mlp.onnx")
 
@@ -58,6 +59,10 @@ def test_a_rerun_with_nothing_changed_reads_runs_and_measures_nothing_it_need_no
     monkeypatch.setattr(engine, "detect_executor", never("detected the parallel executor"))
     monkeypatch.setattr(probes, "detect_executor", never("detected the parallel executor"))
     monkeypatch.setattr(speed_trace.SpeedTrace, "sample_if_due", never("traced the machine's speed"))
+    monkeypatch.setattr(runtime.ort, "InferenceSession", never("created an onnxruntime session"))
+    monkeypatch.setattr(runtime._pybind_state, "set_global_thread_pool_sizes", never("set up onnxruntime's pool"))
+    monkeypatch.setattr(runtime, "_shared_threads", None)  # as in a process of its own
+    monkeypatch.setattr(runtime, "_asked", None)
 
     again = run_dlbricks(pytester, *ARGS)
     again.assert_outcomes(deselected=3)
