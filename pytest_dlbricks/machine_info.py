@@ -1,10 +1,11 @@
 """pytest-benchmark's machine info, kept for as long as the machine runs: the store's shelf is found by it.
 
 pytest-benchmark describes the processor with py-cpuinfo, which runs cpuid, ``lscpu`` and ``dmesg`` in
-processes of their own: about 0.4 s of every run, more than the rest of a re-run whose brick times all
-come from the store. The processor does not change while the machine runs, so the description is kept
-in the store (``machine-info.json``) with a stamp of what could change it: the boot (Linux's boot id),
-the host name, the Python that runs, and the versions of pytest-benchmark and py-cpuinfo. One record
+processes of their own: 0.4 s to 0.6 s of every run on a 2-core machine, a fifth of a re-run whose brick
+times all come from the store. The processor does not change while the machine runs, so the description
+is kept in the store (``machine-info.json``) with a stamp of what could change it: the boot (Linux's boot
+id), the host name, the Python that runs, and the source files of pytest-benchmark's hooks and of
+py-cpuinfo (an upgrade changes them). One record
 only, the last: a store that CI carries from job to job, each on a fresh machine, does not grow with
 them. Where no boot id can be read, nothing is kept. A record that cannot be read, or is not one, is a
 miss counted in :attr:`MachineInfoCache.discarded`; one of another boot is a miss, no damage.
