@@ -21,6 +21,8 @@ from .comparing import (
 from .errors import named_error
 from .estimates import HistoryEntry
 from .identity import Identity, differences, identify
+from .machine_info import FILE as MACHINE_INFO
+from .machine_info import MachineInfoCache
 from .overhead import CallOverhead
 from .plans import PlanCache
 from .retiming import retime
@@ -32,6 +34,8 @@ from .store_records import StoredBrick
 #: Saved runs searched, beyond the latest, for one that estimated every model of this run (see
 #: :meth:`Tracking._covering`): a long history is not read whole for a model that is new.
 COVER_LOOKBACK = 20
+#: The module of pytest-benchmark's hooks, whose machine info is kept for the machine's boot.
+BENCHMARK_PLUGIN = "pytest_benchmark.plugin"
 
 
 #: What comparing with a damaged ``dlbricks`` block (edited, or written by a broken tool) raises.
@@ -144,6 +148,8 @@ class Baselines:
         self.store_error: str | None = None
         self._identity: Identity | None = None
         self._machine_info: dict[str, Any] | None = None
+        #: Where the machine info is kept between runs, when it is (see :meth:`_generate_machine_info`).
+        self.machine_info_cache: MachineInfoCache | None = None
         self._saved_overhead: CallOverhead | None = None
         self.plans: PlanCache | None = None
         #: The store's records of the collected bricks, read once when collection is over (None: none usable).
@@ -155,12 +161,28 @@ class Baselines:
             hook = self.config.hook
             info: dict[str, Any] = {}
             if hasattr(hook, "pytest_benchmark_generate_machine_info"):
-                info = hook.pytest_benchmark_generate_machine_info(config=self.config) or {}
+                info = self._generate_machine_info()
                 self._machine_info = copy.deepcopy(info)
                 hook.pytest_benchmark_update_machine_info(config=self.config, machine_info=info)
             timer = str(self.config.getoption("benchmark_timer", ""))
             self._identity = identify(info, self.settings, timer)
         return self._identity
+
+    def _generate_machine_info(self) -> dict[str, Any]:
+        """pytest-benchmark's machine info, kept in the store for the machine's boot (see :mod:`.machine_info`)
+        when pytest-benchmark's own hook is the one that makes it: a conftest's may say something else each run."""
+        hook = self.config.hook.pytest_benchmark_generate_machine_info
+        makers = {getattr(impl.plugin, "__name__", None) for impl in hook.get_hookimpls() if impl.plugin is not self}
+        store = self.settings.store
+        kept = self.machine_info_cache = (
+            MachineInfoCache(store / MACHINE_INFO) if store is not None and makers == {BENCHMARK_PLUGIN} else None
+        )
+        info = kept.get() if kept is not None else None
+        if info is None:
+            info = hook(config=self.config) or {}
+            if kept is not None:
+                kept.put(info)
+        return info
 
     def _load_baseline(self, storage: Any) -> tuple[str, Mapping[str, Any]] | None:
         """The saved run to compare with, through pytest-benchmark's storage; refuses one of other conditions."""

@@ -36,7 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Here, not at the top: every pytest run imports this module, only runs with dlbricks on need these.
     from .distributed import is_worker
     from .interruption import TerminateAsInterrupt
-    from .runtime import ThreadPoolConflict, use_thread_pool
+    from .runtime import ThreadPoolConflict, ask_for_thread_pool
     from .session import DLBricksSession
     from .tracking import Tracking
 
@@ -46,7 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
             " or cannot load: enable it, or leave dlbricks out (-p no:dlbricks)"
         )
     try:
-        use_thread_pool(settings.thread_pool, settings.intra_op_threads)
+        ask_for_thread_pool(settings.thread_pool, settings.intra_op_threads)
     except ThreadPoolConflict as error:
         raise pytest.UsageError(f"--dlbricks-thread-pool: {error}") from None
     session = DLBricksSession(config, settings)

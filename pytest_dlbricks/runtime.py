@@ -70,6 +70,8 @@ POLL_S = 0.05
 InferenceSession = ort.InferenceSession
 #: Size of the pool this process's sessions share, once it shares one (0: onnxruntime's default).
 _shared_threads: int | None = None
+#: The pool and threads the run asked for (see :func:`ask_for_thread_pool`), until its first session.
+_asked: tuple[str, int] | None = None
 
 
 class ThreadPoolConflict(ValueError):
@@ -108,8 +110,24 @@ def use_thread_pool(pool: str, threads: int) -> None:
         _shared_threads = threads
 
 
+def ask_for_thread_pool(pool: str, threads: int) -> None:
+    """What :func:`use_thread_pool` does, done when the first session is created: a run whose bricks all
+    come from the store creates none, and so pays neither for onnxruntime's pool nor for the session that
+    finds whether this process already shares one. Raises :class:`ThreadPoolConflict` at once where this
+    process is known to share a pool the run cannot have."""
+    global _asked
+    if _shared_threads is not None:
+        use_thread_pool(pool, threads)
+    _asked = (pool, threads)
+
+
 def new_options() -> ort.SessionOptions:
-    """Session options that run on the shared pool when this process has one, logging fatal errors only."""
+    """Session options that run on the shared pool when this process has one, logging fatal errors only;
+    the first sets up the pool the run asked for."""
+    global _asked
+    if _asked is not None:
+        asked, _asked = _asked, None
+        use_thread_pool(*asked)
     options = ort.SessionOptions()
     options.log_severity_level = _LOG_FATAL_ONLY
     if _shared_threads is not None:

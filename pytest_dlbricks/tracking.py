@@ -232,6 +232,8 @@ class Tracking(Baselines):
             discarded["plans"] = self.plans.discarded
         if self.plans is not None and self.plans.digests.discarded:
             discarded["model file digests"] = self.plans.digests.discarded
+        if self.machine_info_cache is not None and self.machine_info_cache.discarded:
+            discarded["machine descriptions"] = self.machine_info_cache.discarded
         return {"discarded": discarded, "repaired": dict(self.shelf.repaired + self.store.repaired)}
 
     def _save_models(self, store: BrickStore, shelf: Shelf) -> None:

@@ -30,6 +30,7 @@ STAGES: dict[str, set[str]] = {
     "compose": {
         *("composition", "calibration", "analysis", "validation"),
         *("store", "store_records", "atomic_files", "file_digests", "plans"),
+        "machine_info",
     },
     "report": {
         *("formatting", "executor_text", "accuracy_text", "terminal", "html", "html_parts", "html_charts"),

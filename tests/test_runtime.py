@@ -33,6 +33,7 @@ def pool_sizes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """A process that has not chosen yet; the sizes it gives onnxruntime are recorded, not applied."""
     calls: list[tuple[int, int]] = []
     monkeypatch.setattr(runtime, "_shared_threads", None)
+    monkeypatch.setattr(runtime, "_asked", None)
     monkeypatch.setattr(runtime, "_runtime_shares_a_pool", lambda: False)
     monkeypatch.setattr(runtime._pybind_state, "set_global_thread_pool_sizes", lambda *sizes: calls.append(sizes))
     return calls

@@ -114,7 +114,7 @@ def store_files(store: Path) -> list[Path]:
     files = sorted(path for path in store.rglob("*.json") if not path.name.startswith("."))
     folders = ("bricks", "plans", "graphs", "files", "models")
     kinds = {path.parent.name if path.parent.name in folders else path.name for path in files}
-    assert kinds == {*folders, "identity.json", "overhead.json", "executor.json"}, kinds
+    assert kinds == {*folders, "identity.json", "overhead.json", "executor.json", "machine-info.json"}, kinds
     return files
 
 
