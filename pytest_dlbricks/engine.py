@@ -14,6 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import onnx
+
 from .analysis import BrickWork, plan_work
 from .bricks import BrickSpec
 from .budget import Use, brick_precision, largest_share
@@ -49,6 +52,7 @@ from .running import BrickRunner, ModelRunner
 from .samples import SampleInputs, find_samples, from_hook
 from .settings import Settings
 from .sharding import assign, brick_cost
+from .simulated_costs import Simulation
 from .speed_trace import SpeedTrace
 from .store import write_json, write_text
 from .suite import SuiteError, export_suite, read_manifest
@@ -153,6 +157,8 @@ class DLBricksRun:
         self.calibration: list[CalibrationRecord] = []
         #: Synthetic weights every brick of the run reads (see :class:`~.synthetic.SharedWeights`).
         self.shared_weights = SharedWeights()
+        #: What the simulation counted, in simulated cost mode (see :mod:`.simulated`); None when bricks are timed.
+        self.simulation = Simulation() if settings.cost == "simulated" else None
 
     # Cutting
 
@@ -286,10 +292,15 @@ class DLBricksRun:
     def whole_model_runner(self, plan: ModelPlan, *, parallel: bool) -> ModelRunner:
         """The whole model of ``plan`` as the user runs it (their file, real weights) on the inputs its
         bricks were cut for; raises :class:`ModelError` or :class:`~.running.BrickError`."""
+        model, feeds, data_dir = self.whole_model_inputs(plan)
+        return ModelRunner(model, feeds, self.settings, data_dir=data_dir, parallel=parallel)
+
+    def whole_model_inputs(self, plan: ModelPlan) -> tuple[onnx.ModelProto | Path, dict[str, np.ndarray], Path | None]:
+        """The whole model of ``plan`` (its file, or the model converted to its point's type), its inputs, and
+        where the weights of a converted model lie; raises :class:`ModelError`."""
         path, point, sample = self.sources[plan.path]
         model, feeds = whole_model(path, point.dims, _converter(point.dtype), sample)
-        data_dir = None if isinstance(model, Path) else path.parent  # onnxruntime finds a file's own data
-        return ModelRunner(model, feeds, self.settings, data_dir=data_dir, parallel=parallel)
+        return model, feeds, None if isinstance(model, Path) else path.parent  # onnxruntime finds a file's own data
 
     def models_using(self, signature: str) -> dict[str, int]:
         return {plan.path: plan.signatures[signature] for plan in self.plans if signature in plan.signatures}
@@ -527,6 +538,8 @@ class DLBricksRun:
         models' load times: one session per model, as much as benchmarking the model whole costs to start."""
         if self.report is not None:
             return self.report
+        # Simulated costs need no peak, load times nor executor: nothing of this machine's is timed.
+        measure = measure and self.simulation is None
         # The machine's peak first: the parallel executor's threads, once tried, spin on for a while.
         measured = self._measure_run(load_times) if measure else RunMeasurements(machine=describe_machine())
         if measure and self.results:
@@ -554,6 +567,9 @@ class DLBricksRun:
             speed=self.speed.summary() if any(not result.reused for result in self.results.values()) else None,
             load=load_summary(self.load.readings()),
         )
+        if self.simulation is not None:
+            self.composed = dataclasses.replace(self.composed, simulation=self.simulation.report(self.plans))
+            self.messages.append((self.simulation.summary(), False))
         self.report = self.composed.as_json()
         return self.report
 

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import pytest
 
 from .settings import (
+    COST_MODES,
     CUT_MODES,
     DEFAULT_DIM,
     DEFAULT_GLOBS,
@@ -44,6 +45,7 @@ T = TypeVar("T")
 _parse_optimization = parse_choice(OPTIMIZATION_LEVELS, "optimization level")
 _parse_statistic = parse_choice(STATISTICS, "statistic")
 _parse_cut = parse_choice(CUT_MODES, "cut")
+_parse_cost = parse_choice(COST_MODES, "cost")
 _parse_thread_pool = parse_choice(THREAD_POOLS, "thread pool")
 _parse_executor = parse_choice(EXECUTORS, "executor")
 
@@ -168,6 +170,15 @@ _OPTIONS = (
         "optimized; original with --dlbricks-export",
         _parse_cut,
         ini="dlbricks_cut",
+    ),
+    _Option(
+        "--dlbricks-cost",
+        "MODE",
+        "What a brick costs: its time on this machine (wall-clock), or its instructions and cache misses"
+        " counted under valgrind's callgrind and a cycle model's time (simulated: the same on any load).",
+        "wall-clock",
+        _parse_cost,
+        ini="dlbricks_cost",
     ),
     _Option(
         "--dlbricks-precision",
@@ -364,6 +375,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
         globs=tuple(globs),
         providers=_providers(config),
         cut=_flag_or_ini(config, "dlbricks_cut", _parse_cut) or ("original" if export_dir else "optimized"),
+        cost=_flag_or_ini(config, "dlbricks_cost", _parse_cost) or "wall-clock",
         validate=bool(_flag_or_ini(config, "dlbricks_validate", parse_bool)),
         calibrate=bool(_flag_or_ini(config, "dlbricks_calibrate", parse_bool)),
         precision=_precision(config),
@@ -383,6 +395,12 @@ def read_settings(config: pytest.Config) -> Settings | None:
         problem = check_export_folder(export_dir)
         if problem is not None:
             raise pytest.UsageError(f"--dlbricks-export: {problem}")
+    if settings.cost == "simulated":
+        from .simulation import simulator_problem  # here, not at the top: keeps importing the plugin cheap
+
+        problem = simulator_problem()
+        if problem is not None:
+            raise pytest.UsageError(f"--dlbricks-cost=simulated: {problem}")
     if settings.calibrate and not settings.validate:
         raise pytest.UsageError(
             "--dlbricks-calibrate needs --dlbricks-validate: calibration learns from models measured whole"

@@ -234,6 +234,8 @@ class RunReport:
     #: Which model of onnxruntime's parallel executor the parallel estimates used, and why (see
     #: :func:`executor_fields`).
     executor: dict[str, Any] | None = None
+    #: What the simulation counted, in simulated cost mode (see :meth:`.simulated_costs.Simulation.report`).
+    simulation: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The report in its JSON format, keys as other tools read them."""
@@ -260,6 +262,8 @@ class RunReport:
             report["conditions"] = self.conditions
         if self.comparison is not None:
             report["comparison"] = self.comparison
+        if self.simulation is not None:
+            report["simulation"] = self.simulation
         return report
 
 

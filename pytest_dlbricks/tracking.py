@@ -39,6 +39,7 @@ from .report import BrickResult
 from .retiming import retime
 from .session import DLBricksSession
 from .settings import Settings
+from .simulation import valgrind_version
 from .store import BrickStore, ModelManifest, Shelf, StoredBrick, StoredExecutor
 from .terminal import table_width
 from .wording import counted, plural
@@ -105,10 +106,17 @@ class Tracking:
                 self._machine_info = copy.deepcopy(info)
                 hook.pytest_benchmark_update_machine_info(config=self.config, machine_info=info)
             timer = str(self.config.getoption("benchmark_timer", ""))
-            self._identity = identify(info, self.settings, timer)
+            self._identity = identify(info, self.settings, timer, self._valgrind())
         return self._identity
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def _valgrind(self) -> str | None:
+        """The version of valgrind that counts a simulated run's bricks; None in a run that times them."""
+        if self.dlbricks.run.simulation is None:
+            return None
+        version = valgrind_version()
+        return ".".join(map(str, version)) if version else None
+
     def pytest_benchmark_generate_machine_info(self) -> dict[str, Any] | None:
         """The machine info generated for the identity, so py-cpuinfo runs once when pytest-benchmark saves too."""
         return copy.deepcopy(self._machine_info)

@@ -24,20 +24,23 @@ STAGES: dict[str, set[str]] = {
         "budget",
         "wording",
         "verdict",
+        "cycle_model",
     },
     "runtime": {"runtime"},
     "load": {"screening", "ordering", "samples", "loading", "weightless"},
     "cut": {"bricks", "cutting", "flops", "numerics"},
     "synthesize": {"synthesis"},
     "run": {"running", "overhead", "probes", "speed_trace", "load", "sharding", "retiming"},
+    "simulate": {"callgrind_output", "simulation", "simulation_worker"},
     "compose": {"composition", "calibration", "analysis", "validation", "store", "file_digests", "plans"},
+    "count": {"simulated_costs"},
     "report": {
         *("report", "recomposition", "merging", "maps", "machines", "comparing", "estimates"),
         *("terminal", "html", "suite"),
     },
     "wiring": {
         *("engine", "items", "session", "collector", "tracking", "plugin", "options", "distributed", "hooks"),
-        *("interruption", "warning_types", "cli", "__main__"),
+        *("interruption", "warning_types", "cli", "__main__", "simulated"),
     },
 }
 RANK = {module: rank for rank, modules in enumerate(STAGES.values()) for module in modules}
@@ -89,7 +92,8 @@ def test_no_stage_imports_a_later_one() -> None:
 
 
 def test_only_the_runtime_module_imports_onnxruntime() -> None:
-    """The version settings record and the conversion tools numerics uses are the exceptions (see each)."""
+    """The version settings record, the conversion tools numerics uses and the worker process valgrind runs
+    are the exceptions (see each)."""
     importers = set()
     for module in import_graph():
         tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
@@ -98,7 +102,7 @@ def test_only_the_runtime_module_imports_onnxruntime() -> None:
             names += [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
             if any(name.split(".")[0] == "onnxruntime" for name in names):
                 importers.add(module)
-    assert importers == {"runtime", "settings", "numerics"}
+    assert importers == {"runtime", "settings", "numerics", "simulation_worker"}
 
 
 def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
