@@ -63,10 +63,14 @@ def brick_cost(run: DLBricksRun, signature: str, wanted: Iterable[str]) -> Simul
     simulation = _simulation(run)
     if not simulation.known(signature):
         todo = dict.fromkeys(s for s in (signature, *wanted) if not simulation.known(s))
-        jobs = [job for s in todo if (job := _brick_job(run, simulation, s)) is not None]
-        if simulation.call is None:
-            jobs += call_jobs(simulation.folder, session_options(run.settings).graph_optimization_level.name)
-        simulation.count(jobs)
+
+        def make_jobs(folder: Path) -> list[SimulationJob]:
+            jobs = [job for s in todo if (job := _brick_job(run, simulation, s, folder)) is not None]
+            if simulation.call is None:
+                jobs += call_jobs(folder, session_options(run.settings).graph_optimization_level.name)
+            return jobs
+
+        simulation.count(make_jobs)
         run.overhead = simulation.call_overhead()
     return simulation.cost(signature)
 
@@ -77,7 +81,8 @@ def model_cost(run: DLBricksRun, plan: ModelPlan, wanted: Iterable[ModelPlan]) -
     if not simulation.known(plan.path):
         todo = {p.path: p for p in (plan, *wanted) if not simulation.known(p.path)}
         simulation.count(
-            (job for p in todo.values() if (job := _model_job(run, simulation, p)) is not None), models=True
+            lambda folder: [job for p in todo.values() if (job := _model_job(run, simulation, p, folder)) is not None],
+            models=True,
         )
     return simulation.cost(plan.path, model=True)
 
@@ -87,7 +92,7 @@ def _simulation(run: DLBricksRun) -> Simulation:
     return run.simulation
 
 
-def _brick_job(run: DLBricksRun, simulation: Simulation, signature: str) -> SimulationJob | None:
+def _brick_job(run: DLBricksRun, simulation: Simulation, signature: str, folder: Path) -> SimulationJob | None:
     brick = run.bricks[signature]
     try:
         model = build_brick_model(brick).SerializeToString()
@@ -97,10 +102,10 @@ def _brick_job(run: DLBricksRun, simulation: Simulation, signature: str) -> Simu
         return None
     simulation.io[signature] = (len(brick.inputs), brick.output_count)
     level = session_options(run.settings, optimized=run.already_optimized(signature)).graph_optimization_level.name
-    return save_job(simulation.folder, signature, model, feeds, calls_for(run.expected_cost(signature)), level)
+    return save_job(folder, signature, model, feeds, calls_for(run.expected_cost(signature)), level)
 
 
-def _model_job(run: DLBricksRun, simulation: Simulation, plan: ModelPlan) -> SimulationJob | None:
+def _model_job(run: DLBricksRun, simulation: Simulation, plan: ModelPlan, folder: Path) -> SimulationJob | None:
     try:
         model, feeds, data_dir = run.whole_model_inputs(plan)
     except ModelError as error:
@@ -109,7 +114,7 @@ def _model_job(run: DLBricksRun, simulation: Simulation, plan: ModelPlan) -> Sim
     data = model if isinstance(model, Path) else model.SerializeToString()
     level = session_options(run.settings).graph_optimization_level.name
     work = sum(run.expected_cost(signature) * count for signature, count in plan.signatures.items())
-    return save_job(simulation.folder, plan.path, data, feeds, calls_for(work), level, data_dir=data_dir)
+    return save_job(folder, plan.path, data, feeds, calls_for(work), level, data_dir=data_dir)
 
 
 def simulated_brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:

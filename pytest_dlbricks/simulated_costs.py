@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +17,13 @@ from .cutting import ModelPlan
 from .cycle_model import NO_COST, SimulatedCost, describe_model
 from .overhead import CallOverhead
 from .simulation import CALL_MODELS, WORKERS, CallCosts, SimulationError, SimulationJob, simulate, valgrind_version
+from .wording import plural
 
 
 class Simulation:
     """The costs of one run, by brick signature and by model path, and why the others could not be counted."""
 
     def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="dlbricks-simulation-"))
         self.bricks: dict[str, SimulatedCost] = {}
         self.models: dict[str, SimulatedCost] = {}
         self.errors: dict[str, str] = {}
@@ -38,16 +38,18 @@ class Simulation:
         """Whether a brick or model was simulated already, or failed to be."""
         return name in self.bricks or name in self.models or name in self.errors
 
-    def count(self, jobs: Iterable[SimulationJob], *, models: bool = False) -> None:
-        """Simulate ``jobs`` (bricks, or with ``models`` whole models) and keep their costs or errors."""
-        jobs = list(jobs)
-        if not jobs:
-            return
+    def count(self, make_jobs: Callable[[Path], list[SimulationJob]], *, models: bool = False) -> None:
+        """Simulate the jobs ``make_jobs`` saves in the folder it is given (bricks, or with ``models`` whole
+        models) and keep their costs or errors; the folder is removed after."""
         start = time.perf_counter()
-        try:
-            costs, errors = simulate(jobs, self.folder)
-        except SimulationError as error:
-            costs, errors = {}, {job.name: str(error) for job in jobs}
+        with tempfile.TemporaryDirectory(prefix="dlbricks-simulation-") as folder:
+            jobs = make_jobs(Path(folder))
+            if not jobs:
+                return
+            try:
+                costs, errors = simulate(jobs, Path(folder))
+            except SimulationError as error:
+                costs, errors = {}, {job.name: str(error) for job in jobs}
         self.wall_s += time.perf_counter() - start
         self.worker_starts += min(len(jobs), WORKERS)
         calls = {name: costs.pop(name) for name in CALL_MODELS if name in costs}
@@ -107,9 +109,9 @@ class Simulation:
 
     def summary(self) -> str:
         """The line the terminal summary gives the simulation."""
-        models = f" and {len(self.models)} whole models" if self.models else ""
+        models = f" and {plural(len(self.models), 'whole model')}" if self.models else ""
         return (
-            f"dlbricks: simulated cost: {len(self.bricks)} bricks{models} counted under callgrind in"
-            f" {self.wall_s:.1f} s ({self.worker_starts} worker starts); the simulated machine is an AVX2 machine"
-            " (valgrind hides AVX-512), its time that of a cycle model"
+            f"dlbricks: simulated cost: {plural(len(self.bricks), 'brick')}{models} counted under callgrind in"
+            f" {self.wall_s:.1f} s ({plural(self.worker_starts, 'worker start')}); the simulated machine is an AVX2"
+            " machine (valgrind hides AVX-512), its time that of a cycle model"
         )
