@@ -362,10 +362,11 @@ class Tracking:
         statistic, threshold = self.settings.statistic, self.settings.compare_fail
         try:
             first = compare(now, block, baseline=name, statistic=statistic, threshold=threshold)
-            # A model whose bricks changed is judged on them timed again, interleaved with its references.
+            # A model whose bricks changed is judged on them timed again, interleaved with its references; simulated
+            # costs have no noise to wait out, and are judged as they are.
             retimed = {
                 model.path: retime(self.run.bricks, [*model.changed, *model.references], self.settings)
-                for model in suspects(first)
+                for model in (suspects(first) if self.run.simulation is None else [])
             }
             self.comparison = (
                 compare(now, block, baseline=name, statistic=statistic, threshold=threshold, retimed=retimed)
