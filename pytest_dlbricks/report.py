@@ -251,7 +251,8 @@ class RunReport:
             "machine": dict(self.machine),
             "peak": self.peak,
         }
-        verdict = judge_report(report)
+        # Simulated counts have no noise, speed or load for a verdict to weigh.
+        verdict = judge_report(report) if self.simulation is None else None
         if verdict is not None:  # how far the estimates can be trusted, from what, and what to do
             report["verdict"] = verdict.as_json()
         if self.calibration is not None:

@@ -241,8 +241,10 @@ class Tracking:
         would had their items run."""
         stored = self.stored.get(signature)
         limit = self._time_limit()
+        # A simulated cost is a count: exact, whatever precision times are asked for.
+        exact = self.run.simulation is not None
         if stored is None or not (
-            stored.precise_enough(self._precision(signature, stored.stats, stored.probe_s))
+            stored.precise_enough(None if exact else self._precision(signature, stored.stats, stored.probe_s))
             or (limit is not None and stored.timed_out_within(limit))
         ):
             return False

@@ -13,6 +13,8 @@ import tiny_models
 from conftest import SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks.callgrind_output import CallgrindOutputError, read_part
 from pytest_dlbricks.cycle_model import CLOCK_HZ, L1_MISS_CYCLES, LL_MISS_CYCLES, SimulatedCost
+from pytest_dlbricks.identity import differences, identify
+from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.simulated import StepClock, exact_stats
 from pytest_dlbricks.simulation import calls_for, save_job, simulate, simulator_problem
 
@@ -56,6 +58,17 @@ def test_pytest_benchmark_reads_exactly_the_simulated_time() -> None:
     stats = exact_stats(2.5e-6)
     assert stats["median"] == stats["min"] == stats["max"] == 2.5e-6
     assert stats["stddev"] == stats["iqr"] == 0
+
+
+def test_simulated_records_are_kept_apart_from_timed_ones() -> None:
+    info = {"cpu": {"brand_raw": "a CPU", "count": 2, "flags": ["sse4_2", "avx2", "avx512f"]}}
+    timed = identify(info, Settings(granularity=2), "perf_counter")
+    simulated = identify(info, Settings(granularity=2, cost="simulated"), "perf_counter", "3.19.0")
+    assert "cost" not in timed.timing, "timed records keep the identity they always had"
+    assert simulated.timing["simulator"] == "valgrind 3.19.0, sse4_2+avx2"  # AVX-512 is hidden under valgrind
+    assert simulated.key != timed.key
+    settings = Settings(granularity=2)
+    assert "cost None then, 'simulated' now" in differences(simulated.conditions(settings), timed.conditions(settings))
 
 
 def test_output_reading_takes_the_totals_line(tmp_path: Path) -> None:
@@ -130,3 +143,9 @@ def test_a_simulated_run_counts_each_brick_and_the_whole_model(pytester: pytest.
         signature: simulation["bricks"][signature]["simulated_s"] for signature in timed
     }
     assert all(stats["stddev"] == 0 for stats in timed.values())
+    assert "verdict" not in report  # counts have no noise, speed or load to weigh
+    # Run again: the store's counts are exact, reused whatever precision times would ask for.
+    again = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-cost=simulated", "--dlbricks-json=r.json")
+    again.stdout.fnmatch_lines(["*3 brick times reused from store*"])
+    (reused,) = json.loads((pytester.path / "r.json").read_text())["models"]
+    assert reused["sequential_s"] == pytest.approx(model["sequential_s"])
