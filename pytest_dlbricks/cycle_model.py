@@ -74,15 +74,10 @@ class SimulatedCost:
             self.ll_misses + times * other.ll_misses,
         )
 
-    def less(self, other: SimulatedCost) -> SimulatedCost:
-        """This cost less ``other``, each event at zero at the least (a call's cost taken off a brick)."""
-        return SimulatedCost(
-            max(self.instructions - other.instructions, 0.0),
-            max(self.data_reads - other.data_reads, 0.0),
-            max(self.data_writes - other.data_writes, 0.0),
-            max(self.l1_misses - other.l1_misses, 0.0),
-            max(self.ll_misses - other.ll_misses, 0.0),
-        )
+    def minus(self, other: SimulatedCost) -> SimulatedCost:
+        """This cost less ``other`` (a call's cost taken off a brick): an event of a brick that misses a cache
+        less often than a bare call does may read below zero, as composition's sum needs it to."""
+        return self.plus(other, -1)
 
     def as_json(self) -> dict[str, float]:
         return {

@@ -79,7 +79,7 @@ class Simulation:
         for signature, count in plan.signatures.items():
             if signature not in self.bricks:
                 return None
-            total = total.plus(self.bricks[signature].less(call.of(*self.io[signature])), count)
+            total = total.plus(self.bricks[signature].minus(call.of(*self.io[signature])), count)
         return total
 
     def report(self, plans: Iterable[ModelPlan]) -> dict[str, Any]:

@@ -199,9 +199,9 @@ class CallCosts:
         """From the costs of the :data:`CALL_MODELS`: the one-layer chain less one layer (the two-layer chain
         less the one-layer one), and what two paths cost beyond two layers, half on inputs, half on outputs."""
         one, two, pair = (costs[name] for name in CALL_MODELS)
-        layer = two.less(one)
-        fixed = one.less(layer)
-        each = _halved(pair.less(two))
+        layer = two.minus(one)
+        fixed = one.minus(layer)
+        each = _halved(pair.minus(two))
         return cls(fixed, each, each)
 
     def of(self, inputs: int, outputs: int) -> SimulatedCost:

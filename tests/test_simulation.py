@@ -37,11 +37,12 @@ def test_the_cycle_model_adds_miss_penalties_to_instructions() -> None:
     assert cost.as_json()["simulated_s"] == cost.seconds
 
 
-def test_composition_of_costs_is_a_sum_and_a_call_cost_leaves_no_negative_count() -> None:
+def test_composition_of_costs_is_a_sum() -> None:
     brick = SimulatedCost(100, 40, 20, 4, 1)
     call = SimulatedCost(60, 50, 10, 1, 2)
     assert brick.plus(brick, 3) == SimulatedCost(400, 160, 80, 16, 4)
-    assert brick.less(call) == SimulatedCost(40, 0, 10, 3, 0)
+    assert brick.minus(call) == SimulatedCost(40, -10, 10, 3, -1)
+    assert brick.minus(call).seconds == pytest.approx(brick.seconds - call.seconds)
 
 
 def test_light_jobs_are_counted_over_more_calls() -> None:
