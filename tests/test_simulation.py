@@ -16,7 +16,7 @@ from pytest_dlbricks.cycle_model import CLOCK_HZ, L1_MISS_CYCLES, LL_MISS_CYCLES
 from pytest_dlbricks.identity import differences, identify
 from pytest_dlbricks.settings import Settings
 from pytest_dlbricks.simulated import StepClock, exact_stats
-from pytest_dlbricks.simulation import calls_for, save_job, simulate, simulator_problem
+from pytest_dlbricks.simulation import MAX_CALLS, calls_for, save_job, simulate, simulator_problem
 
 #: Why the tests that run valgrind are skipped, where they are.
 NO_SIMULATOR = simulator_problem()
@@ -46,7 +46,7 @@ def test_composition_of_costs_is_a_sum() -> None:
 
 
 def test_light_jobs_are_counted_over_more_calls() -> None:
-    assert calls_for(0) == calls_for(1.0) == 10
+    assert calls_for(0) == calls_for(1.0) == MAX_CALLS
     assert calls_for(1e12) == 1
     assert calls_for(1e6) >= calls_for(1e8) >= calls_for(1e10)
 
