@@ -28,6 +28,7 @@ from .plans import PlanCache
 from .retiming import retime
 from .session import DLBricksSession
 from .settings import Settings
+from .simulation import valgrind_version
 from .store import BrickStore, Shelf
 from .store_records import StoredBrick
 
@@ -165,8 +166,15 @@ class Baselines:
                 self._machine_info = copy.deepcopy(info)
                 hook.pytest_benchmark_update_machine_info(config=self.config, machine_info=info)
             timer = str(self.config.getoption("benchmark_timer", ""))
-            self._identity = identify(info, self.settings, timer)
+            self._identity = identify(info, self.settings, timer, self._valgrind())
         return self._identity
+
+    def _valgrind(self) -> str | None:
+        """The version of valgrind that counts a simulated run's bricks; None in a run that times them."""
+        if self.dlbricks.run.simulation is None:
+            return None
+        version = valgrind_version()
+        return ".".join(map(str, version)) if version else None
 
     def _generate_machine_info(self) -> dict[str, Any]:
         """pytest-benchmark's machine info, kept in the store for the machine's boot (see :mod:`.machine_info`)
@@ -253,10 +261,11 @@ class Baselines:
         statistic, threshold = self.settings.statistic, self.settings.compare_fail
         try:
             first = compare(now, block, baseline=name, statistic=statistic, threshold=threshold)
-            # A model whose bricks changed is judged on them timed again, interleaved with its references.
+            # A model whose bricks changed is judged on them timed again, interleaved with its references; simulated
+            # costs have no noise to wait out, and are judged as they are.
             retimed = {
                 model.path: retime(self.run.bricks, [*model.changed, *model.references], self.settings)
-                for model in suspects(first)
+                for model in (suspects(first) if self.run.simulation is None else [])
             }
             self.comparison = (
                 compare(now, block, baseline=name, statistic=statistic, threshold=threshold, retimed=retimed)

@@ -12,6 +12,7 @@ from .bricks import BrickSpec
 from .engine import DLBricksRun, unforeseen
 from .errors import ModelError
 from .items import brick_mark, brick_test, e2e_test
+from .simulated import simulated_brick_test, simulated_model_test
 from .suite import SuiteError, read_brick
 from .sweeps import SweepPoint
 from .warning_types import DLBricksWarning
@@ -71,10 +72,12 @@ class ModelFile(pytest.File):
         for brick in new_bricks:
             yield brick_item(self, self.run, brick, point)
         if self.run.settings.validate:
-            for executor in self.run.executors_to_validate(plan):
+            simulated = self.run.simulation is not None
+            for executor in ["sequential"] if simulated else self.run.executors_to_validate(plan):
                 # Named after the model: pytest-benchmark's table shows item names, not the file they are in.
                 name = ("e2e" if executor == "sequential" else f"e2e-{executor}") + f"[{self.path.name}]{suffix}"
-                item = pytest.Function.from_parent(self, name=name, callobj=e2e_test(self.run, plan, executor))
+                test = simulated_model_test(self.run, plan) if simulated else e2e_test(self.run, plan, executor)
+                item = pytest.Function.from_parent(self, name=name, callobj=test)
                 item.extra_keyword_matches.update(point.keywords)
                 yield item
         for broken in plan.broken:
@@ -111,8 +114,9 @@ def brick_item(
 ) -> pytest.Function:
     """The benchmark item of a distinct brick, selectable with ``-k`` by its operators and sweep point."""
     point = point or SweepPoint()
+    test = simulated_brick_test if run.simulation is not None else brick_test
     item = pytest.Function.from_parent(
-        parent, name=f"brick[{brick.label}]{point.suffix}", callobj=brick_test(run, brick.signature)
+        parent, name=f"brick[{brick.label}]{point.suffix}", callobj=test(run, brick.signature)
     )
     item.extra_keyword_matches.update(brick.ops)
     item.extra_keyword_matches.update(point.keywords)

@@ -14,6 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import onnx
+
 from .analysis import plan_work
 from .atomic_files import write_json, write_text
 from .bricks import BrickSpec
@@ -198,10 +201,15 @@ class DLBricksRun(RunState):
     def whole_model_runner(self, plan: ModelPlan, *, parallel: bool) -> ModelRunner:
         """The whole model of ``plan`` as the user runs it (their file, real weights) on the inputs its
         bricks were cut for; raises :class:`ModelError` or :class:`~.running.BrickError`."""
+        model, feeds, data_dir = self.whole_model_inputs(plan)
+        return ModelRunner(model, feeds, self.settings, data_dir=data_dir, parallel=parallel)
+
+    def whole_model_inputs(self, plan: ModelPlan) -> tuple[onnx.ModelProto | Path, dict[str, np.ndarray], Path | None]:
+        """The whole model of ``plan`` (its file, or the model converted to its point's type), its inputs, and
+        where the weights of a converted model lie; raises :class:`ModelError`."""
         path, point, sample = self.sources[plan.path]
         model, feeds = whole_model(path, point.dims, _converter(point.dtype), sample)
-        data_dir = None if isinstance(model, Path) else path.parent  # onnxruntime finds a file's own data
-        return ModelRunner(model, feeds, self.settings, data_dir=data_dir, parallel=parallel)
+        return model, feeds, None if isinstance(model, Path) else path.parent  # onnxruntime finds a file's own data
 
     # Measuring
 
@@ -267,6 +275,8 @@ class DLBricksRun(RunState):
         models' load times: one session per model, as much as benchmarking the model whole costs to start."""
         if self.report is not None:
             return self.report
+        # Simulated costs need no peak, load times nor executor: nothing of this machine's is timed.
+        measure = measure and self.simulation is None
         # The machine's peak first: the parallel executor's threads, once tried, spin on for a while.
         measured = self._measure_run(load_times) if measure else RunMeasurements(machine=describe_machine())
         if measure and self.results:
@@ -294,6 +304,9 @@ class DLBricksRun(RunState):
             speed=self.speed.summary() if any(not result.reused for result in self.results.values()) else None,
             load=load_summary(self.load.readings()),
         )
+        if self.simulation is not None:
+            self.composed = dataclasses.replace(self.composed, simulation=self.simulation.report(self.plans))
+            self.messages.append((self.simulation.summary(), False))
         self.report = self.composed.as_json()
         return self.report
 

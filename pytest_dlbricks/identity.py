@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,8 @@ _FIELDS = {
     ("timing", "optimization"): "optimization level",
     ("timing", "timer"): "timer",
     ("timing", "method"): "brick method",
+    ("timing", "cost"): "cost",
+    ("timing", "simulator"): "simulator",
     ("model", "granularity"): "granularity",
     ("model", "dims"): "symbolic dimensions",
     ("model", "cut"): "cut",
@@ -82,8 +84,9 @@ class Identity:
         }
 
 
-def identify(machine_info: Mapping[str, Any], settings: Settings, timer: str) -> Identity:
-    """The identity of this run, from pytest-benchmark's ``machine_info`` (py-cpuinfo under ``cpu``)."""
+def identify(machine_info: Mapping[str, Any], settings: Settings, timer: str, valgrind: str | None = None) -> Identity:
+    """The identity of this run, from pytest-benchmark's ``machine_info`` (py-cpuinfo under ``cpu``); a
+    simulated run's (see :data:`.settings.COST_MODES`) also holds the version of ``valgrind`` that counted."""
     cpu = machine_info.get("cpu") or {}
     machine = {
         "cpu": cpu.get("brand_raw") or machine_info.get("processor") or "unknown",
@@ -102,7 +105,20 @@ def identify(machine_info: Mapping[str, Any], settings: Settings, timer: str) ->
         "timer": timer,
         "method": BRICK_METHOD,
     }
+    if settings.cost != "wall-clock":  # wall-clock records keep the identity they always had
+        timing["cost"] = settings.cost
+        timing["simulator"] = simulator(valgrind, cpu.get("flags") or [])
     return Identity(machine, timing)
+
+
+#: The CPU features that decide which kernels onnxruntime's MLAS picks under valgrind (which hides AVX-512).
+SIMULATED_FEATURES = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni")
+
+
+def simulator(valgrind: str | None, flags: Sequence[str]) -> str:
+    """What simulated costs depend on besides onnxruntime: valgrind's version and the CPU features it passes on."""
+    features = "+".join(flag for flag in SIMULATED_FEATURES if flag in flags) or "none"
+    return f"valgrind {valgrind or '?'}, {features}"
 
 
 def differences(now: Mapping[str, Any], then: Mapping[str, Any]) -> list[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .settings import (
+    COST_MODES,
     CUT_MODES,
     DEFAULT_DIM,
     DEFAULT_GLOBS,
@@ -36,6 +37,7 @@ from .sharding import parse_shard
 _parse_optimization = parse_choice(OPTIMIZATION_LEVELS, "optimization level")
 _parse_statistic = parse_choice(STATISTICS, "statistic")
 _parse_cut = parse_choice(CUT_MODES, "cut")
+_parse_cost = parse_choice(COST_MODES, "cost")
 _parse_thread_pool = parse_choice(THREAD_POOLS, "thread pool")
 _parse_executor = parse_choice(EXECUTORS, "executor")
 
@@ -160,6 +162,15 @@ _OPTIONS = (
         "optimized; original with --dlbricks-export",
         _parse_cut,
         ini="dlbricks_cut",
+    ),
+    _Option(
+        "--dlbricks-cost",
+        "MODE",
+        "What a brick costs: its time on this machine (wall-clock), or its instructions and cache misses"
+        " counted under valgrind's callgrind and a cycle model's time (simulated: the same on any load).",
+        "wall-clock",
+        _parse_cost,
+        ini="dlbricks_cost",
     ),
     _Option(
         "--dlbricks-precision",

@@ -13,6 +13,7 @@ from .option_table import (
     _OPTIONS,
     _check_precision,
     _Option,
+    _parse_cost,
     _parse_cut,
     _parse_executor,
     _parse_optimization,
@@ -103,6 +104,7 @@ def read_settings(config: pytest.Config) -> Settings | None:
         globs=tuple(globs),
         providers=_providers(config),
         cut=_flag_or_ini(config, "dlbricks_cut", _parse_cut) or ("original" if export_dir else "optimized"),
+        cost=_flag_or_ini(config, "dlbricks_cost", _parse_cost) or "wall-clock",
         validate=bool(_flag_or_ini(config, "dlbricks_validate", parse_bool)),
         calibrate=bool(_flag_or_ini(config, "dlbricks_calibrate", parse_bool)),
         precision=_precision(config),
@@ -122,6 +124,12 @@ def read_settings(config: pytest.Config) -> Settings | None:
         problem = check_export_folder(export_dir)
         if problem is not None:
             raise pytest.UsageError(f"--dlbricks-export: {problem}")
+    if settings.cost == "simulated":
+        from .simulation import simulator_problem  # here, not at the top: keeps importing the plugin cheap
+
+        problem = simulator_problem()
+        if problem is not None:
+            raise pytest.UsageError(f"--dlbricks-cost=simulated: {problem}")
     if settings.calibrate and not settings.validate:
         raise pytest.UsageError(
             "--dlbricks-calibrate needs --dlbricks-validate: calibration learns from models measured whole"

@@ -63,6 +63,8 @@ class RunReport:
     #: Which model of onnxruntime's parallel executor the parallel estimates used, and why (see
     #: :func:`executor_fields`).
     executor: dict[str, Any] | None = None
+    #: What the simulation counted, in simulated cost mode (see :meth:`.simulated_costs.Simulation.report`).
+    simulation: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The report in its JSON format, keys as other tools read them."""
@@ -78,7 +80,8 @@ class RunReport:
             "machine": dict(self.machine),
             "peak": self.peak,
         }
-        verdict = judge_report(report)
+        # Simulated counts have no noise, speed or load for a verdict to weigh.
+        verdict = judge_report(report) if self.simulation is None else None
         if verdict is not None:  # how far the estimates can be trusted, from what, and what to do
             report["verdict"] = verdict.as_json()
         if self.calibration is not None:
@@ -89,6 +92,8 @@ class RunReport:
             report["conditions"] = self.conditions
         if self.comparison is not None:
             report["comparison"] = self.comparison
+        if self.simulation is not None:
+            report["simulation"] = self.simulation
         return report
 
 

@@ -31,6 +31,7 @@ from .report import RunReport
 from .samples import SampleInputs
 from .settings import Settings
 from .sharding import assign, brick_cost
+from .simulated_costs import Simulation
 from .speed_trace import SpeedTrace
 from .sweeps import SweepPoint, sweep_points
 from .synthetic import SharedWeights
@@ -133,6 +134,8 @@ class RunState:
         self.calibration: list[CalibrationRecord] = []
         #: Synthetic weights every brick of the run reads (see :class:`~.synthetic.SharedWeights`).
         self.shared_weights = SharedWeights()
+        #: What the simulation counted, in simulated cost mode (see :mod:`.simulated`); None when bricks are timed.
+        self.simulation = Simulation() if settings.cost == "simulated" else None
 
     def models_using(self, signature: str) -> dict[str, int]:
         return {plan.path: plan.signatures[signature] for plan in self.plans if signature in plan.signatures}

@@ -24,6 +24,9 @@ THREAD_POOLS = ("shared", "per-session")
 #: installed onnxruntime runs independent nodes at once (on CPU it runs one at a time since 1.14, and
 #: its estimate would only be the sequential one at another call cost).
 EXECUTORS = ("auto", "sequential", "parallel")
+#: What a brick costs: its time on this machine (pytest-benchmark), or its work counted under valgrind's
+#: callgrind, which no load or speed of the machine changes (see :mod:`.simulated`).
+COST_MODES = ("wall-clock", "simulated")
 DEFAULT_GLOBS = ("*.onnx",)
 #: Relative margin of error (95% confidence) each brick is timed to, unless the user says otherwise.
 DEFAULT_PRECISION = 0.02
@@ -79,6 +82,8 @@ class Settings:
     #: onnxruntime execution providers, in order of preference.
     providers: tuple[str, ...] = DEFAULT_PROVIDERS
     cut: str = "optimized"
+    #: What a brick costs (see :data:`COST_MODES`).
+    cost: str = "wall-clock"
     #: Time each model end to end too, interleaved with its bricks, and report the estimates' accuracy.
     validate: bool = False
     #: The validated models calibrate the machine: kept in the store, they correct every later estimate.
@@ -143,6 +148,7 @@ class Settings:
             "executor": self.executor,
             "providers": list(self.providers),
             "cut": self.cut,
+            "cost": self.cost,
             "precision": self.precision,
             "validate": self.validate,
             "calibrate": self.calibrate,

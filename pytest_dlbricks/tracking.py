@@ -122,8 +122,10 @@ class Tracking(Baselines):
         would had their items run."""
         stored = self.stored.get(signature)
         limit = self._time_limit()
+        # A simulated cost is a count: exact, whatever precision times are asked for.
+        exact = self.run.simulation is not None
         if stored is None or not (
-            stored.precise_enough(self._precision(signature, stored.stats, stored.probe_s))
+            stored.precise_enough(None if exact else self._precision(signature, stored.stats, stored.probe_s))
             or (limit is not None and stored.timed_out_within(limit))
         ):
             return False
@@ -219,7 +221,14 @@ class Tracking(Baselines):
     def _measure_lost_overhead(self, session: pytest.Session) -> None:
         """Brick times reused without the call overhead measured beside them (its record damaged or
         removed) would compose without taking it off: measure it now, and keep it for the next run."""
-        if self.reused_at and self.run.overhead is None and session.exitstatus != pytest.ExitCode.INTERRUPTED:
+        # A simulated run's call cost is counted, never timed: one lost is counted again with the next new brick.
+        simulated = self.run.simulation is not None
+        if (
+            self.reused_at
+            and self.run.overhead is None
+            and not simulated
+            and session.exitstatus != pytest.ExitCode.INTERRUPTED
+        ):
             self.run.measure_overhead()
             assert self.shelf is not None
             self.shelf.repaired["call overhead"] += 1

@@ -20,18 +20,20 @@ PACKAGE = Path(pytest_dlbricks.__file__).parent
 STAGES: dict[str, set[str]] = {
     "vocabulary": {
         *("__init__", "graph", "errors", "settings", "sweeps", "clock", "synthetic", "placement", "identity"),
-        *("noise", "budget", "wording", "verdict"),
+        *("noise", "budget", "wording", "verdict", "cycle_model"),
     },
     "runtime": {"runtime"},
     "load": {"screening", "ordering", "samples", "model_parts", "loading", "weightless"},
     "cut": {"bricks", "cutting", "counters", "fused_counters", "flops", "numerics"},
     "synthesize": {"synthesis"},
     "run": {"running", "overhead", "probes", "speed_trace", "load", "sharding", "retiming"},
+    "simulate": {"callgrind_output", "simulation", "simulation_worker"},
     "compose": {
         *("composition", "calibration", "analysis", "validation"),
         *("store", "store_records", "atomic_files", "file_digests", "plans"),
         "machine_info",
     },
+    "count": {"simulated_costs"},
     "report": {
         *("formatting", "executor_text", "accuracy_text", "terminal", "html", "html_parts", "html_charts"),
         *("report", "entries", "executor_entry", "validation_fields", "recomposition", "merging", "maps"),
@@ -39,7 +41,7 @@ STAGES: dict[str, set[str]] = {
     },
     "wiring": {
         *("run_state", "engine", "items", "session", "collector", "tracking", "baselines", "plugin", "options"),
-        *("option_table", "distributed", "hooks", "interruption", "warning_types", "cli", "__main__"),
+        *("option_table", "distributed", "hooks", "interruption", "warning_types", "cli", "__main__", "simulated"),
     },
 }
 RANK = {module: rank for rank, modules in enumerate(STAGES.values()) for module in modules}
@@ -91,7 +93,8 @@ def test_no_stage_imports_a_later_one() -> None:
 
 
 def test_only_the_runtime_module_imports_onnxruntime() -> None:
-    """The version settings record and the conversion tools numerics uses are the exceptions (see each)."""
+    """The version settings record, the conversion tools numerics uses and the worker process valgrind runs
+    are the exceptions (see each)."""
     importers = set()
     for module in import_graph():
         tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
@@ -100,7 +103,7 @@ def test_only_the_runtime_module_imports_onnxruntime() -> None:
             names += [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
             if any(name.split(".")[0] == "onnxruntime" for name in names):
                 importers.add(module)
-    assert importers == {"runtime", "settings", "numerics"}
+    assert importers == {"runtime", "settings", "numerics", "simulation_worker"}
 
 
 def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:

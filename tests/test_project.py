@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYTEST_LAYER = frozenset(
     {
         *("__main__", "collector", "distributed", "hooks", "interruption", "items"),
-        *("options", "plugin", "session", "tracking", "baselines", "warning_types"),
+        *("options", "plugin", "session", "tracking", "baselines", "warning_types", "simulated"),
     }
 )
 

@@ -134,6 +134,7 @@ def test_settings_describe_what_the_report_records() -> None:
         "executor": "auto",
         "providers": ["CPUExecutionProvider"],
         "cut": "optimized",
+        "cost": "wall-clock",
         "precision": 0.02,
         "validate": False,
         "calibrate": False,

@@ -1,0 +1,99 @@
+"""Simulated cost (``--dlbricks-cost=simulated``): repeatability, composition, and the time it takes.
+
+Runs the plugin as a user would, ``--dlbricks-store=none --dlbricks-validate`` at one granularity, ``--runs``
+times one after the other on ``sample_models/`` or the onnx wheel's 9 CNNs (or both), and reads each JSON
+report. Prints, per model:
+
+* repeatability: its simulated sequential estimate in every run and the largest distance of one from their
+  median (counts do not depend on load: runs identical in all but time should agree exactly);
+* composition: composed against whole-model instructions and simulated time (``instructions_ratio``,
+  ``simulated_s_ratio``) of the first run;
+
+then each run's wall time and the simulation's own. Run it from the repository root, in the environment
+where pytest-dlbricks is installed with its ``simulated`` extra and valgrind is on the ``PATH``::
+
+    python bench/simulated.py [--runs 2] [--models samples|light|both] [--granularity 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+
+LIGHT_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+SAMPLE_MODELS = Path(__file__).resolve().parent.parent / "sample_models"
+SAMPLE_DIMS = ("--dlbricks-dim=batch=1", "--dlbricks-dim=seq=16")
+
+
+def run_once(models: Path, report: Path, granularity: int, dims: tuple[str, ...]) -> tuple[dict, float]:
+    """One simulated, validated run of the plugin on ``models``: its report read back, and its wall time."""
+    command = [
+        *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={models.parent}"),
+        *(f"--dlbricks-granularity={granularity}", "--dlbricks-store=none", "--dlbricks-cost=simulated"),
+        *("--dlbricks-validate", f"--dlbricks-json={report}", "--benchmark-disable", *dims, str(models)),
+    ]
+    start = time.perf_counter()
+    subprocess.run(command, check=False, capture_output=True, cwd=models.parent)
+    return json.loads(report.read_text()), time.perf_counter() - start
+
+
+def study(name: str, source: Path, pattern: str, dims: tuple[str, ...], args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        models = Path(folder) / "models"
+        models.mkdir()
+        for path in sorted(source.glob(pattern)):
+            shutil.copy(path, models / path.name.replace("/", "_"))
+        reports = []
+        for number in range(args.runs):
+            report, wall_s = run_once(models, Path(folder) / f"run{number}.json", args.granularity, dims)
+            simulated_s = report.get("simulation", {}).get("wall_s", 0.0)
+            print(f"{name} run {number + 1}: {wall_s:.0f} s wall, {simulated_s:.0f} s of it simulating", flush=True)
+            reports.append(report)
+    print(f"\n{name}, G={args.granularity}: model, estimates (us) per run, largest move from their median")
+    paths = [model["path"] for model in reports[0]["models"]]
+    for path in paths:
+        estimates = [next(m for m in r["models"] if m["path"] == path).get("sequential_s") for r in reports]
+        known = [e for e in estimates if e]
+        if not known:
+            print(f"  {path}: no estimate")
+            continue
+        median = statistics.median(known)
+        move = max(abs(e / median - 1) for e in known)
+        print(f"  {path}: {' '.join(f'{e * 1e6:.2f}' for e in known)}  move {move:.4%}")
+    print(f"\n{name}: composed / whole model, instructions and simulated time (first run)")
+    ratios = []
+    for path, entry in reports[0].get("simulation", {}).get("models", {}).items():
+        instructions, simulated = entry.get("instructions_ratio"), entry.get("simulated_s_ratio")
+        if instructions is None:
+            print(f"  {path}: not composed")
+            continue
+        ratios.append(instructions)
+        print(f"  {path}: instructions {instructions:.4f}  simulated time {simulated:.4f}")
+    within = sum(abs(ratio - 1) <= 0.02 for ratio in ratios)
+    print(f"  {within}/{len(ratios)} models' instructions within 2%")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--models", choices=("samples", "light", "both"), default="samples")
+    parser.add_argument("--granularity", type=int, default=2)
+    args = parser.parse_args()
+    if args.models in ("samples", "both"):
+        study("samples", SAMPLE_MODELS, "*.onnx", SAMPLE_DIMS, args)
+    if args.models in ("light", "both"):
+        study("light CNNs", LIGHT_MODELS, "*.onnx", (), args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""The simulated cost mode: the cycle model, reading callgrind's output, and runs under valgrind end to end."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tiny_models
+
+from conftest import SAMPLE_MODELS, run_dlbricks
+from pytest_dlbricks.callgrind_output import CallgrindOutputError, read_part
+from pytest_dlbricks.cycle_model import CLOCK_HZ, L1_MISS_CYCLES, LL_MISS_CYCLES, SimulatedCost
+from pytest_dlbricks.identity import differences, identify
+from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.simulated import StepClock, exact_stats
+from pytest_dlbricks.simulation import MAX_CALLS, calls_for, save_job, simulate, simulator_problem
+
+#: Why the tests that run valgrind are skipped, where they are.
+NO_SIMULATOR = simulator_problem()
+needs_simulator = pytest.mark.skipif(NO_SIMULATOR is not None, reason=f"cannot simulate here: {NO_SIMULATOR}")
+#: How far the composed instructions of the sample mlp may lie from the whole model's, at G=2: measured 0.97 to
+#: 1.16 over runs (onnxruntime 1.32, valgrind 3.19); a change of how bricks are built or composed that moves it
+#: further fails.
+COMPOSITION_BOUND = 0.3
+
+
+def test_the_cycle_model_adds_miss_penalties_to_instructions() -> None:
+    events = {"Ir": 1000, "Dr": 300, "Dw": 100, "I1mr": 1, "D1mr": 2, "D1mw": 3, "ILmr": 0, "DLmr": 1, "DLmw": 1}
+    cost = SimulatedCost.from_events(events, calls=2)
+    assert cost.instructions == 500
+    assert (cost.data_reads, cost.data_writes) == (150, 50)
+    assert (cost.l1_misses, cost.ll_misses) == (3, 1)
+    assert cost.cycles == 500 + L1_MISS_CYCLES * 3 + LL_MISS_CYCLES * 1
+    assert cost.seconds == cost.cycles / CLOCK_HZ
+    assert cost.as_json()["simulated_s"] == cost.seconds
+
+
+def test_composition_of_costs_is_a_sum() -> None:
+    brick = SimulatedCost(100, 40, 20, 4, 1)
+    call = SimulatedCost(60, 50, 10, 1, 2)
+    assert brick.plus(brick, 3) == SimulatedCost(400, 160, 80, 16, 4)
+    assert brick.minus(call) == SimulatedCost(40, -10, 10, 3, -1)
+    assert brick.minus(call).seconds == pytest.approx(brick.seconds - call.seconds)
+
+
+def test_light_jobs_are_counted_over_more_calls() -> None:
+    assert calls_for(0) == calls_for(1.0) == MAX_CALLS
+    assert calls_for(1e12) == 1
+    assert calls_for(1e6) >= calls_for(1e8) >= calls_for(1e10)
+
+
+def test_pytest_benchmark_reads_exactly_the_simulated_time() -> None:
+    clock = StepClock(2.5e-6)
+    start = clock()
+    clock.step_once()
+    assert clock() - start == 2.5e-6
+    stats = exact_stats(2.5e-6)
+    assert stats["median"] == stats["min"] == stats["max"] == 2.5e-6
+    assert stats["stddev"] == stats["iqr"] == 0
+
+
+def test_simulated_records_are_kept_apart_from_timed_ones() -> None:
+    info = {"cpu": {"brand_raw": "a CPU", "count": 2, "flags": ["sse4_2", "avx2", "avx512f"]}}
+    timed = identify(info, Settings(granularity=2), "perf_counter")
+    simulated = identify(info, Settings(granularity=2, cost="simulated"), "perf_counter", "3.19.0")
+    assert "cost" not in timed.timing, "timed records keep the identity they always had"
+    assert simulated.timing["simulator"] == "valgrind 3.19.0, sse4_2+avx2"  # AVX-512 is hidden under valgrind
+    assert simulated.key != timed.key
+    settings = Settings(granularity=2)
+    assert "cost None then, 'simulated' now" in differences(simulated.conditions(settings), timed.conditions(settings))
+
+
+def test_output_reading_takes_the_totals_line(tmp_path: Path) -> None:
+    out = tmp_path / "callgrind.out.1"
+    out.write_text(
+        "# callgrind format\nversion: 1\ncreator: callgrind-3.19.0\npart: 2\nevents: Ir Dr D1mr\nsummary: 0\n"
+        "fn=(1) main\n3 5 2 1\ntotals: 500 200\n"
+    )
+    part = read_part(out)
+    assert part.part == 2
+    assert part.totals == {"Ir": 500, "Dr": 200, "D1mr": 0}  # a totals line may leave trailing events out
+
+
+@pytest.mark.parametrize("text", ["", "events: Ir\n", "events: Ir\ntotals: many\n"])
+def test_output_reading_names_the_file_it_cannot_read(tmp_path: Path, text: str) -> None:
+    out = tmp_path / "callgrind.out.1"
+    out.write_text(text)
+    with pytest.raises(CallgrindOutputError, match=r"callgrind\.out\.1"):
+        read_part(out)
+
+
+@needs_simulator
+def test_real_callgrind_output_counts_more_work_as_more_instructions(tmp_path: Path) -> None:
+    small = tiny_models.single_layer(tmp_path, "Relu", [1, 64], name="small.onnx")
+    large = tiny_models.single_layer(tmp_path, "Relu", [1, 65536], name="large.onnx")
+    jobs = [
+        save_job(tmp_path, name, path, {"x": np.ones(shape, np.float32)}, 2, "ORT_ENABLE_ALL")
+        for name, path, shape in (("small", small, (1, 64)), ("large", large, (1, 65536)))
+    ]
+    costs, errors = simulate(jobs, tmp_path)
+    assert errors == {}
+    assert 0 < costs["small"].instructions < costs["large"].instructions
+    assert costs["large"].data_reads > 0 and costs["large"].l1_misses > 0
+
+
+def test_a_missing_valgrind_is_a_usage_error_naming_the_package(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(pytester.path))  # no valgrind on it
+    tiny_models.chain(pytester.path)
+    result = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-cost=simulated", dims=())
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dlbricks-cost=simulated: valgrind is not installed*apt-get install valgrind*"])
+
+
+@needs_simulator
+def test_a_simulated_run_counts_each_brick_and_the_whole_model(pytester: pytest.Pytester) -> None:
+    """The sample mlp's three bricks and the call cost in one batch of workers, then the model whole in another;
+    its composed instructions stay within :data:`COMPOSITION_BOUND` of the whole model's."""
+    shutil.copy(SAMPLE_MODELS / "mlp.onnx", pytester.path)
+    args = ("--dlbricks-granularity=2", "--dlbricks-cost=simulated", "--dlbricks-validate", "--dlbricks-json=r.json")
+    result = run_dlbricks(pytester, *args, "--benchmark-json=b.json", "mlp.onnx")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*dlbricks: simulated cost: 3 bricks and 1 whole model counted under callgrind*"])
+    report = json.loads((pytester.path / "r.json").read_text())
+    simulation = report["simulation"]
+    assert simulation["cost"] == "simulated" and simulation["errors"] == {}
+    assert "AVX2" in simulation["cycle_model"]["machine"]
+    (model,) = report["models"]
+    entry = simulation["models"][model["path"]]
+    assert abs(entry["instructions_ratio"] - 1) <= COMPOSITION_BOUND, entry
+    # The composed estimate is the simulated seconds of its bricks, less the call cost, as times compose.
+    assert model["sequential_s"] == pytest.approx(entry["composed"]["simulated_s"])
+    assert model["measured_s"] == pytest.approx(entry["whole"]["simulated_s"])
+    for brick in report["bricks"]:
+        assert brick["time_s"] == simulation["bricks"][brick["signature"]]["simulated_s"]
+    # pytest-benchmark's record of a brick holds its simulated time, with no spread.
+    benchmarks = json.loads((pytester.path / "b.json").read_text())["benchmarks"]
+    timed = {b["extra_info"]["signature"]: b["stats"] for b in benchmarks if "signature" in b["extra_info"]}
+    assert len(timed) == 3
+    assert {signature: stats["median"] for signature, stats in timed.items()} == {
+        signature: simulation["bricks"][signature]["simulated_s"] for signature in timed
+    }
+    assert all(stats["stddev"] == 0 for stats in timed.values())
+    assert "verdict" not in report  # counts have no noise, speed or load to weigh
+    # Run again: the store's counts are exact, reused whatever precision times would ask for.
+    again = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-cost=simulated", "--dlbricks-json=r.json")
+    again.stdout.fnmatch_lines(["*3 brick times reused from store*"])
+    (reused,) = json.loads((pytester.path / "r.json").read_text())["models"]
+    assert reused["sequential_s"] == pytest.approx(model["sequential_s"])
