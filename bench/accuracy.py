@@ -28,7 +28,7 @@ from pathlib import Path
 
 import onnx
 
-from pytest_dlbricks.validation import accuracy
+from pytest_dlbricks.estimating.validation import accuracy
 
 LIGHT_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 SAMPLE_MODELS = Path(__file__).resolve().parent.parent / "sample_models"

@@ -71,18 +71,18 @@ from pathlib import Path
 
 import onnx
 
-from pytest_dlbricks.analysis import plan_work
-from pytest_dlbricks.bricks import BrickSpec, describe_brick
-from pytest_dlbricks.composition import compose
-from pytest_dlbricks.cutting import ModelPlan, plan_model
-from pytest_dlbricks.loading import load_model, whole_model
-from pytest_dlbricks.overhead import CallOverhead, measure_call_overhead
-from pytest_dlbricks.placement import kernel_events
-from pytest_dlbricks.running import BrickRunner, ModelRunner
-from pytest_dlbricks.runtime import create_session, use_thread_pool
-from pytest_dlbricks.samples import find_samples
-from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.synthesis import brick_feeds, build_brick_model
+from pytest_dlbricks.core.placement import kernel_events
+from pytest_dlbricks.core.runtime import create_session, use_thread_pool
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.bricks import BrickSpec, describe_brick
+from pytest_dlbricks.cut.cutting import ModelPlan, plan_model
+from pytest_dlbricks.cut.loading import load_model, whole_model
+from pytest_dlbricks.cut.samples import find_samples
+from pytest_dlbricks.estimating.analysis import plan_work
+from pytest_dlbricks.estimating.composition import compose
+from pytest_dlbricks.timing.overhead import CallOverhead, measure_call_overhead
+from pytest_dlbricks.timing.running import BrickRunner, ModelRunner
+from pytest_dlbricks.timing.synthesis import brick_feeds, build_brick_model
 
 DEFAULT_ZOO = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
 

@@ -35,9 +35,9 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 
-from pytest_dlbricks.cutting import ModelPlan, plan_model
-from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.settings import CUT_MODES, Settings
+from pytest_dlbricks.core.settings import CUT_MODES, Settings
+from pytest_dlbricks.cut.cutting import ModelPlan, plan_model
+from pytest_dlbricks.cut.loading import load_model
 
 MODELS_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 #: Collection should cost no more than about this many times onnxruntime's session creation.

@@ -40,7 +40,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from pytest_dlbricks.loading import load_model
+from pytest_dlbricks.cut.loading import load_model
 
 LIGHT_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 SAMPLE_MODELS = Path(__file__).resolve().parent.parent / "sample_models"

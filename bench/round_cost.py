@@ -10,7 +10,7 @@ models of microseconds it decides their estimate.
 
 For each model (the user's file with its sample inputs, or synthetic ones at the zoo manifest's sizes,
 as validation runs it), in one pytest session, block after block alternating: each round's setup is
-validation's own (:class:`~pytest_dlbricks.validation.BrickRounds`), with the model as its one brick: it
+validation's own (:class:`~pytest_dlbricks.estimating.validation.BrickRounds`), with the model as its one brick: it
 calls the model five times untimed (fewer once they took 10 ms), times three calls one after the other,
 each after its inputs are written again (their median is the round's ``back-to-back`` time), calls it
 untimed as often again and writes its inputs again; pytest-benchmark then times the round's one call
@@ -38,13 +38,13 @@ from pathlib import Path
 import pytest
 from breakdown import DEFAULT_ZOO, zoo_models  # the same models, by the same names
 
-from pytest_dlbricks.clock import time_calls
-from pytest_dlbricks.loading import whole_model
-from pytest_dlbricks.running import ModelRunner
-from pytest_dlbricks.runtime import use_thread_pool
-from pytest_dlbricks.samples import find_samples
-from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.validation import BrickRounds
+from pytest_dlbricks.core.clock import time_calls
+from pytest_dlbricks.core.runtime import use_thread_pool
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.loading import whole_model
+from pytest_dlbricks.cut.samples import find_samples
+from pytest_dlbricks.estimating.validation import BrickRounds
+from pytest_dlbricks.timing.running import ModelRunner
 
 TEST_MODULE = """
 import pytest

@@ -164,7 +164,9 @@ def pytest_configure(config: pytest.Config) -> None:
     _probe.wrap(BenchmarkFixture, "_raw", "timing")
     _probe.wrap(BenchmarkFixture, "_raw_pedantic", "timing")
     try:
-        from pytest_dlbricks import engine, items, running, store
+        from pytest_dlbricks.storage import store
+        from pytest_dlbricks.timing import running
+        from pytest_dlbricks.wiring import engine, items
     except ImportError:
         return
     _probe.wrap(items, "_budget_rounds", "budget")

@@ -18,7 +18,7 @@ validated, the accuracy of the parallel estimates, and the best it could reach h
 another slowdown of the layers that use the intra-op pool: the factor tuned on the very models it is
 scored on, so a ceiling of that way of estimating, not a result.
 
-With validation, it also scores the per-machine calibration (:mod:`pytest_dlbricks.calibration`)
+With validation, it also scores the per-machine calibration (:mod:`pytest_dlbricks.estimating.calibration`)
 honestly, raw against calibrated: leave one model out (each model's estimate calibrated on all the
 others), and held out (calibrated on ``--calibration-models`` only, scored on the models that took no
 part in calibration). ``--from-reports DIR,...`` scores the reports kept by earlier runs (``--reports``)
@@ -56,10 +56,10 @@ import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from pytest_dlbricks.calibration import MIN_MODELS, Calibration, CalibrationRecord, fit, record_of
-from pytest_dlbricks.composition import ParallelExecutor, compose_calls, model_costs
-from pytest_dlbricks.recomposition import brick_references, brick_times, calls_of, graph_of, overhead_of
-from pytest_dlbricks.validation import accuracy
+from pytest_dlbricks.estimating.calibration import MIN_MODELS, Calibration, CalibrationRecord, fit, record_of
+from pytest_dlbricks.estimating.composition import ParallelExecutor, compose_calls, model_costs
+from pytest_dlbricks.estimating.validation import accuracy
+from pytest_dlbricks.reporting.recomposition import brick_references, brick_times, calls_of, graph_of, overhead_of
 
 DEFAULT_CACHE = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
 

@@ -1,7 +1,7 @@
-"""``python -m pytest_dlbricks``: see :mod:`pytest_dlbricks.cli`."""
+"""``python -m pytest_dlbricks``: see :mod:`pytest_dlbricks.wiring.cli`."""
 
 import sys
 
-from .cli import main
+from .wiring.cli import main
 
 sys.exit(main())

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .options import add_options, read_settings
+from .wiring.options import add_options, read_settings
 
 if TYPE_CHECKING:
-    from .interruption import TerminateAsInterrupt
-    from .session import DLBricksSession
-    from .tracking import Tracking
+    from .wiring.interruption import TerminateAsInterrupt
+    from .wiring.session import DLBricksSession
+    from .wiring.tracking import Tracking
 
 SESSION_KEY: pytest.StashKey[DLBricksSession] = pytest.StashKey()
 TRACKING_KEY: pytest.StashKey[Tracking] = pytest.StashKey()
@@ -34,11 +34,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings is None:
         return
     # Here, not at the top: every pytest run imports this module, only runs with dlbricks on need these.
-    from .distributed import is_worker
-    from .interruption import TerminateAsInterrupt
-    from .runtime import ThreadPoolConflict, ask_for_thread_pool
-    from .session import DLBricksSession
-    from .tracking import Tracking
+    from .core.runtime import ThreadPoolConflict, ask_for_thread_pool
+    from .wiring.distributed import is_worker
+    from .wiring.interruption import TerminateAsInterrupt
+    from .wiring.session import DLBricksSession
+    from .wiring.tracking import Tracking
 
     if not hasattr(config.option, "benchmark_disable"):  # pytest-benchmark's options: loaded under any name
         raise pytest.UsageError(

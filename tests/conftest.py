@@ -13,11 +13,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from pytest_dlbricks import probes, run_state, runtime
-from pytest_dlbricks.cutting import ModelPlan, plan_model
-from pytest_dlbricks.load import LoadMeter
-from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.warning_types import DLBricksWarning
+from pytest_dlbricks.core import runtime
+from pytest_dlbricks.cut.cutting import ModelPlan, plan_model
+from pytest_dlbricks.cut.loading import load_model
+from pytest_dlbricks.timing import probes
+from pytest_dlbricks.timing.load import LoadMeter
+from pytest_dlbricks.wiring import run_state
+from pytest_dlbricks.wiring.warning_types import DLBricksWarning
 
 SAMPLE_MODELS = Path(__file__).resolve().parent.parent / "sample_models"
 LIGHT_MODELS = Path(onnx.__file__).resolve().parent / "backend" / "test" / "data" / "light"

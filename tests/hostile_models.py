@@ -98,7 +98,7 @@ def _first_refused(make: Callable[[int], onnx.ModelProto], start: int) -> int:
     """
     import onnxruntime
 
-    from pytest_dlbricks.runtime import new_options
+    from pytest_dlbricks.core.runtime import new_options
 
     for version in range(start, start + 64):
         try:

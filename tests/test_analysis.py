@@ -12,14 +12,14 @@ import tiny_models
 from test_reporting import distinct_bricks, result
 
 from conftest import light_models
-from pytest_dlbricks.analysis import TOP_BRICKS, BrickWork, LayerWork, plan_work, split_time
-from pytest_dlbricks.cutting import ModelPlan, plan_model
-from pytest_dlbricks.entries import FailedModel
-from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.overhead import CallOverhead
-from pytest_dlbricks.probes import Peak, RunMeasurements
-from pytest_dlbricks.report import build_report
-from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.cutting import ModelPlan, plan_model
+from pytest_dlbricks.cut.loading import load_model
+from pytest_dlbricks.estimating.analysis import TOP_BRICKS, BrickWork, LayerWork, plan_work, split_time
+from pytest_dlbricks.reporting.entries import FailedModel
+from pytest_dlbricks.reporting.report import build_report
+from pytest_dlbricks.timing.overhead import CallOverhead
+from pytest_dlbricks.timing.probes import Peak, RunMeasurements
 
 # The chain's Conv+Relu block: 8 x 6 x 6 = 288 outputs of 8 channels x 3 x 3 multiply-adds, then Relu.
 CONV_FLOPS = 288 * 8 * 9 * 2

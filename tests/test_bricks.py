@@ -13,14 +13,14 @@ import tiny_models
 from onnx import helper
 
 from conftest import plan_of
-from pytest_dlbricks import bricks
-from pytest_dlbricks.bricks import BrickSpec, UnbuildableBrick, describe_brick
-from pytest_dlbricks.cutting import BrokenBrick
-from pytest_dlbricks.graph import ModelGraph, TensorSpec
-from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.running import BrickRunner
-from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.synthesis import build_brick_model
+from pytest_dlbricks.core.graph import ModelGraph, TensorSpec
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut import bricks
+from pytest_dlbricks.cut.bricks import BrickSpec, UnbuildableBrick, describe_brick
+from pytest_dlbricks.cut.cutting import BrokenBrick
+from pytest_dlbricks.cut.loading import load_model
+from pytest_dlbricks.timing.running import BrickRunner
+from pytest_dlbricks.timing.synthesis import build_brick_model
 
 ONE_THREAD = Settings(granularity=1, intra_op_threads=1)
 

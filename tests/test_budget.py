@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLE_MODELS
-from pytest_dlbricks import items
-from pytest_dlbricks.budget import LOOSEST, Use, brick_precision, estimate_precision, largest_share
-from pytest_dlbricks.engine import DLBricksRun
-from pytest_dlbricks.entries import BrickResult
-from pytest_dlbricks.overhead import NO_OVERHEAD, CallOverhead
-from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.core.budget import LOOSEST, Use, brick_precision, estimate_precision, largest_share
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.reporting.entries import BrickResult
+from pytest_dlbricks.timing.overhead import NO_OVERHEAD, CallOverhead
+from pytest_dlbricks.wiring import items
+from pytest_dlbricks.wiring.engine import DLBricksRun
 
 
 def test_a_model_of_one_brick_asks_the_run_s_precision() -> None:

@@ -11,12 +11,19 @@ from pathlib import Path
 import pytest
 
 from conftest import run_dlbricks
-from pytest_dlbricks.calibration import MIN_MODELS, NOTICEABLE, Calibration, CalibrationRecord, fit, record_of
-from pytest_dlbricks.composition import model_costs
-from pytest_dlbricks.identity import Identity
-from pytest_dlbricks.overhead import REFERENCE_SIZE, CallOverhead
-from pytest_dlbricks.recomposition import brick_references, calls_of, overhead_of
-from pytest_dlbricks.store import BrickStore
+from pytest_dlbricks.core.identity import Identity
+from pytest_dlbricks.estimating.calibration import (
+    MIN_MODELS,
+    NOTICEABLE,
+    Calibration,
+    CalibrationRecord,
+    fit,
+    record_of,
+)
+from pytest_dlbricks.estimating.composition import model_costs
+from pytest_dlbricks.reporting.recomposition import brick_references, calls_of, overhead_of
+from pytest_dlbricks.storage.store import BrickStore
+from pytest_dlbricks.timing.overhead import REFERENCE_SIZE, CallOverhead
 
 US = 1e-6
 

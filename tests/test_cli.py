@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlbricks.cli import main
-from pytest_dlbricks.identity import Identity
-from pytest_dlbricks.machines import store_report
-from pytest_dlbricks.overhead import CallOverhead
-from pytest_dlbricks.store import BrickStore
-from pytest_dlbricks.store_records import ModelManifest, StoredBrick
-from pytest_dlbricks.wording import counted
+from pytest_dlbricks.core.identity import Identity
+from pytest_dlbricks.core.wording import counted
+from pytest_dlbricks.reporting.machines import store_report
+from pytest_dlbricks.storage.store import BrickStore
+from pytest_dlbricks.storage.store_records import ModelManifest, StoredBrick
+from pytest_dlbricks.timing.overhead import CallOverhead
+from pytest_dlbricks.wiring.cli import main
 
 WHEN = datetime(2025, 3, 1, tzinfo=UTC)
 TIMING = {"onnxruntime": "1.31.1", "providers": ["CPUExecutionProvider"], "intra_op_threads": 0, "optimization": "all"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from pytest_dlbricks.clock import PausableClock, time_calls
+from pytest_dlbricks.core.clock import PausableClock, time_calls
 
 
 def test_time_spent_untimed_is_left_out() -> None:

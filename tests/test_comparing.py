@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_dlbricks.comparing import (
+from pytest_dlbricks.reporting.comparing import (
     FASTER,
     GONE,
     INCOMPLETE,

@@ -10,8 +10,9 @@ import pytest
 import tiny_models
 
 from conftest import plan_of
-from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.composition import (
+from pytest_dlbricks.cut.bricks import BrickSpec
+from pytest_dlbricks.cut.cutting import BrokenBrick, ModelPlan
+from pytest_dlbricks.estimating.composition import (
     Estimate,
     ParallelExecutor,
     compose,
@@ -19,8 +20,7 @@ from pytest_dlbricks.composition import (
     critical_path,
     list_schedule,
 )
-from pytest_dlbricks.cutting import BrokenBrick, ModelPlan
-from pytest_dlbricks.overhead import CallOverhead
+from pytest_dlbricks.timing.overhead import CallOverhead
 
 
 def times_by_op(plan: ModelPlan, seconds: dict[str, float]) -> dict[str, float]:

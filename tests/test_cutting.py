@@ -11,8 +11,8 @@ import pytest
 import tiny_models
 
 from conftest import plan_of
-from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import find_windows
+from pytest_dlbricks.cut.bricks import BrickSpec
+from pytest_dlbricks.cut.cutting import find_windows
 
 
 def spans(windows: Sequence[tuple[int, int, object]]) -> list[tuple[int, int]]:

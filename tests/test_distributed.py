@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_plugin import run
 
-from pytest_dlbricks.distributed import NO_ESTIMATES
+from pytest_dlbricks.wiring.distributed import NO_ESTIMATES
 
 
 def test_distributed_run_checks_bricks_without_estimates(pytester: pytest.Pytester, sample_models: list[Path]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pytest_benchmark.utils import parse_compare_fail
 
-from pytest_dlbricks.estimates import GROUP, EstimateCheck, model_estimates, model_stats, reused_brick
+from pytest_dlbricks.reporting.estimates import GROUP, EstimateCheck, model_estimates, model_stats, reused_brick
 
 STATS_A = {"min": 1.0, "max": 4.0, "mean": 2.0, "median": 1.5, "stddev": 0.5, "iqr": 0.4, "q1": 1.3, "q3": 1.7}
 STATS_B = {"min": 10.0, "max": 40.0, "mean": 20.0, "median": 15.0, "stddev": 5.0, "iqr": 4.0, "q1": 13.0, "q3": 17.0}

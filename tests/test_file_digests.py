@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import tiny_models
 
-from pytest_dlbricks import file_digests
-from pytest_dlbricks.file_digests import FileDigest, FileDigests
-from pytest_dlbricks.plans import PlanCache
-from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.storage import file_digests
+from pytest_dlbricks.storage.file_digests import FileDigest, FileDigests
+from pytest_dlbricks.storage.plans import PlanCache
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import onnx
 import pytest
 from onnx import helper
 
-from pytest_dlbricks.flops import Cost, is_counted, node_cost, operator_cost
-from pytest_dlbricks.graph import TensorSpec
+from pytest_dlbricks.core.graph import TensorSpec
+from pytest_dlbricks.cut.flops import Cost, is_counted, node_cost, operator_cost
 
 F = onnx.TensorProto.FLOAT
 Shape = Sequence[int]

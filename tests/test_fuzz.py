@@ -23,11 +23,11 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from conftest import SAMPLE_MODELS
-from pytest_dlbricks import runtime
-from pytest_dlbricks.cutting import plan_model
-from pytest_dlbricks.errors import ModelError
-from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.core import runtime
+from pytest_dlbricks.core.errors import ModelError
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.cutting import plan_model
+from pytest_dlbricks.cut.loading import load_model
 
 CASES = int(os.environ.get("DLBRICKS_FUZZ_CASES", "2000"))
 #: Every other case is cut from the graph onnxruntime optimizes, the default, and so goes through it.

@@ -21,7 +21,8 @@ from hostile_models import write_corpus
 from test_plugin import read_report, run
 
 from conftest import SAMPLE_MODELS
-from pytest_dlbricks import engine, runtime
+from pytest_dlbricks.core import runtime
+from pytest_dlbricks.wiring import engine
 
 
 def junit_items(path: Path) -> dict[str, tuple[str, str]]:
@@ -126,7 +127,7 @@ def test_an_image_size_no_onnx_dimension_holds_is_ignored(
     )
     model.metadata_props.add(key="imgsz", value="[99999999999999999999, 640]")
     onnx.save(model, pytester.path / "models" / "huge_imgsz.onnx")
-    quiet = ("-W", "ignore::pytest_dlbricks.warning_types.DLBricksWarning")  # sizes left at 1 are warned of
+    quiet = ("-W", "ignore::pytest_dlbricks.wiring.warning_types.DLBricksWarning")  # sizes left at 1 are warned of
     result = run(pytester, *quiet, "--dlbricks-granularity=2", "--dlbricks-store=none", "models", dims=())
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(["models/huge_imgsz.onnx * yes *height, width", "models/mlp.onnx * yes*"])

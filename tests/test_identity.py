@@ -6,8 +6,8 @@ from typing import Any
 
 import onnxruntime
 
-from pytest_dlbricks.identity import BRICK_METHOD, describe_machine, describe_timing, differences, identify
-from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.core.identity import BRICK_METHOD, describe_machine, describe_timing, differences, identify
+from pytest_dlbricks.core.settings import Settings
 
 #: pytest-benchmark's machine_info, trimmed, with py-cpuinfo's answer under "cpu".
 MACHINE_INFO: dict[str, Any] = {

@@ -14,7 +14,7 @@ from types import FrameType, TracebackType
 import pytest
 
 from conftest import SAMPLE_MODELS
-from pytest_dlbricks.interruption import TerminateAsInterrupt
+from pytest_dlbricks.wiring.interruption import TerminateAsInterrupt
 
 #: Seconds to wait for the run to reach its first brick, then to finish once signalled.
 START_SECONDS = 120

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_dlbricks.load import LOADED_BELOW, MIN_WALL_S, LoadMeter, Readings, load_summary
+from pytest_dlbricks.timing.load import LOADED_BELOW, MIN_WALL_S, LoadMeter, Readings, load_summary
 
 
 class Clocks:

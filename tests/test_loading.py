@@ -16,17 +16,17 @@ import tiny_models
 from onnx import helper
 
 from conftest import light_models, runtime_ops
-from pytest_dlbricks import loading
-from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import plan_model
-from pytest_dlbricks.errors import ModelError, RuntimeRefusal
-from pytest_dlbricks.graph import ModelGraph, TensorSpec, nested_tensors, node_inputs, subgraph_outer_names
-from pytest_dlbricks.loading import load_model, whole_model
-from pytest_dlbricks.numerics import convert
-from pytest_dlbricks.running import BrickRunner
-from pytest_dlbricks.runtime import load_refusal
-from pytest_dlbricks.samples import SampleInputs
-from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.core.errors import ModelError, RuntimeRefusal
+from pytest_dlbricks.core.graph import ModelGraph, TensorSpec, nested_tensors, node_inputs, subgraph_outer_names
+from pytest_dlbricks.core.runtime import load_refusal
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut import loading
+from pytest_dlbricks.cut.bricks import BrickSpec
+from pytest_dlbricks.cut.cutting import plan_model
+from pytest_dlbricks.cut.loading import load_model, whole_model
+from pytest_dlbricks.cut.numerics import convert
+from pytest_dlbricks.cut.samples import SampleInputs
+from pytest_dlbricks.timing.running import BrickRunner
 
 FLOAT, INT64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
 

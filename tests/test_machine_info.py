@@ -8,8 +8,8 @@ import pytest
 import pytest_benchmark.plugin
 
 from conftest import run_dlbricks
-from pytest_dlbricks import machine_info
-from pytest_dlbricks.machine_info import MachineInfoCache
+from pytest_dlbricks.storage import machine_info
+from pytest_dlbricks.storage.machine_info import MachineInfoCache
 
 #: What the stubbed py-cpuinfo says of the processor.
 CPU = {"brand_raw": "Stub CPU", "count": 2}

@@ -14,7 +14,7 @@ import tiny_models
 from onnx import TensorProto, helper
 
 from conftest import plan_of
-from pytest_dlbricks.bricks import BrickSpec
+from pytest_dlbricks.cut.bricks import BrickSpec
 
 WIDTH = 8192
 WEIGHT_BYTES = WIDTH * WIDTH * 4  # 256 MiB

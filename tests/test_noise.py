@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 from pytest_benchmark.stats import Stats
 
-from pytest_dlbricks.noise import HIGH_NOISE, bootstrap_median, log_spread, margin_of_error, median_error, run_noise
+from pytest_dlbricks.core.noise import (
+    HIGH_NOISE,
+    bootstrap_median,
+    log_spread,
+    margin_of_error,
+    median_error,
+    run_noise,
+)
 
 KEPT = ("min", "max", "mean", "median", "stddev", "iqr", "q1", "q3", "rounds")
 

@@ -12,14 +12,14 @@ import pytest
 import tiny_models
 from onnx import helper, numpy_helper
 
-from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import plan_model
-from pytest_dlbricks.errors import ModelError
-from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.numerics import convert, float32_work, with_synthetic_weights
-from pytest_dlbricks.placement import read_profile
-from pytest_dlbricks.running import BrickRunner, UnsupportedByProvider
-from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.core.errors import ModelError
+from pytest_dlbricks.core.placement import read_profile
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.bricks import BrickSpec
+from pytest_dlbricks.cut.cutting import plan_model
+from pytest_dlbricks.cut.loading import load_model
+from pytest_dlbricks.cut.numerics import convert, float32_work, with_synthetic_weights
+from pytest_dlbricks.timing.running import BrickRunner, UnsupportedByProvider
 
 P = onnx.TensorProto
 ONE_THREAD = Settings(granularity=1, intra_op_threads=1)

@@ -7,11 +7,11 @@ import networkx as nx
 import pytest
 
 from conftest import SAMPLE_MODELS
-from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import plan_model
-from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.ordering import canonical_order
-from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.bricks import BrickSpec
+from pytest_dlbricks.cut.cutting import plan_model
+from pytest_dlbricks.cut.loading import load_model
+from pytest_dlbricks.cut.ordering import canonical_order
 
 
 def test_a_chain_is_followed_before_a_smaller_key_elsewhere() -> None:

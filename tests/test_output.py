@@ -75,7 +75,8 @@ def test_a_loaded_run_says_so_in_its_verdict(
     pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A timing thread whose CPU clock runs at half the wall clock's pace: it was on its core half the time."""
-    from pytest_dlbricks import load, run_state
+    from pytest_dlbricks.timing import load
+    from pytest_dlbricks.wiring import run_state
 
     class HalfTheTime(load.LoadMeter):
         def readings(self) -> load.Readings:

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import tiny_models
 
-from pytest_dlbricks.analysis import plan_work
-from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import plan_model
-from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.plans import ONE_POINT, CutModel, PlanCache, cut_model_from_json, cut_model_to_json
-from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.sweeps import SweepPoint
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.core.sweeps import SweepPoint
+from pytest_dlbricks.cut.bricks import BrickSpec
+from pytest_dlbricks.cut.cutting import plan_model
+from pytest_dlbricks.cut.loading import load_model
+from pytest_dlbricks.estimating.analysis import plan_work
+from pytest_dlbricks.storage.plans import ONE_POINT, CutModel, PlanCache, cut_model_from_json, cut_model_to_json
 
 SETTINGS = Settings(granularity=2, cut="original")
 

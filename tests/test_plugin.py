@@ -12,14 +12,15 @@ import pytest
 import tiny_models
 
 from conftest import SAMPLE_MODELS, light_models, run_dlbricks
-from pytest_dlbricks import engine, items, probes, speed_trace
-from pytest_dlbricks.budget import LOOSEST
-from pytest_dlbricks.composition import model_costs
-from pytest_dlbricks.engine import DLBricksRun
-from pytest_dlbricks.noise import margin_of_error
-from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown
-from pytest_dlbricks.recomposition import brick_references, calls_of, overhead_of
-from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.core.budget import LOOSEST
+from pytest_dlbricks.core.noise import margin_of_error
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.estimating.composition import model_costs
+from pytest_dlbricks.reporting.recomposition import brick_references, calls_of, overhead_of
+from pytest_dlbricks.timing import probes, speed_trace
+from pytest_dlbricks.timing.probes import ExecutorDetection, PoolSlowdown
+from pytest_dlbricks.wiring import engine, items
+from pytest_dlbricks.wiring.engine import DLBricksRun
 
 run = run_dlbricks
 
@@ -537,7 +538,7 @@ def test_weights_a_model_lists_as_inputs_are_timed_and_reported_so(pytester: pyt
     folder.mkdir()
     tiny_models.weights_as_inputs(folder)
     tiny_models.weights_as_inputs(folder, listed=False)
-    warned = ("-W", "ignore:models/weights_as_inputs.onnx:pytest_dlbricks.warning_types.DLBricksWarning")
+    warned = ("-W", "ignore:models/weights_as_inputs.onnx:pytest_dlbricks.wiring.warning_types.DLBricksWarning")
     args = ("--dlbricks-granularity=2", "--dlbricks-cut=original", "--dlbricks-json=r.json", *warned, "models")
     result = run(pytester, *args)
     result.assert_outcomes(passed=2)
@@ -888,7 +889,7 @@ def _image_models(pytester: pytest.Pytester) -> None:
         tiny_models.image_conv(pytester.path / "models" / folder)
 
 
-SHOW_DLBRICKS_WARNINGS = ("-W", "always::pytest_dlbricks.warning_types.DLBricksWarning")
+SHOW_DLBRICKS_WARNINGS = ("-W", "always::pytest_dlbricks.wiring.warning_types.DLBricksWarning")
 
 
 def test_each_model_gets_the_sizes_given_to_its_pattern(pytester: pytest.Pytester) -> None:

@@ -10,8 +10,9 @@ import onnx
 import pytest
 import tiny_models
 
-from pytest_dlbricks import probes
-from pytest_dlbricks.probes import (
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.timing import probes
+from pytest_dlbricks.timing.probes import (
     CONCURRENT_BELOW,
     LADDER_SIZES,
     MIN_RUNS,
@@ -24,7 +25,6 @@ from pytest_dlbricks.probes import (
     runs_nodes_at_once,
     time_session_creation,
 )
-from pytest_dlbricks.settings import Settings
 
 ONE_THREAD = Settings(granularity=1, intra_op_threads=1)
 

@@ -13,14 +13,15 @@ import pytest
 import tiny_models
 from test_reporting import distinct_bricks
 
-from pytest_dlbricks.analysis import BrickWork, plan_work
-from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import ModelPlan, plan_model
-from pytest_dlbricks.entries import BrickResult
-from pytest_dlbricks.html import render_html
-from pytest_dlbricks.identity import CUT_METHOD
-from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.maps import (
+from pytest_dlbricks.core.identity import CUT_METHOD
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.bricks import BrickSpec
+from pytest_dlbricks.cut.cutting import ModelPlan, plan_model
+from pytest_dlbricks.cut.loading import load_model
+from pytest_dlbricks.estimating.analysis import BrickWork, plan_work
+from pytest_dlbricks.rendering.html import render_html
+from pytest_dlbricks.reporting.entries import BrickResult
+from pytest_dlbricks.reporting.maps import (
     MapError,
     check_results,
     compose_from_maps,
@@ -28,13 +29,12 @@ from pytest_dlbricks.maps import (
     read_maps,
     write_maps,
 )
-from pytest_dlbricks.merging import IncompatibleReports, merge_reports
-from pytest_dlbricks.overhead import CallOverhead
-from pytest_dlbricks.probes import ExecutorDetection, Peak, PoolSlowdown, RunMeasurements, describe_machine
-from pytest_dlbricks.recomposition import brick_references, overhead_of
-from pytest_dlbricks.report import build_report, plan_composition
-from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.sharding import assign, brick_cost, parse_shard
+from pytest_dlbricks.reporting.merging import IncompatibleReports, merge_reports
+from pytest_dlbricks.reporting.recomposition import brick_references, overhead_of
+from pytest_dlbricks.reporting.report import build_report, plan_composition
+from pytest_dlbricks.timing.overhead import CallOverhead
+from pytest_dlbricks.timing.probes import ExecutorDetection, Peak, PoolSlowdown, RunMeasurements, describe_machine
+from pytest_dlbricks.timing.sharding import assign, brick_cost, parse_shard
 
 SETTINGS = Settings(granularity=1, cut="original", executor="parallel")
 OVERHEAD = CallOverhead(fixed_s=2e-6, per_input_s=5e-7, per_output_s=2.5e-7, parallel_fixed_s=9e-6, reference_s=2e-5)

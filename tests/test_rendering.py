@@ -14,9 +14,9 @@ import pytest
 from test_analysis import analysed_report
 
 from conftest import SAMPLE_MODELS, run_dlbricks
-from pytest_dlbricks.accuracy_text import accuracy_lines
-from pytest_dlbricks.executor_text import executor_line
-from pytest_dlbricks.formatting import (
+from pytest_dlbricks.rendering.accuracy_text import accuracy_lines
+from pytest_dlbricks.rendering.executor_text import executor_line
+from pytest_dlbricks.rendering.formatting import (
     fit_lines,
     format_flops,
     format_rate,
@@ -25,10 +25,10 @@ from pytest_dlbricks.formatting import (
     format_share,
     shorten_path,
 )
-from pytest_dlbricks.html import render_html
-from pytest_dlbricks.html_charts import CALL, CALL_COLOUR, OP_COLOURS, OTHER_COLOUR, SHOWN_OP_TYPES, op_colour
-from pytest_dlbricks.html_parts import LABEL_CHARS
-from pytest_dlbricks.terminal import (
+from pytest_dlbricks.rendering.html import render_html
+from pytest_dlbricks.rendering.html_charts import CALL, CALL_COLOUR, OP_COLOURS, OTHER_COLOUR, SHOWN_OP_TYPES, op_colour
+from pytest_dlbricks.rendering.html_parts import LABEL_CHARS
+from pytest_dlbricks.rendering.terminal import (
     describe_inputs,
     inputs_notes,
     parallel_estimated,

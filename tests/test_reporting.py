@@ -12,13 +12,13 @@ import pytest
 import tiny_models
 
 from conftest import plan_of
-from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import ModelPlan
-from pytest_dlbricks.entries import BrickResult, FailedModel
-from pytest_dlbricks.report import REPORT_VERSION, build_report
-from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.terminal import count_line, render_table
-from pytest_dlbricks.validation import Validation
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.bricks import BrickSpec
+from pytest_dlbricks.cut.cutting import ModelPlan
+from pytest_dlbricks.estimating.validation import Validation
+from pytest_dlbricks.rendering.terminal import count_line, render_table
+from pytest_dlbricks.reporting.entries import BrickResult, FailedModel
+from pytest_dlbricks.reporting.report import REPORT_VERSION, build_report
 
 PROVIDER = "CPUExecutionProvider"
 

@@ -1,7 +1,7 @@
 """A re-run with nothing changed, end to end through ``pytester``: it reads, runs and measures nothing it need not.
 
 Every brick time and every cut model comes from the store; the machine info from the store too (see
-:mod:`pytest_dlbricks.machine_info`); onnxruntime is not asked for a session, nor for its thread pool.
+:mod:`pytest_dlbricks.storage.machine_info`); onnxruntime is not asked for a session, nor for its thread pool.
 What is left is composing the stored figures and saying, in the verdict, which of the run's own readings
 it did not take.
 """
@@ -16,7 +16,10 @@ import pytest
 import pytest_benchmark.plugin
 
 from conftest import run_dlbricks
-from pytest_dlbricks import engine, file_digests, machine_info, probes, runtime, speed_trace
+from pytest_dlbricks.core import runtime
+from pytest_dlbricks.storage import file_digests, machine_info
+from pytest_dlbricks.timing import probes, speed_trace
+from pytest_dlbricks.wiring import engine
 
 ARGS = ("--dlbricks-granularity=2", "--dlbricks-precision=off", "--dlbricks-json=r.json", "models/mlp.onnx")
 

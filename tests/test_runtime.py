@@ -14,9 +14,9 @@ import tiny_models
 from hostile_models import never_ending_loop
 from onnx import helper
 
-from pytest_dlbricks import runtime
-from pytest_dlbricks.placement import placement_of
-from pytest_dlbricks.runtime import (
+from pytest_dlbricks.core import runtime
+from pytest_dlbricks.core.placement import placement_of
+from pytest_dlbricks.core.runtime import (
     RunStopped,
     ThreadPoolConflict,
     bind,
@@ -25,7 +25,7 @@ from pytest_dlbricks.runtime import (
     run_watched,
     use_thread_pool,
 )
-from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.core.settings import Settings
 
 
 @pytest.fixture

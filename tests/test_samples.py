@@ -15,13 +15,13 @@ import tiny_models
 from onnx import numpy_helper
 
 from conftest import run_dlbricks
-from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import ModelPlan, plan_model
-from pytest_dlbricks.errors import ModelError
-from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.running import BrickRunner
-from pytest_dlbricks.samples import SampleInputs, find_samples
-from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.core.errors import ModelError
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.bricks import BrickSpec
+from pytest_dlbricks.cut.cutting import ModelPlan, plan_model
+from pytest_dlbricks.cut.loading import load_model
+from pytest_dlbricks.cut.samples import SampleInputs, find_samples
+from pytest_dlbricks.timing.running import BrickRunner
 
 SETTINGS = Settings(granularity=2, intra_op_threads=1)
 #: Timing flags for runs whose estimates are compared: enough rounds for a 10x difference to show.
@@ -127,7 +127,7 @@ def test_unreadable_outside_and_oversized_sample_files_are_refused(
     with pytest.raises(ModelError, match=r"input_1\.pb keeps its values in another file; write them in it"):
         find_samples(model)
     write_test_data_set(model, rate_values(16000))
-    monkeypatch.setattr("pytest_dlbricks.samples.memory_limit", lambda: 1000)
+    monkeypatch.setattr("pytest_dlbricks.cut.samples.memory_limit", lambda: 1000)
     with pytest.raises(
         ModelError, match=r"file test_data_set_0/input_0\.pb holds 64\.0 KiB, more than the 1000 B memory limit"
     ):

@@ -11,10 +11,11 @@ import pytest
 import tiny_models
 from onnx import TensorProto, helper
 
-from pytest_dlbricks import graph, runtime, screening
-from pytest_dlbricks.errors import ModelError, describe_error
-from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.synthetic import can_synthesise
+from pytest_dlbricks.core import graph, runtime
+from pytest_dlbricks.core.errors import ModelError, describe_error
+from pytest_dlbricks.core.synthetic import can_synthesise
+from pytest_dlbricks.cut import screening
+from pytest_dlbricks.cut.loading import load_model
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from pytest_dlbricks.settings import (
+from pytest_dlbricks.core.settings import (
     DEFAULT_MAX_AGE,
     OPTIMIZATION_LEVELS,
     STATISTICS,

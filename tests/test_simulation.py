@@ -11,12 +11,12 @@ import pytest
 import tiny_models
 
 from conftest import SAMPLE_MODELS, run_dlbricks
-from pytest_dlbricks.callgrind_output import CallgrindOutputError, read_part
-from pytest_dlbricks.cycle_model import CLOCK_HZ, L1_MISS_CYCLES, LL_MISS_CYCLES, SimulatedCost
-from pytest_dlbricks.identity import differences, identify
-from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.simulated import StepClock, exact_stats
-from pytest_dlbricks.simulation import MAX_CALLS, calls_for, save_job, simulate, simulator_problem
+from pytest_dlbricks.core.cycle_model import CLOCK_HZ, L1_MISS_CYCLES, LL_MISS_CYCLES, SimulatedCost
+from pytest_dlbricks.core.identity import differences, identify
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.simulating.callgrind_output import CallgrindOutputError, read_part
+from pytest_dlbricks.simulating.simulation import MAX_CALLS, calls_for, save_job, simulate, simulator_problem
+from pytest_dlbricks.wiring.simulated import StepClock, exact_stats
 
 #: Why the tests that run valgrind are skipped, where they are.
 NO_SIMULATOR = simulator_problem()

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from pytest_dlbricks.overhead import reference_call
-from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.speed_trace import MIN_SAMPLES, MOMENT_CALLS, SAMPLE_CALLS, WARM_CALLS, SpeedTrace
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.timing.overhead import reference_call
+from pytest_dlbricks.timing.speed_trace import MIN_SAMPLES, MOMENT_CALLS, SAMPLE_CALLS, WARM_CALLS, SpeedTrace
 
 
 class StubMachine:

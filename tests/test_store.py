@@ -13,12 +13,10 @@ from typing import Any
 
 import pytest
 
-from pytest_dlbricks.atomic_files import write_json
-from pytest_dlbricks.identity import Identity
-from pytest_dlbricks.overhead import MEASUREMENT_METHOD, CallOverhead
-from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown
-from pytest_dlbricks.store import BrickStore, Shelf
-from pytest_dlbricks.store_records import (
+from pytest_dlbricks.core.identity import Identity
+from pytest_dlbricks.storage.atomic_files import write_json
+from pytest_dlbricks.storage.store import BrickStore, Shelf
+from pytest_dlbricks.storage.store_records import (
     STORE_VERSION,
     ModelManifest,
     StoredBrick,
@@ -26,6 +24,8 @@ from pytest_dlbricks.store_records import (
     references_of,
     times_of,
 )
+from pytest_dlbricks.timing.overhead import MEASUREMENT_METHOD, CallOverhead
+from pytest_dlbricks.timing.probes import ExecutorDetection, PoolSlowdown
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 IDENTITY = Identity(

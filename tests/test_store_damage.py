@@ -22,9 +22,9 @@ import pytest
 import tiny_models
 from test_plugin import run
 
-from pytest_dlbricks import file_digests
-from pytest_dlbricks.cli import main
-from pytest_dlbricks.store import BrickStore
+from pytest_dlbricks.storage import file_digests
+from pytest_dlbricks.storage.store import BrickStore
+from pytest_dlbricks.wiring.cli import main
 
 SEEDS = range(int(os.environ.get("DLBRICKS_STORE_FUZZ_CASES", "3")))
 #: Quick timing reaches no precision, and a brick is reused only by runs asking no more than it reached: none.

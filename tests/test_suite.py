@@ -14,14 +14,13 @@ import tiny_models
 from onnx import helper, numpy_helper
 
 from conftest import plan_of
-from pytest_dlbricks.bricks import BrickSpec, brick_signature
-from pytest_dlbricks.cutting import plan_model
-from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.maps import MapError, read_json
-from pytest_dlbricks.running import BrickRunner
-from pytest_dlbricks.runtime import new_options
-from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.suite import (
+from pytest_dlbricks.core.runtime import new_options
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.bricks import BrickSpec, brick_signature
+from pytest_dlbricks.cut.cutting import plan_model
+from pytest_dlbricks.cut.loading import load_model
+from pytest_dlbricks.reporting.maps import MapError, read_json
+from pytest_dlbricks.reporting.suite import (
     MANIFEST,
     SuiteError,
     brick_file_name,
@@ -30,7 +29,8 @@ from pytest_dlbricks.suite import (
     read_brick,
     read_manifest,
 )
-from pytest_dlbricks.synthesis import build_brick_model
+from pytest_dlbricks.timing.running import BrickRunner
+from pytest_dlbricks.timing.synthesis import build_brick_model
 
 SECRET = "acme_secret"
 SETTINGS = Settings(granularity=2, intra_op_threads=1, cut="original")

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from pytest_dlbricks.settings import parse_dim_values, parse_dtypes, parse_providers, resolve_providers
-from pytest_dlbricks.sweeps import SweepPoint, sweep_points
+from pytest_dlbricks.core.settings import parse_dim_values, parse_dtypes, parse_providers, resolve_providers
+from pytest_dlbricks.core.sweeps import SweepPoint, sweep_points
 
 
 def test_nothing_swept_is_one_point_without_a_label() -> None:

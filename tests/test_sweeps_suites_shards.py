@@ -16,15 +16,15 @@ import pytest
 import tiny_models
 
 from conftest import SAMPLE_MODELS, run_dlbricks
-from pytest_dlbricks import engine
-from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cli import main
-from pytest_dlbricks.composition import ParallelExecutor, compose
-from pytest_dlbricks.cutting import plan_model
-from pytest_dlbricks.identity import CUT_METHOD
-from pytest_dlbricks.loading import load_model
-from pytest_dlbricks.recomposition import brick_references, overhead_of
-from pytest_dlbricks.settings import Settings
+from pytest_dlbricks.core.identity import CUT_METHOD
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.bricks import BrickSpec
+from pytest_dlbricks.cut.cutting import plan_model
+from pytest_dlbricks.cut.loading import load_model
+from pytest_dlbricks.estimating.composition import ParallelExecutor, compose
+from pytest_dlbricks.reporting.recomposition import brick_references, overhead_of
+from pytest_dlbricks.wiring import engine
+from pytest_dlbricks.wiring.cli import main
 
 DIMS = ("--dlbricks-dim", "seq=16")
 MODELS = ("mlp.onnx", "tiny_inception.onnx", "transformer_block.onnx")

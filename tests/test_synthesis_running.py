@@ -16,21 +16,21 @@ import pytest
 import tiny_models
 
 from conftest import plan_of, runtime_ops
-from pytest_dlbricks import engine
-from pytest_dlbricks import overhead as call_overhead
-from pytest_dlbricks.bricks import BrickSpec
-from pytest_dlbricks.cutting import plan_model
-from pytest_dlbricks.engine import DLBricksRun
-from pytest_dlbricks.errors import ModelError
-from pytest_dlbricks.graph import MIN_IR_VERSION, TensorSpec
-from pytest_dlbricks.loading import load_model, whole_model
-from pytest_dlbricks.overhead import CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
-from pytest_dlbricks.probes import ExecutorDetection, PoolSlowdown
-from pytest_dlbricks.running import BrickError, BrickRunner, ModelRunner, _rewritable, view_outputs
-from pytest_dlbricks.runtime import create_session, input_rewriter, run_reference, session_options
-from pytest_dlbricks.settings import Settings
-from pytest_dlbricks.synthesis import APART_BYTES, brick_feeds, brick_model_and_weights, build_brick_model
-from pytest_dlbricks.synthetic import SharedWeights, SynthesisError, model_feeds, synthetic_array
+from pytest_dlbricks.core.errors import ModelError
+from pytest_dlbricks.core.graph import MIN_IR_VERSION, TensorSpec
+from pytest_dlbricks.core.runtime import create_session, input_rewriter, run_reference, session_options
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.core.synthetic import SharedWeights, SynthesisError, model_feeds, synthetic_array
+from pytest_dlbricks.cut.bricks import BrickSpec
+from pytest_dlbricks.cut.cutting import plan_model
+from pytest_dlbricks.cut.loading import load_model, whole_model
+from pytest_dlbricks.timing import overhead as call_overhead
+from pytest_dlbricks.timing.overhead import CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
+from pytest_dlbricks.timing.probes import ExecutorDetection, PoolSlowdown
+from pytest_dlbricks.timing.running import BrickError, BrickRunner, ModelRunner, _rewritable, view_outputs
+from pytest_dlbricks.timing.synthesis import APART_BYTES, brick_feeds, brick_model_and_weights, build_brick_model
+from pytest_dlbricks.wiring import engine
+from pytest_dlbricks.wiring.engine import DLBricksRun
 
 P = onnx.TensorProto
 BUILDERS = tiny_models.BUILDERS
@@ -512,7 +512,7 @@ def test_a_stored_call_cost_without_the_reference_is_measured_again_once_before_
         measured.append(CallOverhead(fixed_s=0.0))
         return measured[-1]
 
-    monkeypatch.setattr("pytest_dlbricks.engine.measure_call_overhead", measure)
+    monkeypatch.setattr("pytest_dlbricks.wiring.engine.measure_call_overhead", measure)
     current = DLBricksRun(settings, time.perf_counter)
     current.assume_overhead(CallOverhead(fixed_s=2e-6, reference_s=1e-5))
     current.measure_overhead()

@@ -14,11 +14,11 @@ import pytest
 import tiny_models
 
 from conftest import QUICK_TIMING, SAMPLE_DIMS, SAMPLE_MODELS, run_dlbricks
-from pytest_dlbricks import engine, run_state
-from pytest_dlbricks.cli import main
-from pytest_dlbricks.comparing import INCONCLUSIVE_EXIT
-from pytest_dlbricks.identity import CUT_METHOD
-from pytest_dlbricks.noise import margin_of_error
+from pytest_dlbricks.core.identity import CUT_METHOD
+from pytest_dlbricks.core.noise import margin_of_error
+from pytest_dlbricks.reporting.comparing import INCONCLUSIVE_EXIT
+from pytest_dlbricks.wiring import engine, run_state
+from pytest_dlbricks.wiring.cli import main
 
 STORE = ".benchmarks/dlbricks"
 #: Enough rounds for the quartiles the gate relies on, at a few milliseconds per brick; one thread, so that a
@@ -152,7 +152,7 @@ def test_models_cut_before_are_not_loaded_again(
     def never(*_: object) -> None:
         raise AssertionError("the model was loaded again")
 
-    monkeypatch.setattr("pytest_dlbricks.engine.load_model", never)
+    monkeypatch.setattr("pytest_dlbricks.wiring.engine.load_model", never)
     again = run(pytester, "--collect-only", "-q", *args)
     assert again.stdout.lines[:-2] == first.stdout.lines[:-2], "the same items, in the same order"
     run(pytester, *args).assert_outcomes(deselected=measured["summary"]["distinct_bricks"])
@@ -564,8 +564,8 @@ def test_a_regression_introduced_into_a_model_fails_the_session(
 ) -> None:
     # The first run must be the baseline whatever the machine's noise (mlp's microsecond bricks spread by
     # 15-50% beside a busy core): passing over noisy runs is tested apart.
-    monkeypatch.setattr("pytest_dlbricks.report.HIGH_NOISE", 1.0)
-    monkeypatch.setattr("pytest_dlbricks.tracking.HIGH_NOISE", 1.0)
+    monkeypatch.setattr("pytest_dlbricks.reporting.report.HIGH_NOISE", 1.0)
+    monkeypatch.setattr("pytest_dlbricks.wiring.tracking.HIGH_NOISE", 1.0)
     copy_models(SAMPLE_MODELS / "mlp.onnx")
     net(pytester, kernel=1)
     args = ("--dlbricks-granularity=2", "--benchmark-autosave", "--dlbricks-json=r.json", "models")
@@ -624,8 +624,8 @@ def test_a_run_of_some_models_is_no_baseline_for_the_others(
 ) -> None:
     """A run of mlp alone (-k), saved, passes the gate; net made slower is still compared with the run that
     estimated it."""
-    monkeypatch.setattr("pytest_dlbricks.report.HIGH_NOISE", 1.0)
-    monkeypatch.setattr("pytest_dlbricks.tracking.HIGH_NOISE", 1.0)
+    monkeypatch.setattr("pytest_dlbricks.reporting.report.HIGH_NOISE", 1.0)
+    monkeypatch.setattr("pytest_dlbricks.wiring.tracking.HIGH_NOISE", 1.0)
     copy_models(SAMPLE_MODELS / "mlp.onnx")
     net(pytester, kernel=1)
     args = ("--dlbricks-granularity=2", "--benchmark-autosave", "--dlbricks-compare", "--dlbricks-compare-fail=10%")
@@ -710,7 +710,7 @@ def test_a_baseline_damaged_where_only_judging_reads_leaves_the_gate_inconclusiv
     pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A brick's rounds are read only to judge a model whose bricks changed."""
-    monkeypatch.setattr("pytest_dlbricks.report.HIGH_NOISE", 1.0)
+    monkeypatch.setattr("pytest_dlbricks.reporting.report.HIGH_NOISE", 1.0)
     (pytester.path / "models").mkdir()
     net(pytester, kernel=1)
     args = ("--dlbricks-granularity=1", "--benchmark-autosave", "--dlbricks-json=r.json", "models")
@@ -748,7 +748,7 @@ def test_a_gate_too_noisy_for_its_threshold_is_inconclusive(
     pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Bricks taken to drift apart by a factor of e between runs: no interval can tell 10%."""
-    monkeypatch.setattr("pytest_dlbricks.drift.DEFAULT_DRIFT_SPREAD", 1.0)
+    monkeypatch.setattr("pytest_dlbricks.reporting.drift.DEFAULT_DRIFT_SPREAD", 1.0)
     (pytester.path / "models").mkdir()
     net(pytester, kernel=1)
     args = ("--dlbricks-granularity=1", "--benchmark-autosave", "models")
@@ -772,7 +772,7 @@ def test_a_run_under_high_noise_is_marked_and_passed_over_as_a_baseline(
     args = ("--dlbricks-granularity=2", "--benchmark-autosave", "--dlbricks-json=r.json", "models/mlp.onnx")
     run(pytester, *args).assert_outcomes(passed=3)
     with monkeypatch.context() as patch:
-        patch.setattr("pytest_dlbricks.report.HIGH_NOISE", 0.0)
+        patch.setattr("pytest_dlbricks.reporting.report.HIGH_NOISE", 0.0)
         noisy = run(pytester, "--dlbricks-remeasure", *args, timing=GATE_TIMING)
     noisy.stdout.fnmatch_lines(
         ["dlbricks: this run measured under high noise (bricks' typical spread *): it is marked*"]
@@ -798,7 +798,7 @@ def test_a_run_whose_verdict_does_not_trust_it_is_passed_over_as_a_baseline(
     pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A timing thread on its core 40% of the time: the run says it will not serve as a baseline, and does not."""
-    from pytest_dlbricks import load
+    from pytest_dlbricks.timing import load
 
     class Loaded(load.LoadMeter):
         def readings(self) -> load.Readings:

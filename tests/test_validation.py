@@ -10,11 +10,10 @@ import pytest
 import tiny_models
 
 from conftest import plan_of
-from pytest_dlbricks import validation
-from pytest_dlbricks.composition import ParallelExecutor
-from pytest_dlbricks.overhead import NO_OVERHEAD, CallOverhead
-from pytest_dlbricks.settings import STATISTICS
-from pytest_dlbricks.validation import (
+from pytest_dlbricks.core.settings import STATISTICS
+from pytest_dlbricks.estimating import validation
+from pytest_dlbricks.estimating.composition import ParallelExecutor
+from pytest_dlbricks.estimating.validation import (
     MAX_ROUNDS,
     MIN_ROUNDS,
     OVER_ROUNDS,
@@ -24,6 +23,7 @@ from pytest_dlbricks.validation import (
     has_parallel_branches,
     rounds_for,
 )
+from pytest_dlbricks.timing.overhead import NO_OVERHEAD, CallOverhead
 
 
 class Clock:

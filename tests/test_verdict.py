@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_dlbricks.verdict import judge, judge_report, load_margin, verdict_line
+from pytest_dlbricks.core.verdict import judge, judge_report, load_margin, verdict_line
 
 QUIET = {"core_share": 0.98, "loaded": False, "trusted": True, "load_average": 0.3, "cpus": 2}
 

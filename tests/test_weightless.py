@@ -12,8 +12,8 @@ import tiny_models
 from onnx import helper, numpy_helper
 
 from conftest import run_dlbricks
-from pytest_dlbricks import engine
-from pytest_dlbricks.weightless import MAX_KEPT_FLOATS, graph_digest
+from pytest_dlbricks.cut.weightless import MAX_KEPT_FLOATS, graph_digest
+from pytest_dlbricks.wiring import engine
 
 
 def digest_of(model: onnx.ModelProto) -> str | None:

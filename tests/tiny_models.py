@@ -321,7 +321,7 @@ def op_without_kernel(dtype: int) -> str:
     import onnxruntime
     import pytest
 
-    from pytest_dlbricks.runtime import new_options
+    from pytest_dlbricks.core.runtime import new_options
 
     def runs_natively(op: str, elem_type: int) -> bool:
         node = helper.make_node(op, ["x"], ["y"])

@@ -111,7 +111,7 @@ def _ini_cell(ini: Ini) -> str:
 
 def cli_rst(width: int = 100) -> str:
     """The ``--help`` of ``python -m pytest_dlbricks`` and of each of its commands, as literal blocks."""
-    from pytest_dlbricks import cli
+    from pytest_dlbricks.wiring import cli
 
     blocks = []
     for arguments in ([], ["compose"], ["merge"], ["report"]):

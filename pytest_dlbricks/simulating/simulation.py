@@ -1,0 +1,218 @@
+"""Counting bricks and models under valgrind's callgrind: the jobs, the worker processes, their counts.
+
+Each job is a model file and its inputs, called a few times. Python, numpy and onnxruntime take
+seconds to start under valgrind, so a run's jobs are shared among at most :data:`WORKERS` worker
+processes (see :mod:`.simulation_worker`), started once each. callgrind simulates the caches of
+:data:`.cycle_model.CACHES`, whatever the caches of the machine, and counts only between the
+instrumentation hooks; each job's counts come back as one part of the worker's callgrind output,
+read through its documented header lines (see :mod:`.callgrind_output`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..core.cycle_model import CACHES, NO_COST, SimulatedCost
+from ..core.graph import MIN_IR_VERSION
+from .callgrind_output import CallgrindOutputError, read_part
+
+#: The oldest valgrind whose callgrind takes every option used here (``--instr-atstart``, ``--dump-instr``)
+#: and the client requests of pytest-codspeed's hooks.
+MIN_VALGRIND = (3, 15)
+#: Worker processes run at once: each holds a core for the whole simulation.
+WORKERS = 2
+#: Calls counted per job at the most, and the work (FLOPs, or bytes' worth) under which a job gets them all:
+#: a heavy brick's calls vary little, a light one's are counted over more calls.
+MAX_CALLS = 10
+LIGHT_WORK = 1e7
+
+
+@dataclass(frozen=True)
+class SimulationJob:
+    """One brick or model to count: ``calls`` warm calls of ``model`` on ``feeds`` (input names in order),
+    run at onnxruntime's graph optimization level ``optimization`` (a ``GraphOptimizationLevel`` name)."""
+
+    name: str
+    model: Path
+    feeds: Path
+    inputs: tuple[str, ...]
+    calls: int
+    optimization: str
+    data_dir: Path | None = None
+
+
+def calls_for(work: float) -> int:
+    """Calls to count of a job doing ``work``: :data:`MAX_CALLS` for a light one, down to one."""
+    return max(1, min(MAX_CALLS, int(MAX_CALLS * LIGHT_WORK / work))) if work > 0 else MAX_CALLS
+
+
+def simulator_problem() -> str | None:
+    """Why bricks cannot be simulated here (valgrind missing or too old, or the hooks missing); None if they can."""
+    found = shutil.which("valgrind")
+    if found is None:
+        return "valgrind is not installed: install it (Debian and Ubuntu: apt-get install valgrind)"
+    version = valgrind_version(found)
+    if version is None or version < MIN_VALGRIND:
+        shown = ".".join(map(str, version)) if version else "of unknown version"
+        need = ".".join(map(str, MIN_VALGRIND))
+        return f"valgrind {shown} is too old, {need} or later is needed (Debian and Ubuntu: apt-get install valgrind)"
+    if importlib.util.find_spec("pytest_codspeed") is None:
+        return (
+            "the instrumentation hooks come with pytest-codspeed, which is not installed:"
+            " pip install 'pytest-dlbricks[simulated]'"
+        )
+    return None
+
+
+def valgrind_version(executable: str = "valgrind") -> tuple[int, ...] | None:
+    """valgrind's version as numbers (``valgrind --version`` prints ``valgrind-3.19.0``); None if unknown."""
+    try:
+        printed = subprocess.run([executable, "--version"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return None
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", printed)
+    return tuple(int(number) for number in match.groups() if number is not None) if match else None
+
+
+def save_job(
+    folder: Path,
+    name: str,
+    model: bytes | Path,
+    feeds: Mapping[str, np.ndarray],
+    calls: int,
+    optimization: str,
+    data_dir: Path | None = None,
+) -> SimulationJob:
+    """A job whose model (serialized, or a file left where it is) and inputs are saved in ``folder``."""
+    stem = folder / f"job{len(list(folder.glob('job*.npz')))}"
+    if isinstance(model, bytes):
+        stem.with_suffix(".onnx").write_bytes(model)
+        model = stem.with_suffix(".onnx")
+    np.savez(stem.with_suffix(".npz"), *feeds.values())
+    return SimulationJob(name, model, stem.with_suffix(".npz"), tuple(feeds), calls, optimization, data_dir)
+
+
+def simulate(jobs: Sequence[SimulationJob], folder: Path) -> tuple[dict[str, SimulatedCost], dict[str, str]]:
+    """Count ``jobs`` in at most :data:`WORKERS` worker processes at once; returns one call's cost of every job
+    that ran, and why each other failed, by job name. Raises :class:`SimulationError` when a worker fails whole."""
+    batches = [list(jobs[start::WORKERS]) for start in range(min(WORKERS, len(jobs)))]
+    workers = [_start(batch, folder / f"worker{index}") for index, batch in enumerate(batches)]
+    costs: dict[str, SimulatedCost] = {}
+    errors: dict[str, str] = {}
+    for batch, (process, out) in zip(batches, workers):
+        _, stderr = process.communicate()
+        if process.returncode != 0 or not out.with_suffix(".done.json").exists():
+            tail = " ".join(stderr.strip().splitlines()[-3:])
+            raise SimulationError(f"the simulation worker failed (exit status {process.returncode}): {tail}")
+        calls = {job.name: job.calls for job in batch}
+        parts = {read_part(path).part: path for path in out.parent.glob(f"{out.name}.*") if path.suffix[1:].isdigit()}
+        for entry in json.loads(out.with_suffix(".done.json").read_text(encoding="utf-8")):
+            if "error" in entry:
+                errors[entry["name"]] = entry["error"]
+                continue
+            try:
+                totals = read_part(parts[entry["part"]]).totals
+            except (KeyError, CallgrindOutputError) as error:
+                errors[entry["name"]] = f"its callgrind output is missing or damaged ({error})"
+                continue
+            costs[entry["name"]] = SimulatedCost.from_events(totals, calls[entry["name"]])
+    return costs, errors
+
+
+def _start(batch: list[SimulationJob], out: Path) -> tuple[subprocess.Popen[str], Path]:
+    spec = {
+        "jobs": [
+            {
+                "name": job.name,
+                "model": str(job.model),
+                "feeds": str(job.feeds),
+                "inputs": list(job.inputs),
+                "calls": job.calls,
+                "optimization": job.optimization,
+                "data_dir": str(job.data_dir) if job.data_dir else None,
+            }
+            for job in batch
+        ],
+        "done": str(out.with_suffix(".done.json")),
+    }
+    jobs_file = out.with_suffix(".jobs.json")
+    jobs_file.write_text(json.dumps(spec), encoding="utf-8")
+    caches = [f"--{name}={size},{ways},{line}" for name, (size, ways, line) in CACHES.items()]
+    command = [
+        *("valgrind", "--tool=callgrind", "--instr-atstart=no", "--cache-sim=yes", "--dump-instr=no", *caches),
+        *(f"--callgrind-out-file={out}", "-q", sys.executable, "-m", "pytest_dlbricks.simulating.simulation_worker"),
+        str(jobs_file),
+    ]
+    # One thread everywhere, and the same hashing in every run: counts then repeat from run to run.
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    return process, out
+
+
+#: The tiny models whose costs give an inference call's own cost (see :func:`call_costs`): chains of one and
+#: two Neg layers on one number, and two such layers side by side, two inputs and two outputs.
+CALL_MODELS = {"call: 1 layer": (1, 1), "call: 2 layers": (1, 2), "call: 2 inputs and outputs": (2, 1)}
+
+
+def call_jobs(folder: Path, optimization: str) -> list[SimulationJob]:
+    """Jobs counting the tiny models of :data:`CALL_MODELS`."""
+    jobs = []
+    for name, (paths, layers) in CALL_MODELS.items():
+        nodes, inputs, outputs = [], [], []
+        for path in range(paths):
+            names = [f"x{path}_{layer}" for layer in range(layers + 1)]
+            nodes += [helper.make_node("Neg", [a], [b]) for a, b in itertools.pairwise(names)]
+            inputs.append(helper.make_tensor_value_info(names[0], onnx.TensorProto.FLOAT, [1]))
+            outputs.append(helper.make_tensor_value_info(names[-1], onnx.TensorProto.FLOAT, [1]))
+        model = helper.make_model(helper.make_graph(nodes, "call", inputs, outputs))
+        model.ir_version = MIN_IR_VERSION
+        feeds = {value.name: np.ones(1, np.float32) for value in inputs}
+        jobs.append(save_job(folder, name, model.SerializeToString(), feeds, MAX_CALLS, optimization))
+    return jobs
+
+
+@dataclass(frozen=True)
+class CallCosts:
+    """What an inference call costs beyond its layers, in simulated events: fixed, and per input and output
+    beyond the first (the simulated counterpart of :class:`.overhead.CallOverhead`)."""
+
+    fixed: SimulatedCost
+    per_input: SimulatedCost
+    per_output: SimulatedCost
+
+    @classmethod
+    def from_costs(cls, costs: Mapping[str, SimulatedCost]) -> CallCosts:
+        """From the costs of the :data:`CALL_MODELS`: the one-layer chain less one layer (the two-layer chain
+        less the one-layer one), and what two paths cost beyond two layers, half on inputs, half on outputs."""
+        one, two, pair = (costs[name] for name in CALL_MODELS)
+        layer = two.minus(one)
+        fixed = one.minus(layer)
+        each = _halved(pair.minus(two))
+        return cls(fixed, each, each)
+
+    def of(self, inputs: int, outputs: int) -> SimulatedCost:
+        return (
+            NO_COST.plus(self.fixed).plus(self.per_input, max(inputs - 1, 0)).plus(self.per_output, max(outputs - 1, 0))
+        )
+
+
+def _halved(cost: SimulatedCost) -> SimulatedCost:
+    return SimulatedCost(*(value / 2 for value in vars(cost).values()))
+
+
+class SimulationError(Exception):
+    """The simulation could not be run at all."""

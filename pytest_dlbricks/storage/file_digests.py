@@ -1,0 +1,130 @@
+"""Digests of model files kept with the files' size, times, inode and device, as git's index keeps them: a file
+whose status is unchanged is not read, hashed and parsed again on every run.
+
+A model's cut is found in the plan cache by a digest of its bytes and the external data files it reads,
+which parsing it tells: for a 200 MB model that took 2.6 s on every run, more than finding its plan. A
+file last changed within :data:`SETTLED_NS` of being read could change again without its times moving
+(git's "racily clean" files): its digest is not kept. A record that cannot be read, or is not one, is a
+miss, counted in :attr:`FileDigests.discarded`; one of a file whose status changed is a miss, no damage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from ..core.graph import nested_tensors
+from .atomic_files import write_json
+
+VERSION = 1
+#: How long before it is read a file must have last changed for its digest to be kept: more than the
+#: coarsest file times in use (2 s on FAT) and the kernel's coarse clock that stamps them.
+SETTLED_NS = 2_000_000_000
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+#: What reading a damaged record may raise.
+_DAMAGE = (OSError, ValueError, KeyError, TypeError, RecursionError)
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    """What a plan's key needs of a model file's content: the SHA-256 of its bytes, the names of the external
+    data files it reads (If, Loop and Scan bodies included)."""
+
+    sha256: str
+    external: tuple[str, ...]
+
+
+class FileDigests:
+    """The digests of model files, one small JSON record per file in ``folder`` (a shelf's ``files/``); with no
+    folder, none is kept."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        #: Records found damaged (and the file read again).
+        self.discarded = 0
+
+    def of(self, path: Path) -> FileDigest:
+        """The digest of the model file at ``path``, read only when its record is absent or its status changed;
+        raises what reading or parsing the file raises."""
+        status = path.stat()
+        record = None
+        if self.folder is not None:
+            record = self.folder / f"{hashlib.sha256(os.fsencode(path.resolve())).hexdigest()}.json"
+            kept = self._read(record, path, _stamp(status))
+            if kept is not None:
+                return kept
+        started = time.time_ns()
+        content = path.read_bytes()
+        found = FileDigest(hashlib.sha256(content).hexdigest(), external_names(content))
+        settled = max(status.st_mtime_ns, status.st_ctime_ns) < started - SETTLED_NS
+        if record is not None and settled and _stamp(path.stat()) == _stamp(status):
+            # A digest that cannot be kept only costs the next run the time to read the file again.
+            with contextlib.suppress(OSError):
+                write_json(record, _to_json(path, _stamp(status), found))
+        return found
+
+    def _read(self, record: Path, path: Path, stamp: list[int]) -> FileDigest | None:
+        try:
+            content = record.read_bytes()
+        except OSError:  # absent, or no folder to hold it: a miss, no damage
+            return None
+        try:
+            data = json.loads(content.decode("utf-8"))
+            if data["version"] != VERSION or data["path"] != str(path.resolve()):
+                raise ValueError("not a record of this file, in this version")
+            if data["stamp"] != stamp:
+                return None  # the file changed since: read it again
+            return _from_json(data)
+        except _DAMAGE:
+            self.discarded += 1
+            return None
+
+
+def external_names(content: bytes) -> tuple[str, ...]:
+    """The names of the external data files the model ``content`` reads, sorted."""
+    model = onnx.ModelProto()
+    model.ParseFromString(content)
+    return tuple(
+        sorted(
+            {
+                entry.value
+                for tensor in [*model.graph.initializer, *nested_tensors(model.graph)]
+                if tensor.data_location == onnx.TensorProto.EXTERNAL
+                for entry in tensor.external_data
+                if entry.key == "location"
+            }
+        )
+    )
+
+
+def _stamp(status: os.stat_result) -> list[int]:
+    """What changes when a file is written or replaced, as git's index records it."""
+    return [status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino, status.st_dev]
+
+
+def _to_json(path: Path, stamp: list[int], digest: FileDigest) -> dict[str, Any]:
+    return {
+        "version": VERSION,
+        "path": str(path.resolve()),
+        "stamp": stamp,
+        "sha256": digest.sha256,
+        "external": list(digest.external),
+    }
+
+
+def _from_json(data: dict[str, Any]) -> FileDigest:
+    sha256, external = data["sha256"], data["external"]
+    if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
+        raise ValueError(f"{sha256!r} is no SHA-256 digest")
+    if not isinstance(external, list) or not all(isinstance(name, str) for name in external):
+        raise TypeError("the external data files are not a list of names")
+    return FileDigest(sha256, tuple(external))

@@ -1,0 +1,369 @@
+"""Models already cut, kept in the store: an unchanged model is not loaded, optimized and cut again.
+
+Collecting a model costs far more than skipping its bricks: onnxruntime optimizes it (with the
+default ``--dlbricks-cut=optimized``), a reference run learns the shapes inference leaves unknown,
+then it is cut and its work counted. A run whose bricks all come from the store would spend most of
+its time there, so each model's plan (its bricks, brick graph, guessed dimensions, what it ran on)
+and its bricks' work are kept beside the brick times of the machine and settings
+they were cut for, one JSON file per model. A plan is found again by a key over everything that
+decides it: the model file's bytes (and the size and modification time of its external data), the
+sweep point (dimensions and numeric type), the sample inputs, granularity, cut and validation, onnx's version, and
+pytest-dlbricks' own source, so that any change to the code that loads and cuts models makes new
+plans. The shelf already stands for the machine, onnxruntime's version, providers, threads and
+optimization level.
+
+The files hold no code: protobuf messages as base64 of their bytes, arrays in numpy's ``.npy``
+format read without pickle. A file that cannot be read, or whose bricks do not match their
+signatures, work and graph, is a miss, counted in :attr:`PlanCache.discarded`: the model is loaded
+as usual.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+
+from ..core.graph import TensorSpec
+from ..core.identity import digest
+from ..core.settings import LARGEST_NUMBER, Settings
+from ..core.sweeps import SweepPoint
+from ..cut.bricks import BrickSpec, brick_signature
+from ..cut.cutting import Brick, BrokenBrick, ModelPlan
+from ..cut.screening import check_model_file
+from ..cut.weightless import graph_digest
+from ..estimating.analysis import BrickWork, LayerWork
+from .atomic_files import write_json
+from .file_digests import FileDigests
+from .store_records import is_brick_graph
+
+#: The point of a run that sweeps nothing.
+ONE_POINT = SweepPoint()
+
+PLAN_VERSION = 4
+#: The sub-folder of cuts kept by graph, weights aside.
+GRAPHS = "graphs"
+#: What reading a damaged plan may raise: from JSON (nested deeper than the parser goes too), base64,
+#: protobuf, numpy's format (a header claiming more memory than there is), or a wrong type.
+_DAMAGE = (
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    IndexError,
+    AttributeError,
+    EOFError,
+    OverflowError,
+    DecodeError,
+    RecursionError,
+    MemoryError,
+)
+
+
+@dataclass(frozen=True)
+class CutModel:
+    """A model's plan and the work of all its distinct bricks, as collection makes them."""
+
+    plan: ModelPlan
+    work: Mapping[str, BrickWork]
+
+
+class PlanCache:
+    """Cut models in a folder of the store (a shelf's ``plans/``), by a key over what decides them, and in its
+    ``graphs/`` by a key over all that but the weights' values, for variants of the same graph (see
+    :mod:`.weightless`); with no folder, only the cuts of this run's models, by the latter."""
+
+    def __init__(self, folder: Path | None, settings: Settings, digests: FileDigests | None = None) -> None:
+        self.folder = folder
+        self.settings = settings
+        #: Plans found unusable (and cut again).
+        self.discarded = 0
+        #: The model files' digests, kept so that an unchanged file is not read again to find its plan.
+        self.digests = digests or FileDigests(None)
+        #: The cuts this run made, by :meth:`graph_key`, as plain data.
+        self._cut_now: dict[str, dict[str, Any]] = {}
+
+    def get(
+        self, path: Path, display_path: str, point: SweepPoint = ONE_POINT, samples: str | None = None
+    ) -> CutModel | None:
+        """The model at ``path`` as cut before at ``point`` with these settings, under its current name
+        (``display_path`` as pytest shows the file), on the sample inputs of digest ``samples``; None if never."""
+        if self.folder is None:
+            return None
+        key = self.key(path, point, samples)
+        return None if key is None else self._read(key, display_path, point)
+
+    def put(self, path: Path, point: SweepPoint, cut: CutModel, samples: str | None = None) -> None:
+        """Keep a cut model; one that cannot be written as plain data (an object array) is not kept."""
+        if self.folder is None:
+            return
+        key = self.key(path, point, samples)
+        try:
+            data = cut_model_to_json(cut)
+        except ValueError:
+            return
+        if key is not None:
+            self._write(key, data)
+
+    def get_by_graph(self, key: str, display_path: str, point: SweepPoint = ONE_POINT) -> CutModel | None:
+        """The cut of a model of the same graph (:meth:`graph_key` ``key``), made in this run or kept before, under
+        the name of the model that takes it; None if none."""
+        if key in self._cut_now:
+            return cut_model_from_json(self._cut_now[key], display_path, point)
+        return None if self.folder is None else self._read(f"{GRAPHS}/{key}", display_path, point)
+
+    def put_by_graph(self, key: str, cut: CutModel) -> None:
+        """Keep a cut for the variants of its model's graph, unless the work of some of its layers depends on
+        the values they read (see ``graph.DATA_DEPENDENT_OPS``): weights may then decide its bricks' shapes."""
+        if cut.plan.data_dependent:
+            return
+        try:
+            data = cut_model_to_json(cut)
+        except ValueError:
+            return
+        self._cut_now[key] = data
+        if self.folder is not None:
+            self._write(f"{GRAPHS}/{key}", data)
+
+    def _read(self, key: str, display_path: str, point: SweepPoint) -> CutModel | None:
+        assert self.folder is not None
+        try:
+            content = (self.folder / f"{key}.json").read_bytes()
+        except OSError:  # absent, or no folder to hold it: a miss, no damage
+            return None
+        try:
+            data = json.loads(content.decode("utf-8"))
+            if data["version"] != PLAN_VERSION:
+                raise ValueError(f"plan version {data['version']!r}")
+            return cut_model_from_json(data, display_path, point)
+        except _DAMAGE:
+            self.discarded += 1
+            return None
+
+    def _write(self, key: str, data: dict[str, Any]) -> None:
+        assert self.folder is not None
+        try:
+            write_json(self.folder / f"{key}.json", data)
+        except OSError:
+            return  # a cache that cannot be written only costs the next run the time to cut again
+
+    def key(self, path: Path, point: SweepPoint = ONE_POINT, samples: str | None = None) -> str | None:
+        """Digest of everything that decides how the model at ``path`` is cut at ``point``; None if it
+        cannot be read."""
+        try:
+            check_model_file(path)  # nothing but a model file is read, here as when loading
+            model = self.digests.of(path)
+            external = _external_files(model.external, path.parent)
+        except Exception:  # unreadable, refused, or no model at all: loading it says why
+            return None
+        return self._key({"model": model.sha256, "external": external}, point, samples)
+
+    def graph_key(self, path: Path, point: SweepPoint = ONE_POINT, samples: str | None = None) -> str | None:
+        """Digest of everything that decides how the model at ``path`` is cut at ``point`` but its weights'
+        values (see :mod:`.weightless`); None if it cannot be read, or keeps its weights in external files."""
+        try:
+            check_model_file(path)
+            graph = graph_digest(path.read_bytes())
+        except Exception:  # unreadable, refused, or no model at all: loading it says why
+            return None
+        return None if graph is None else self._key({"graph": graph}, point, samples)
+
+    def _key(self, model: dict[str, Any], point: SweepPoint, samples: str | None) -> str:
+        return digest(
+            {
+                "version": PLAN_VERSION,
+                **model,
+                "point": {**dict(sorted(point.dims.items())), "dtype": point.dtype},
+                "samples": samples,
+                "granularity": self.settings.granularity,
+                "cut": self.settings.cut,
+                "validate": self.settings.validate,
+                "onnx": onnx.__version__,
+                "code": source_digest(),
+            }
+        )
+
+
+@cache
+def source_digest() -> str:
+    """Digest of pytest-dlbricks' own modules: a change to how models are loaded or cut makes new plans."""
+    sha = hashlib.sha256()
+    for module in sorted(Path(__file__).parent.glob("*.py")):
+        sha.update(module.name.encode())
+        sha.update(module.read_bytes())
+    return sha.hexdigest()
+
+
+def _external_files(names: tuple[str, ...], folder: Path) -> list[list[object]]:
+    """Name, size and modification time of each external data file a model reads."""
+    found = []
+    for name in names:
+        stat = (folder / name).stat()
+        found.append([name, stat.st_size, stat.st_mtime_ns])
+    return found
+
+
+# -- JSON ----------------------------------------------------------------------------------------
+
+
+def cut_model_to_json(cut: CutModel) -> dict[str, Any]:
+    plan = cut.plan
+    return {
+        "version": PLAN_VERSION,
+        "layers": plan.layers,
+        "bricks": [_brick_to_json(brick) for brick in plan.bricks],
+        "edges": [[int(a), int(b)] for a, b in plan.graph.edges],
+        "guessed_dims": dict(plan.guessed_dims),
+        "dim_names": list(plan.dim_names),
+        "io": list(plan.io),
+        "inputs": plan.inputs,
+        "data_dependent": list(plan.data_dependent),
+        "weights_as_inputs": plan.weights_as_inputs,
+        "unsupported": {str(index): reason for index, reason in plan.unsupported.items()},
+        "work": {signature: _work_to_json(work) for signature, work in cut.work.items()},
+    }
+
+
+def cut_model_from_json(data: Mapping[str, Any], display_path: str, point: SweepPoint = ONE_POINT) -> CutModel:
+    bricks: list[Brick] = [_brick_from_json(entry) for entry in data["bricks"]]
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(len(bricks)))
+    graph.add_edges_from((_count(a), _count(b)) for a, b in data["edges"])
+    inputs, outputs = data["io"]
+    plan = ModelPlan(
+        path=display_path + point.suffix,
+        layers=_count(data["layers"]),
+        bricks=bricks,
+        graph=graph,
+        guessed_dims={str(name): _count(size) for name, size in data["guessed_dims"].items()},
+        dim_names=tuple(str(name) for name in data["dim_names"]),
+        io=(_count(inputs), _count(outputs)),
+        file=display_path,
+        point=point.describe(),
+        unsupported={_count(index): str(reason) for index, reason in data["unsupported"].items()},
+        inputs=str(data["inputs"]),
+        data_dependent=tuple(str(op) for op in data["data_dependent"]),
+        weights_as_inputs=_count(data["weights_as_inputs"]),
+    )
+    work = {str(signature): _work_from_json(entry) for signature, entry in data["work"].items()}
+    specs = [brick for brick in bricks if isinstance(brick, BrickSpec)]
+    if not is_brick_graph(graph, len(bricks)) or any(brick_signature(spec) != spec.signature for spec in specs):
+        raise ValueError("the bricks do not match their signatures and graph")
+    if not set(plan.signatures) <= set(work):
+        raise ValueError("the work of a brick is missing")
+    if any(isinstance(brick, BrokenBrick) and brick.layer_index >= plan.layers for brick in bricks):
+        raise ValueError("a broken brick's layer is not one of the model's")
+    return CutModel(plan, work)
+
+
+def _brick_to_json(brick: Brick) -> dict[str, Any]:
+    if isinstance(brick, BrokenBrick):
+        return {"broken": [brick.layer_index, brick.op_type, brick.reason]}
+    return _spec_to_json(brick)
+
+
+def _brick_from_json(data: Mapping[str, Any]) -> Brick:
+    if "broken" in data:
+        index, op_type, reason = data["broken"]
+        return BrokenBrick(_count(index), str(op_type), str(reason))
+    return _spec_from_json(data)
+
+
+def _spec_to_json(spec: BrickSpec) -> dict[str, Any]:
+    return {
+        "nodes": [_message(node) for node in spec.nodes],
+        "inputs": _tensors(spec.inputs),
+        "weights": _tensors(spec.weights),
+        "outputs": _tensors(spec.outputs),
+        "values": {name: _array(value) for name, value in spec.values.items()},
+        "opset_imports": dict(spec.opset_imports),
+        "ir_version": spec.ir_version,
+        "functions": [_message(function) for function in spec.functions],
+        "signature": spec.signature,
+        "non_tensor_outputs": [
+            [name, base64.b64encode(kind).decode("ascii")] for name, kind in spec.non_tensor_outputs
+        ],
+        "activations": sorted(spec.activations),
+        "unsized": spec.unsized,
+        "weights_as_inputs": sorted(spec.weights_as_inputs),
+    }
+
+
+def _spec_from_json(data: Mapping[str, Any]) -> BrickSpec:
+    return BrickSpec(
+        nodes=tuple(onnx.NodeProto.FromString(_bytes(node)) for node in data["nodes"]),
+        inputs=_specs(data["inputs"]),
+        weights=_specs(data["weights"]),
+        outputs=_specs(data["outputs"]),
+        values={str(name): _array_from(value) for name, value in data["values"].items()},
+        opset_imports={str(domain): _count(version) for domain, version in data["opset_imports"].items()},
+        ir_version=_count(data["ir_version"]),
+        functions=tuple(onnx.FunctionProto.FromString(_bytes(function)) for function in data["functions"]),
+        signature=str(data["signature"]),
+        non_tensor_outputs=tuple((str(name), _bytes(kind)) for name, kind in data["non_tensor_outputs"]),
+        activations=frozenset(str(name) for name in data["activations"]),
+        unsized=data.get("unsized", False) is True,
+        weights_as_inputs=frozenset(str(name) for name in data.get("weights_as_inputs", ())),
+    )
+
+
+def _work_to_json(work: BrickWork) -> dict[str, Any]:
+    return {
+        "label": work.label,
+        "layers": [[layer.op_type, layer.flops, layer.bytes] for layer in work.layers],
+        "io": list(work.io),
+    }
+
+
+def _work_from_json(data: Mapping[str, Any]) -> BrickWork:
+    inputs, outputs = data["io"]
+    layers = tuple(
+        LayerWork(str(op), None if flops is None else _count(flops), _count(size)) for op, flops, size in data["layers"]
+    )
+    return BrickWork(str(data["label"]), layers, (_count(inputs), _count(outputs)))
+
+
+def _tensors(tensors: tuple[tuple[str, TensorSpec], ...]) -> list[list[object]]:
+    return [[name, spec.dtype, list(spec.shape)] for name, spec in tensors]
+
+
+def _specs(data: list[list[Any]]) -> tuple[tuple[str, TensorSpec], ...]:
+    return tuple((str(name), TensorSpec(_count(dtype), tuple(_count(d) for d in shape))) for name, dtype, shape in data)
+
+
+def _count(value: Any) -> int:
+    """A count, index, size or version as a plan holds it: a whole number, never negative, at most what an
+    ONNX size can hold (a larger one overflowed the arithmetic of the report)."""
+    number = int(value)
+    if number < 0 or number != value or number > LARGEST_NUMBER:
+        raise ValueError(f"{value!r} is not a count")
+    return number
+
+
+def _message(message: onnx.NodeProto | onnx.FunctionProto) -> str:
+    return base64.b64encode(message.SerializeToString(deterministic=True)).decode("ascii")
+
+
+def _array(value: np.ndarray) -> str:
+    buffer = io.BytesIO()
+    np.save(buffer, value, allow_pickle=False)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _array_from(text: str) -> np.ndarray:
+    return np.load(io.BytesIO(_bytes(text)), allow_pickle=False)
+
+
+def _bytes(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)

@@ -1,0 +1,260 @@
+"""What the brick store keeps, as typed records read back from its JSON: a brick's times, a cut model's manifest,
+the executor's detection; a damaged record reads as absent."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import networkx as nx
+
+from ..core.identity import digest
+from ..core.noise import margin_of_error
+from ..core.settings import STATISTICS
+from ..estimating.composition import BrickCall, is_count
+from ..timing.probes import ExecutorDetection, PoolSlowdown
+
+STORE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StoredBrick:
+    """One brick's statistics in seconds, as the session recorded them, and when they were measured."""
+
+    signature: str
+    label: str
+    stats: Mapping[str, float]
+    provider: str
+    measured_at: datetime
+    #: Relative margin of error of the mean (95% confidence) the brick reached; None when unknown.
+    precision: float | None = None
+    #: The time limit (seconds) the brick ran out of before reaching the precision it was timed to; None
+    #: when it reached it (or the record is older): timed again within that limit, it would stop there again.
+    timed_out_s: float | None = None
+    #: The brick's time its precision was sized from when it was timed (its fastest probe call), so that
+    #: reuse sizes it from the same time; None in older records, sized then from its fastest round.
+    probe_s: float | None = None
+    #: The reference call's time around the brick's timing, to which its call cost is scaled (see
+    #: :meth:`.overhead.CallOverhead.of_brick`); None in older records, composed with the cost as measured.
+    reference_s: float | None = None
+
+    def age_s(self, now: datetime) -> float:
+        return (now - self.measured_at).total_seconds()
+
+    def timed_out_within(self, limit_s: float) -> bool:
+        """Whether the brick fell short of its precision within a time limit at least ``limit_s``."""
+        return self.timed_out_s is not None and self.timed_out_s >= limit_s * (1 - 1e-9)
+
+    def precise_enough(self, requested: float | None) -> bool:
+        """Whether these times satisfy a run asking for ``requested`` precision (None asks for none).
+
+        The precision reached is computed again from the statistics where they allow it: records of
+        older versions hold the precision their run asked for, not the one it reached."""
+        reached = margin_of_error(self.stats)
+        reached = self.precision if reached is None else reached
+        return requested is None or (reached is not None and reached <= requested * (1 + 1e-9))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STORE_VERSION,
+            "signature": self.signature,
+            "label": self.label,
+            "stats": dict(self.stats),
+            "provider": self.provider,
+            "measured_at": self.measured_at.isoformat(timespec="seconds"),
+            "precision": self.precision,
+            "timed_out_s": self.timed_out_s,
+            "probe_s": self.probe_s,
+            "reference_s": self.reference_s,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StoredBrick:
+        """The brick a record holds; ``ValueError`` (or ``KeyError``, ``TypeError``) for anything a
+        measurement cannot have written."""
+        if data["version"] != STORE_VERSION:
+            raise ValueError(f"store version {data['version']!r}")
+        measured_at = _moment(data["measured_at"])
+        stats = data["stats"]
+        if not isinstance(stats, dict) or not all(isinstance(name, str) for name in stats):
+            raise TypeError("stats is not a table of statistics")
+        precision, timed_out_s = data.get("precision"), data.get("timed_out_s")
+        probe_s, reference_s = data.get("probe_s"), data.get("reference_s")
+        return cls(
+            signature=_text(data["signature"]),
+            label=_text(data["label"]),
+            stats={name: _seconds(value, positive=name in STATISTICS) for name, value in stats.items()},
+            provider=_text(data["provider"]),
+            measured_at=measured_at,
+            precision=None if precision is None else _seconds(precision),
+            timed_out_s=None if timed_out_s is None else _seconds(timed_out_s, positive=False),
+            probe_s=None if probe_s is None else _seconds(probe_s, positive=True),
+            reference_s=None if reference_s is None else _seconds(reference_s, positive=True),
+        )
+
+
+@dataclass(frozen=True)
+class ModelManifest:
+    """A model as cut into bricks: what composing its estimate needs, without the model itself."""
+
+    path: str
+    granularity: int
+    dims: Mapping[str, int]
+    layers: int
+    #: Each window in topological order: its brick's signature and numbers of inputs and outputs; None
+    #: for a window with no time (a layer that cannot be a brick, a brick the provider cannot run).
+    windows: tuple[BrickCall, ...]
+    #: Window indices; an edge means the second window reads a value of the first.
+    edges: tuple[tuple[int, int], ...] = ()
+    #: The model's own inputs and outputs (its inference call costs more with more of them).
+    io: tuple[int, int] = (1, 1)
+
+    @property
+    def key(self) -> str:
+        return digest({"path": self.path, "granularity": self.granularity, "dims": dict(self.dims)})[:16]
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The brick graph, as composition takes it."""
+        graph = nx.DiGraph()
+        graph.add_nodes_from(range(len(self.windows)))
+        graph.add_edges_from(self.edges)
+        return graph
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STORE_VERSION,
+            "path": self.path,
+            "granularity": self.granularity,
+            "dims": dict(sorted(self.dims.items())),
+            "layers": self.layers,
+            "windows": [None if call is None else list(call) for call in self.windows],
+            "edges": [list(edge) for edge in self.edges],
+            "io": list(self.io),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ModelManifest:
+        if data["version"] != STORE_VERSION:
+            raise ValueError(f"store version {data['version']!r}")
+        inputs, outputs = data["io"]
+        manifest = cls(
+            path=_text(data["path"]),
+            granularity=int(data["granularity"]),
+            dims={str(name): int(size) for name, size in data["dims"].items()},
+            layers=int(data["layers"]),
+            windows=tuple(None if w is None else (_text(w[0]), int(w[1]), int(w[2])) for w in data["windows"]),
+            edges=tuple((int(a), int(b)) for a, b in data["edges"]),
+            io=(int(inputs), int(outputs)),
+        )
+        if not is_brick_graph(manifest.graph, len(manifest.windows)):
+            raise ValueError("the edges do not join the windows into a graph without cycles")
+        return manifest
+
+
+@dataclass(frozen=True)
+class StoredExecutor:
+    """A detection of the parallel executor, when it was made, and under which conditions."""
+
+    detection: ExecutorDetection
+    measured_at: datetime
+    conditions: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STORE_VERSION,
+            "conditions": dict(self.conditions),
+            "measured_at": self.measured_at.isoformat(timespec="seconds"),
+            "detection": dataclasses.asdict(self.detection),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StoredExecutor:
+        """The detection a record holds; ``ValueError`` (or ``KeyError``, ``TypeError``) for anything a
+        detection cannot have written."""
+        if data["version"] != STORE_VERSION:
+            raise ValueError(f"store version {data['version']!r}")
+        found, pool = data["detection"], data["detection"]["pool"]
+        if pool is not None:
+            layer_s = pool["layer_s"]
+            pool = PoolSlowdown(
+                factor=_seconds(pool["factor"], positive=True),
+                layer_s=None if layer_s is None else _seconds(layer_s),
+                sessions=[(_seconds(s, positive=True), _seconds(p, positive=True)) for s, p in pool["sessions"]],
+                rounds=_count(pool["rounds"]),
+                graph=_text(pool["graph"]),
+            )
+        if not isinstance(found["concurrent"], bool) or not isinstance(data["conditions"], dict):
+            raise TypeError("not the fields of a detection")
+        detection = ExecutorDetection(
+            concurrent=found["concurrent"],
+            threads=_count(found["threads"]),
+            sequential_s=_seconds(found["sequential_s"], positive=True),
+            parallel_s=_seconds(found["parallel_s"], positive=True),
+            ratio=_seconds(found["ratio"], positive=True),
+            rounds=_count(found["rounds"]),
+            graph=_text(found["graph"]),
+            pool=pool,
+            nodes_at_once=_nodes_at_once(found.get("nodes_at_once")),
+        )
+        return cls(detection, _moment(data["measured_at"]), data["conditions"])
+
+
+def times_of(bricks: Mapping[str, StoredBrick], statistic: str) -> dict[str, float]:
+    """Brick times by signature for one statistic, skipping bricks that lack it."""
+    return {signature: brick.stats[statistic] for signature, brick in bricks.items() if statistic in brick.stats}
+
+
+def references_of(bricks: Mapping[str, StoredBrick]) -> dict[str, float]:
+    """The reference call's time around each brick's timing, by signature, where the record has it."""
+    return {signature: brick.reference_s for signature, brick in bricks.items() if brick.reference_s is not None}
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not text")
+    return value
+
+
+def _count(value: object) -> int:
+    """A count of runs or threads: a whole number above zero."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{value!r} is not a count")
+    return value
+
+
+def _nodes_at_once(value: object) -> int | None:
+    """Nodes a profile showed running at once: a whole number, zero included, or None (not profiled)."""
+    if value is not None and not is_count(value):
+        raise ValueError(f"{value!r} is not a number of nodes")
+    return value
+
+
+def _moment(text: object) -> datetime:
+    """A time a record was measured at, with its time zone."""
+    moment = datetime.fromisoformat(_text(text))
+    if moment.tzinfo is None:
+        raise ValueError("measured_at has no time zone")
+    return moment
+
+
+def _seconds(value: object, *, positive: bool = False) -> float:
+    """A number a measurement can give: finite, not negative (or, ``positive``, above zero)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{value!r} is not a number")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        finite = False
+    if not finite or value < 0 or (positive and value == 0):
+        raise ValueError(f"{value!r} is no measurement")
+    return value
+
+
+def is_brick_graph(graph: nx.DiGraph, windows: int) -> bool:
+    """Whether ``graph`` joins windows ``0..windows-1``, and only those, without a cycle."""
+    return set(graph) == set(range(windows)) and nx.is_directed_acyclic_graph(graph)

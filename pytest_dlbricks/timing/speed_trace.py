@@ -1,0 +1,121 @@
+"""How fast the machine ran through a run: a reference call timed every so often between the items.
+
+Each brick is timed within a fraction of a second, so the spread of its rounds (the run's *noise*,
+see :mod:`.noise`) cannot see a machine whose speed moves over seconds: a shared or throttled machine,
+or a virtual one whose speed alternates between states. Bricks timed in a slow stretch then add up to a
+slower model than bricks timed in a fast one, while every brick looks precise. The trace shows it: the
+fastest of a few calls of a tiny reference network, taken before an item when enough time has passed
+since the last sample, follows the machine's speed at that moment; the spread of those samples over
+the run says how far that speed moved.
+
+The reference is a chain of one-element additions: pure dispatch, the kind of work that follows the
+machine's speed most closely. Layers bound by arithmetic or memory move less with it (a convolution
+of tens of channels about a fifth as much on a 2-core machine), so the trace's spread bounds what
+happened to the bricks rather than measuring it for each. What does follow it is the cost of an
+inference call, which every brick pays: the reference is also timed right around each brick's
+timing (:meth:`SpeedTrace.now`), and that brick's call cost scaled to it (see :mod:`.overhead`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..core.clock import time_calls
+
+#: Seconds between samples at least: the machine's speed states last seconds, a sample costs a few
+#: hundred microseconds, so the trace costs a fraction of a percent of the run.
+SAMPLE_EVERY_S = 0.25
+#: Calls of the reference per sample, of which the fastest counts: one interrupted call says nothing of
+#: the machine's speed, the fastest of ten follows it.
+SAMPLE_CALLS = 10
+#: Untimed calls of the reference when it is made (first-run allocations).
+WARM_CALLS = 20
+#: Samples a trace needs before its spread says anything.
+MIN_SAMPLES = 5
+#: Calls of the reference whose median is its time at a moment (see :meth:`SpeedTrace.now`).
+MOMENT_CALLS = 10
+
+
+class SpeedTrace:
+    """Samples of a reference call's time through a run (see the module's description).
+
+    ``make_call`` builds the reference call once, at the first sample; ``clock`` times it and spaces
+    the samples, at least ``every_s`` seconds apart (:data:`SAMPLE_EVERY_S` unless given).
+    """
+
+    def __init__(
+        self,
+        make_call: Callable[[], Callable[[], None]],
+        description: str,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        every_s: float | None = None,
+    ) -> None:
+        self.make_call = make_call
+        self.description = description
+        self.clock = clock
+        self.every_s = SAMPLE_EVERY_S if every_s is None else every_s
+        #: Seconds of the fastest of :data:`SAMPLE_CALLS` reference calls, one entry per sample.
+        self.samples: list[float] = []
+        #: Why no sample could be taken (the reference could not be built or run), else None.
+        self.error: str | None = None
+        self._call: Callable[[], None] | None = None
+        self._last: float | None = None
+
+    def sample_if_due(self) -> None:
+        """Take a sample when :attr:`every_s` seconds have passed since the last one (or there was none)."""
+        if self.error is not None or (self._last is not None and self.clock() - self._last < self.every_s):
+            return
+        timings = self._time(SAMPLE_CALLS)
+        if timings is not None:
+            self.samples.append(min(timings))
+        self._last = self.clock()
+
+    def now(self) -> float | None:
+        """The reference call's time at this moment, the median of :data:`MOMENT_CALLS` calls after an
+        untimed one, as the call cost's measurement reads it (see :attr:`.overhead.CallOverhead.reference_s`);
+        None when the reference cannot run. Not a sample of the trace, which spaces its samples."""
+        timings = self._time(1 + MOMENT_CALLS)
+        return float(np.median(timings[1:])) if timings is not None else None
+
+    def _time(self, calls: int) -> list[float] | None:
+        """Seconds of ``calls`` calls of the reference, timed back to back as the call cost's chains are
+        (see :func:`.clock.time_calls`); None once it failed."""
+        if self.error is not None:
+            return None
+        try:
+            if self._call is None:
+                self._call = self.make_call()
+                for _ in range(WARM_CALLS):
+                    self._call()
+            return time_calls(self._call, calls, self.clock)
+        except Exception as error:  # onnxruntime's exception types are not part of its API
+            self.error = f"{type(error).__name__}: {error}"
+            return None
+
+    def summary(self) -> dict[str, Any] | None:
+        """The trace for the report: its samples' quartiles and ``spread``, half the interquartile range over
+        the median, as the run's noise figure reads the bricks' rounds (see :func:`.noise.run_noise`), so
+        that the two compare; and ``swing``, half the distance from its 10th to its 90th percentile over the
+        median: how far apart the machine's speed states lay, which a brick timed in the other state is off
+        by (a machine slow a fifth of the time has no interquartile range of it). None with fewer than
+        :data:`MIN_SAMPLES` samples."""
+        if len(self.samples) < MIN_SAMPLES:
+            return None
+        p10, q1, median, q3, p90 = (float(v) for v in np.percentile(self.samples, [10, 25, 50, 75, 90]))
+        return {
+            "reference": self.description,
+            "samples": len(self.samples),
+            "every_s": self.every_s,
+            "q1_s": q1,
+            "median_s": median,
+            "q3_s": q3,
+            "spread": (q3 - q1) / (2 * median) if median > 0 else None,
+            "p10_s": p10,
+            "p90_s": p90,
+            "swing": (p90 - p10) / (2 * median) if median > 0 else None,
+        }

@@ -1,0 +1,141 @@
+"""pytest nodes: a model file collects one benchmark item per brick it is the first to use; a suite's
+brick file, one item for its brick."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ..core.errors import ModelError
+from ..core.sweeps import SweepPoint
+from ..core.wording import plural
+from ..cut.bricks import BrickSpec
+from ..reporting.suite import SuiteError, read_brick
+from .engine import DLBricksRun, unforeseen
+from .items import brick_mark, brick_test, e2e_test
+from .simulated import simulated_brick_test, simulated_model_test
+from .warning_types import DLBricksWarning
+
+
+class ModelFile(pytest.File):
+    """An ONNX model: cut into bricks on collection, at every sweep point; its new distinct bricks become
+    benchmark items, their names ending with the point (``brick[Conv+Relu-3f2a91c0][batch=4]``)."""
+
+    def __init__(self, *, run: DLBricksRun, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.run = run
+
+    def collect(self) -> Iterator[pytest.Item]:
+        try:
+            hooked = self.config.hook.pytest_dlbricks_model_inputs(path=self.path, config=self.config)
+        except Exception as error:  # a conftest's bug fails this model alone, as a bad model file does
+            yield FailingItem.from_parent(
+                self,
+                name="load",
+                message=f"{self.nodeid}: the pytest_dlbricks_model_inputs hook raised {type(error).__name__}: {error}",
+            )
+            return
+        for number, point in enumerate(self.run.points):
+            yield from self._collect_point(point, hooked, warn=number == 0)
+
+    def _collect_point(self, point: SweepPoint, hooked: object, *, warn: bool) -> Iterator[pytest.Item]:
+        suffix = point.suffix
+        try:
+            plan, new_bricks = self.run.add_model(self.path, self.nodeid, point, hooked)
+        except ModelError as error:
+            yield FailingItem.from_parent(self, name=f"load{suffix}", message=f"{self.nodeid}{suffix}: {error.cause}")
+            return
+        except pytest.exit.Exception:
+            raise
+        except Exception as error:  # an input no check foresaw: it fails this model alone, never the session
+            yield FailingItem.from_parent(
+                self, name=f"load{suffix}", message=f"{self.nodeid}{suffix}: {unforeseen(error)}"
+            )
+            return
+        for name, value in plan.guessed_dims.items() if warn else ():
+            self.warn(
+                DLBricksWarning(
+                    f"{self.nodeid}: symbolic dimension {name!r} was not given, using {value}"
+                    f" (set it with --dlbricks-dim {name}=N)"
+                )
+            )
+        if plan.weights_as_inputs and warn:
+            self.warn(
+                DLBricksWarning(
+                    f"{self.nodeid}: {plural(plan.weights_as_inputs, 'weight')} also listed as graph inputs, which"
+                    " onnxruntime lets a caller override and so neither folds nor pre-packs; its bricks are timed"
+                    " so too (take them out of the graph inputs if nothing overrides them)"
+                )
+            )
+        for brick in new_bricks:
+            yield brick_item(self, self.run, brick, point)
+        if self.run.settings.validate:
+            simulated = self.run.simulation is not None
+            for executor in ["sequential"] if simulated else self.run.executors_to_validate(plan):
+                # Named after the model: pytest-benchmark's table shows item names, not the file they are in.
+                name = ("e2e" if executor == "sequential" else f"e2e-{executor}") + f"[{self.path.name}]{suffix}"
+                test = simulated_model_test(self.run, plan) if simulated else e2e_test(self.run, plan, executor)
+                item = pytest.Function.from_parent(self, name=name, callobj=test)
+                item.extra_keyword_matches.update(point.keywords)
+                yield item
+        for broken in plan.broken:
+            yield FailingItem.from_parent(
+                self,
+                name=f"unbuildable[{broken.label}]{suffix}",
+                message=f"{plan.path}: layer {broken.layer_index} ({broken.op_type}) cannot be benchmarked"
+                f" as a brick: {broken.reason}",
+            )
+
+
+class BrickFile(pytest.File):
+    """A brick file of an exported suite (listed in the folder's manifest): one item, never cut again."""
+
+    def __init__(self, *, run: DLBricksRun, entry: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.run = run
+        self.entry = entry
+
+    def collect(self) -> Iterator[pytest.Item]:
+        try:
+            if "error" in self.entry:
+                raise SuiteError(self.entry["error"])
+            brick = read_brick(self.path, self.entry)
+        except SuiteError as error:
+            yield FailingItem.from_parent(self, name="load", message=f"{self.nodeid}: {error}")
+            return
+        if self.run.add_exported_brick(brick):
+            yield brick_item(self, self.run, brick)
+
+
+def brick_item(
+    parent: pytest.File, run: DLBricksRun, brick: BrickSpec, point: SweepPoint | None = None
+) -> pytest.Function:
+    """The benchmark item of a distinct brick, selectable with ``-k`` by its operators and sweep point."""
+    point = point or SweepPoint()
+    test = simulated_brick_test if run.simulation is not None else brick_test
+    item = pytest.Function.from_parent(
+        parent, name=f"brick[{brick.label}]{point.suffix}", callobj=test(run, brick.signature)
+    )
+    item.extra_keyword_matches.update(brick.ops)
+    item.extra_keyword_matches.update(point.keywords)
+    item.add_marker(brick_mark(run, parent.config))
+    return item
+
+
+class FailingItem(pytest.Item):
+    """Carries an error found during collection, so one bad model fails alone and the others still run."""
+
+    def __init__(self, *, message: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.message = message
+
+    def setup(self) -> None:
+        pytest.fail(self.message, pytrace=False)
+
+    def runtest(self) -> None:
+        """Never reached: setup fails."""
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, self.nodeid

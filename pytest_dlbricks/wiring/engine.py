@@ -1,0 +1,368 @@
+"""The engine of a run, free of pytest: models cut, distinct bricks, their times; composes, writes and exports.
+
+The pytest layer drives it with plain arguments: :mod:`.session` (hooks) cuts models as pytest
+collects them and composes at the end, :mod:`.items` records what the timed items measure, and
+:mod:`.tracking` hands it brick times and cut models kept in the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..core.errors import ModelError, describe_error, named_error
+from ..core.sweeps import AS_WRITTEN, SweepPoint
+from ..core.wording import plural
+from ..cut.bricks import BrickSpec
+from ..cut.cutting import ModelPlan, plan_model
+from ..cut.loading import load_model, whole_model
+from ..cut.numerics import convert, float32_work
+from ..cut.samples import SampleInputs, find_samples, from_hook
+from ..estimating.analysis import plan_work
+from ..rendering.formatting import format_seconds
+from ..rendering.html import render_html
+from ..reporting.entries import FailedModel
+from ..reporting.maps import write_maps
+from ..reporting.report import build_report
+from ..reporting.suite import SuiteError, export_suite, read_manifest
+from ..storage.atomic_files import write_json, write_text
+from ..storage.plans import CutModel, PlanCache
+from ..timing.load import load_summary
+from ..timing.overhead import measure_call_overhead, measure_parallel_fixed_cost, parallel_ceiling
+from ..timing.probes import RunMeasurements, describe_machine, detect_executor, measure_run, with_pool_slowdown
+from ..timing.running import BrickRunner, ModelRunner
+from .run_state import RunState
+
+
+def readable(name: str) -> str:
+    """A file name as text every report can hold: the bytes of a name that is not UTF-8, which Python
+    keeps as lone surrogates that no UTF-8 file can hold, are written ``\\xff``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def unforeseen(error: Exception) -> str:
+    """Why a model failed with an error no check foresaw, in the words of its ``::load`` item and report."""
+    return f"cannot be read ({named_error(error)})"
+
+
+class DLBricksRun(RunState):
+    """Created by :class:`~pytest_dlbricks.wiring.session.DLBricksSession` for one pytest session.
+
+    ``timer`` is the timer pytest-benchmark times bricks with; :attr:`clock` wraps it so that the
+    rewriting of a brick's inputs is left out of the brick's time.
+    """
+
+    # Cutting
+
+    def exported_brick(self, path: Path) -> dict[str, Any] | None:
+        """The manifest entry of a brick file of an exported suite; an unreadable manifest gives an error entry."""
+        folder = path.parent
+        if folder not in self.manifests:
+            try:
+                self.manifests[folder] = read_manifest(folder)
+            except SuiteError as error:
+                self.manifests[folder] = error
+        manifest = self.manifests[folder]
+        if isinstance(manifest, Exception):
+            return {"error": str(manifest)}
+        return None if manifest is None else manifest.get(path.name)
+
+    def add_exported_brick(self, brick: BrickSpec) -> bool:
+        """Register a brick read from a suite file; False when the same brick was met before."""
+        if brick.signature in self.bricks:
+            return False
+        self.bricks[brick.signature] = brick
+        self.exported.add(brick.signature)
+        return True
+
+    def use_plan_cache(self, cache: PlanCache) -> None:
+        """Take models cut in earlier runs from ``cache``, and keep the models cut now in it."""
+        self.plan_cache = cache
+
+    def add_model(
+        self, path: Path, display_path: str, point: SweepPoint | None = None, hooked: object = None
+    ) -> tuple[ModelPlan, list[BrickSpec]]:
+        """Cut the model at ``path`` at ``point``, or take it from the plan cache; returns its plan and the
+        bricks no earlier model had. The point's sizes are the model's own (see :meth:`Settings.dims_for`).
+        ``hooked`` is what the ``pytest_dlbricks_model_inputs`` hook returned for it (None: the sample
+        inputs the conventions find, if any)."""
+        display_path = readable(display_path)
+        point = point or self.points[0]
+        point = dataclasses.replace(point, dims=self.settings.dims_for(display_path, point.dims))
+        name = display_path + point.suffix
+        try:
+            return self._add_model(path, display_path, point, hooked, name)
+        except ModelError:
+            raise
+        except Exception as error:  # an input no check foresaw: the report lists the model with it, as any
+            self.failed.append(FailedModel(name, unforeseen(error)))
+            raise
+
+    def _add_model(
+        self, path: Path, display_path: str, point: SweepPoint, hooked: object, name: str
+    ) -> tuple[ModelPlan, list[BrickSpec]]:
+        try:
+            sample = self._sample_inputs(path, hooked)
+        except ModelError as error:
+            self.failed.append(FailedModel(name, error.cause))
+            raise
+        digest = sample.digest() if sample is not None else None
+        cut = self.plan_cache.get(path, display_path, point, digest)
+        if cut is None:
+            cut = self._cut_or_share(path, display_path, point, sample, digest)
+            self.plan_cache.put(path, point, cut, digest)
+        plan = cut.plan
+        for signature in plan.signatures:
+            self._plans_using.setdefault(signature, []).append(len(self.plans))
+        self.plans.append(plan)
+        self.model_files[name] = path
+        self.sources[name] = (path, point, sample)
+        new_bricks = []
+        for brick in plan.bricks:
+            if isinstance(brick, BrickSpec) and brick.signature not in self.bricks:
+                self.bricks[brick.signature] = brick
+                new_bricks.append(brick)
+        self.work.update({brick.signature: cut.work[brick.signature] for brick in new_bricks})
+        return plan, new_bricks
+
+    def _cut_or_share(
+        self, path: Path, display_path: str, point: SweepPoint, sample: SampleInputs | None, digest: str | None
+    ) -> CutModel:
+        """The cut of a model of the same graph, weights aside, if this run or the store has one; else the
+        model's own."""
+        graph = self.plan_cache.graph_key(path, point, digest)
+        shared = self.plan_cache.get_by_graph(graph, display_path, point) if graph is not None else None
+        if shared is not None:
+            if sample is not None:
+                shared.plan.inputs = sample.source
+            self.shared_cuts.append(display_path + point.suffix)
+            return shared
+        cut = self._cut(path, display_path, point, sample)
+        if graph is not None:
+            self.plan_cache.put_by_graph(graph, cut)
+        return cut
+
+    def _sample_inputs(self, path: Path, hooked: object) -> SampleInputs | None:
+        if hooked is not None:
+            return from_hook(path, hooked)
+        if path not in self.samples:
+            self.samples[path] = find_samples(path)
+        return self.samples[path]
+
+    def _cut(self, path: Path, display_path: str, point: SweepPoint, sample: SampleInputs | None) -> CutModel:
+        name = display_path + point.suffix
+        optimize = self.settings if self.settings.cut == "optimized" else None
+        dtype = point.dtype
+        try:
+            graph = load_model(path, point.dims, optimize, _converter(dtype), sample, self.settings.granularity)
+        except ModelError as error:
+            self.failed.append(FailedModel(name, error.cause))
+            raise
+        plan = plan_model(graph, self.settings.granularity, name)
+        plan.file, plan.point = display_path, point.describe()
+        if sample is not None:
+            plan.inputs = sample.source
+        if dtype == "fp16":
+            reasons = {i: float32_work(b) for i, b in enumerate(plan.bricks) if isinstance(b, BrickSpec)}
+            plan.unsupported = {index: reason for index, reason in reasons.items() if reason is not None}
+        return CutModel(plan, plan_work(graph, plan))
+
+    def already_optimized(self, signature: str) -> bool:
+        """Whether a brick was cut by this run from the graph onnxruntime optimized for its settings."""
+        return self.settings.cut == "optimized" and signature not in self.exported
+
+    def brick_runner(self, signature: str) -> BrickRunner:
+        """A distinct brick ready to time, its synthetic weights shared with the run's other bricks;
+        raises :class:`~.running.BrickError`."""
+        return BrickRunner(
+            self.bricks[signature],
+            self.settings,
+            optimized=self.already_optimized(signature),
+            shared=self.shared_weights,
+        )
+
+    def whole_model_runner(self, plan: ModelPlan, *, parallel: bool) -> ModelRunner:
+        """The whole model of ``plan`` as the user runs it (their file, real weights) on the inputs its
+        bricks were cut for; raises :class:`ModelError` or :class:`~.running.BrickError`."""
+        model, feeds, data_dir = self.whole_model_inputs(plan)
+        return ModelRunner(model, feeds, self.settings, data_dir=data_dir, parallel=parallel)
+
+    def whole_model_inputs(self, plan: ModelPlan) -> tuple[onnx.ModelProto | Path, dict[str, np.ndarray], Path | None]:
+        """The whole model of ``plan`` (its file, or the model converted to its point's type), its inputs, and
+        where the weights of a converted model lie; raises :class:`ModelError`."""
+        path, point, sample = self.sources[plan.path]
+        model, feeds = whole_model(path, point.dims, _converter(point.dtype), sample)
+        return model, feeds, None if isinstance(model, Path) else path.parent  # onnxruntime finds a file's own data
+
+    # Measuring
+
+    def measure_overhead(self, *, parallel: bool = False) -> None:
+        """Measure the cost of a call once, before the first timing: also where a call cost stored by an
+        older run lacks the reference call's time, which the bricks timed now are scaled by (bricks it
+        was measured with compose with it unscaled either way); and (``parallel``) the parallel executor's,
+        when the call cost in use lacks it or holds one beyond :func:`.overhead.parallel_ceiling` (stored by a
+        version that did not bound it)."""
+        if self.overhead is None or (self.overhead.reference_s is None and not self.overhead_measured):
+            self.overhead = measure_call_overhead(self.settings)
+            self.overhead_measured = True
+        stored = self.overhead.parallel_fixed_s
+        if parallel and (stored is None or stored > parallel_ceiling(self.overhead)):
+            self.overhead = dataclasses.replace(
+                self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings, self.overhead)
+            )
+
+    @property
+    def parallel_estimated(self) -> bool:
+        """Whether the models get a parallel estimate: asked for, or (``auto``) the parallel executor was
+        detected running independent nodes at once."""
+        return self.executor is not None and (self.settings.parallel_asked or self.executor.concurrent)
+
+    def detect_executor(self) -> None:
+        """Detect once what the parallel executor does with independent nodes, where a parallel estimate may
+        be shown (see :data:`.settings.EXECUTORS`), and, where one is, measure what it costs the layers that
+        use the intra-op pool and its call cost where the call cost in use (one stored by an older run)
+        lacks it: the parallel estimates need both. Made only where some brick has a time, so that a run
+        with nothing to compose pays nothing; a run of an exported suite too, for the estimates that
+        ``compose`` makes from its report. A detection kept in the store (:attr:`stored_executor`) is used
+        instead of detecting again."""
+        if self.executor_error is not None or not self.settings.parallel_possible:
+            return
+        try:
+            if self.executor is None and self.stored_executor is not None:
+                (self.executor, self.executor_measured_at), self.executor_reused = self.stored_executor, True
+            elif self.executor is None:
+                self.executor = detect_executor(self.settings, pool=False)
+                self.executor_measured_at = _now()
+            if not self.parallel_estimated:
+                return
+            assert self.executor is not None
+            if self.executor.pool is None:  # a detection made without it, by a run that needed no estimate
+                self.executor = with_pool_slowdown(self.executor, self.settings)
+                self.executor_measured_at, self.executor_reused = _now(), False
+            if self.overhead is not None:
+                self.measure_overhead(parallel=True)
+                if self.overhead.parallel_fixed_s is None:
+                    self.executor_error = (
+                        "its call cost could not be measured: every set of its sessions took more than"
+                        f" {format_seconds(parallel_ceiling(self.overhead))} a call, the machine's cores taken"
+                        " or the sessions caught in a slow state; run again on a quieter machine"
+                    )
+        except Exception as error:  # onnxruntime's exception types are not part of its API
+            self.executor_error = describe_error(error)
+
+    # Composing and writing
+
+    def compose(self, *, partial: bool, measure: bool, load_times: bool = True) -> dict[str, Any]:
+        """The report of the bricks timed so far, built once; ``partial`` marks a run stopped early,
+        ``measure`` asks for the machine's peak (not after an interrupt), and with ``load_times`` the
+        models' load times: one session per model, as much as benchmarking the model whole costs to start."""
+        if self.report is not None:
+            return self.report
+        # Simulated costs need no peak, load times nor executor: nothing of this machine's is timed.
+        measure = measure and self.simulation is None
+        # The machine's peak first: the parallel executor's threads, once tried, spin on for a while.
+        measured = self._measure_run(load_times) if measure else RunMeasurements(machine=describe_machine())
+        if measure and self.results:
+            self.detect_executor()
+        self.composed = build_report(
+            self.settings,
+            self.plans,
+            self.failed,
+            self.bricks,
+            self.results,
+            overhead=self.overhead,
+            executor=self.executor,
+            executor_error=self.executor_error,
+            executor_origin=(self.executor_measured_at, self.executor_reused),
+            validations=self.validations,
+            wall_time_s=time.perf_counter() - self.started,
+            partial=partial,
+            work=self.work,
+            measured=measured,
+            unsupported=self.unsupported,
+            placements=self.placements,
+            store_damage=self.store_damage,
+            calibration=self.calibration,
+            # The machine's speed while bricks were timed: none were when every time was reused or disabled.
+            speed=self.speed.summary() if any(not result.reused for result in self.results.values()) else None,
+            load=load_summary(self.load.readings()),
+        )
+        if self.simulation is not None:
+            self.composed = dataclasses.replace(self.composed, simulation=self.simulation.report(self.plans))
+            self.messages.append((self.simulation.summary(), False))
+        self.report = self.composed.as_json()
+        return self.report
+
+    def attach(self, **fields: Any) -> None:
+        """Add to the composed report what the pytest layer learns of it: its conditions, the comparison."""
+        assert self.composed is not None
+        self.composed = dataclasses.replace(self.composed, **fields)
+        self.report = self.composed.as_json()
+
+    def _measure_run(self, load_times: bool) -> RunMeasurements:
+        """The machine's peak and (``load_times``) the load time of every model with a brick timed in this run
+        (not taken from the brick store); only the machine if none was."""
+        timed = {signature for signature, result in self.results.items() if not result.reused}
+        if not timed:
+            return RunMeasurements(machine=describe_machine())
+        measured = [plan.path for plan in self.plans if load_times and timed.intersection(plan.signatures)]
+        return measure_run(self.settings, {path: self.model_files[path] for path in measured})
+
+    def write_outputs(self, report: Mapping[str, Any]) -> None:
+        """The suite and maps when exporting, the JSON and HTML reports when asked for; failures become messages."""
+        if self.settings.export_dir is not None:
+            self._export(report)
+        if self.settings.json_path is not None:
+            self._write(self.settings.json_path, write_json, report)
+        if self.settings.html_path is not None:
+            self._write(self.settings.html_path, write_text, render_html(report))
+
+    def _write(self, path: Path, write: Callable[[Path, Any], None], content: object) -> None:
+        try:
+            write(path, content)
+        except OSError as error:
+            self.write_errors.append(f"cannot write {path}: {error.strerror or error}")
+        except ValueError as error:  # a number JSON cannot hold (NaN, infinity): never written as such
+            self.write_errors.append(f"cannot write {path}: {error}")
+        else:
+            self.written.append(path)
+
+    def _export(self, report: Mapping[str, Any]) -> None:
+        """Write the brick suite and, apart, the models' private maps."""
+        suite, maps = self.settings.export_dir, self.settings.maps_dir
+        assert suite is not None and maps is not None
+        try:
+            bricks = export_suite(
+                suite, self.bricks.values(), self.settings.describe(), activations=self.settings.export_activations
+            )
+            models = write_maps(maps, report, self.plans)
+        except OSError as error:
+            self.messages.append((f"dlbricks: cannot export to {error.filename}: {error.strerror or error}", True))
+            return
+        except SuiteError as error:
+            self.messages.append((f"dlbricks: cannot export: {error}", True))
+            return
+        self.messages.append(
+            (
+                f"dlbricks: exported {plural(bricks, 'brick')} to {suite} (the suite to share) and the maps of"
+                f" {plural(models, 'model')} to {maps} (private: keep them)",
+                False,
+            )
+        )
+
+
+def _now() -> str:
+    """This moment, as detections are stamped (ISO 8601, UTC)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _converter(dtype: str) -> Callable[[Any, Path], Any] | None:
+    """The conversion of a model to the numeric type ``dtype``; None for the model as written."""
+    return None if dtype == AS_WRITTEN else lambda model, data_dir: convert(model, dtype, data_dir)

@@ -1,0 +1,168 @@
+"""The simulated cost mode (``--dlbricks-cost=simulated``): brick and model items counted under callgrind.
+
+The first brick item of a run simulates every brick the run's items still need, in a few
+worker starts (see :mod:`.simulation`); each brick item then reads its brick's cost and hands its
+simulated time to pytest-benchmark through a clock that moves by exactly that time per call, so that
+its statistics, histories and comparisons hold simulated seconds. Whole models (``--dlbricks-validate``)
+are simulated alike, at their first item. Composition, the store and the reports take the figures
+as they take measured times: one round, no spread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+
+from ..core.cycle_model import SimulatedCost
+from ..core.errors import ModelError
+from ..core.runtime import session_options
+from ..core.synthetic import SynthesisError
+from ..cut.cutting import ModelPlan
+from ..estimating.validation import Validation
+from ..reporting.entries import BrickResult
+from ..simulating.simulated_costs import Simulation
+from ..simulating.simulation import SimulationError, SimulationJob, call_jobs, calls_for, save_job
+from ..timing.synthesis import brick_feeds, build_brick_model
+from .engine import DLBricksRun
+
+#: The provider a simulated brick is reported to have run on.
+SIMULATED_PROVIDER = "CPUExecutionProvider (callgrind)"
+
+
+class StepClock:
+    """A timer for pytest-benchmark that moves by ``step`` seconds each time :meth:`step_once` is called."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step_once(self) -> None:
+        self.now += self.step
+
+
+def exact_stats(seconds: float) -> dict[str, float]:
+    """pytest-benchmark's statistics of one round of ``seconds``: a count has no spread."""
+    same = ("min", "max", "mean", "median", "q1", "q3", "ld15iqr", "hd15iqr", "total")
+    spread = ("stddev", "iqr", "iqr_outliers", "stddev_outliers")
+    return {
+        **dict.fromkeys(same, seconds),
+        **dict.fromkeys(spread, 0.0),
+        "rounds": 1.0,
+        "ops": 1 / seconds if seconds > 0 else 0.0,
+    }
+
+
+def brick_cost(run: DLBricksRun, signature: str, wanted: Iterable[str]) -> SimulatedCost:
+    """A brick's cost, simulating first every brick of ``wanted`` the run has not simulated yet; raises
+    :class:`SimulationError` when the brick could not be simulated."""
+    simulation = _simulation(run)
+    if not simulation.known(signature):
+        todo = dict.fromkeys(s for s in (signature, *wanted) if not simulation.known(s))
+
+        def make_jobs(folder: Path) -> list[SimulationJob]:
+            jobs = [job for s in todo if (job := _brick_job(run, simulation, s, folder)) is not None]
+            if simulation.call is None:
+                jobs += call_jobs(folder, session_options(run.settings).graph_optimization_level.name)
+            return jobs
+
+        simulation.count(make_jobs)
+        run.overhead = simulation.call_overhead()
+    return simulation.cost(signature)
+
+
+def model_cost(run: DLBricksRun, plan: ModelPlan, wanted: Iterable[ModelPlan]) -> SimulatedCost:
+    """The whole model's cost, simulating first every model of ``wanted`` not simulated yet."""
+    simulation = _simulation(run)
+    if not simulation.known(plan.path):
+        todo = {p.path: p for p in (plan, *wanted) if not simulation.known(p.path)}
+        simulation.count(
+            lambda folder: [job for p in todo.values() if (job := _model_job(run, simulation, p, folder)) is not None],
+            models=True,
+        )
+    return simulation.cost(plan.path, model=True)
+
+
+def _simulation(run: DLBricksRun) -> Simulation:
+    assert run.simulation is not None, "simulated items are made only in simulated mode"
+    return run.simulation
+
+
+def _brick_job(run: DLBricksRun, simulation: Simulation, signature: str, folder: Path) -> SimulationJob | None:
+    brick = run.bricks[signature]
+    try:
+        model = build_brick_model(brick).SerializeToString()
+        feeds = brick_feeds(brick)
+    except (SynthesisError, ValueError) as error:
+        simulation.errors[signature] = f"cannot be built: {error}"
+        return None
+    simulation.io[signature] = (len(brick.inputs), brick.output_count)
+    level = session_options(run.settings, optimized=run.already_optimized(signature)).graph_optimization_level.name
+    return save_job(folder, signature, model, feeds, calls_for(run.expected_cost(signature)), level)
+
+
+def _model_job(run: DLBricksRun, simulation: Simulation, plan: ModelPlan, folder: Path) -> SimulationJob | None:
+    try:
+        model, feeds, data_dir = run.whole_model_inputs(plan)
+    except ModelError as error:
+        simulation.errors[plan.path] = f"cannot be loaded: {error.cause}"
+        return None
+    data = model if isinstance(model, Path) else model.SerializeToString()
+    level = session_options(run.settings).graph_optimization_level.name
+    work = sum(run.expected_cost(signature) * count for signature, count in plan.signatures.items())
+    return save_job(folder, plan.path, data, feeds, calls_for(work), level, data_dir=data_dir)
+
+
+def simulated_brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
+    """The test function of one distinct brick in simulated mode."""
+
+    def test_brick(request: pytest.FixtureRequest) -> None:
+        brick = run.bricks[signature]
+        wanted = [
+            s
+            for item in request.session.items
+            if (s := getattr(getattr(item, "obj", None), "dlbricks_signature", None))
+        ]
+        try:
+            cost = brick_cost(run, signature, wanted)
+        except SimulationError as error:
+            raise pytest.fail.Exception(f"brick {brick.label}: cannot be simulated: {error}", pytrace=False) from None
+        clock = StepClock(cost.seconds)
+        request.node.add_marker(pytest.mark.benchmark(timer=clock, warmup=False), append=False)
+        benchmark = request.getfixturevalue("benchmark")
+        benchmark.extra_info.update(
+            {"signature": signature, "ops": list(brick.ops), "models": run.models_using(signature), **cost.as_json()}
+        )
+        benchmark.pedantic(clock.step_once, rounds=1, iterations=1)
+        run.record_result(signature, BrickResult(stats=exact_stats(cost.seconds), provider=SIMULATED_PROVIDER))
+
+    test_brick.dlbricks_signature = signature  # type: ignore[attr-defined]
+    return test_brick
+
+
+def simulated_model_test(run: DLBricksRun, plan: ModelPlan) -> Callable[..., None]:
+    """The test function of a whole model in simulated mode: the model counted as its bricks are."""
+
+    def test_model(request: pytest.FixtureRequest) -> None:
+        wanted = [
+            p for item in request.session.items if (p := getattr(getattr(item, "obj", None), "dlbricks_plan", None))
+        ]
+        try:
+            cost = model_cost(run, plan, wanted)
+        except SimulationError as error:
+            raise pytest.fail.Exception(f"{plan.path}: cannot be simulated whole: {error}", pytrace=False) from None
+        clock = StepClock(cost.seconds)
+        request.node.add_marker(pytest.mark.benchmark(timer=clock, warmup=False), append=False)
+        benchmark = request.getfixturevalue("benchmark")
+        benchmark.extra_info.update({"model": plan.path, "executor": "sequential", **cost.as_json()})
+        benchmark.pedantic(clock.step_once, rounds=1, iterations=1)
+        bricks = _simulation(run).bricks
+        rounds = [{signature: bricks[signature].seconds for signature in plan.signatures if signature in bricks}]
+        run.record_validation(plan.path, "sequential", Validation("sequential", [cost.seconds], rounds))
+
+    test_model.dlbricks_plan = plan  # type: ignore[attr-defined]
+    return test_model
