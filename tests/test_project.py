@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The modules that wire the domain to pytest (and ``__main__``, which runs the command line when imported).
 PYTEST_LAYER = frozenset(
     {
-        *("__main__", "collector", "distributed", "hooks", "interruption", "items"),
-        *("options", "plugin", "session", "tracking", "baselines", "warning_types", "simulated"),
+        *("__main__", "hooks", "plugin", "wiring.collector", "wiring.distributed", "wiring.interruption"),
+        *("wiring.items", "wiring.options", "wiring.session", "wiring.tracking", "wiring.baselines"),
+        *("wiring.warning_types", "wiring.simulated"),
     }
 )
 
@@ -48,9 +49,9 @@ def test_the_plugin_is_cheap_to_import() -> None:
 def test_domain_modules_never_import_pytest() -> None:
     """Only the pytest layer may import pytest; every other module of the package is found by pkgutil."""
     domain = [
-        f"pytest_dlbricks.{module.name}"
-        for module in pkgutil.iter_modules(pytest_dlbricks.__path__)
-        if module.name not in PYTEST_LAYER
+        module.name
+        for module in pkgutil.walk_packages(pytest_dlbricks.__path__, prefix="pytest_dlbricks.")
+        if module.name.removeprefix("pytest_dlbricks.") not in PYTEST_LAYER
     ]
     assert len(domain) > len(PYTEST_LAYER), "the package is mostly domain modules"
     code = f"import sys; import {', '.join(domain)}; print('pytest' in sys.modules)"

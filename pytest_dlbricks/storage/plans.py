@@ -199,8 +199,9 @@ class PlanCache:
 def source_digest() -> str:
     """Digest of pytest-dlbricks' own modules: a change to how models are loaded or cut makes new plans."""
     sha = hashlib.sha256()
-    for module in sorted(Path(__file__).parent.glob("*.py")):
-        sha.update(module.name.encode())
+    package = Path(__file__).parents[1]
+    for module in sorted(package.rglob("*.py")):
+        sha.update(module.relative_to(package).as_posix().encode())
         sha.update(module.read_bytes())
     return sha.hexdigest()
 
