@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,6 +118,16 @@ def _model_job(run: DLBricksRun, simulation: Simulation, plan: ModelPlan, folder
     return save_job(folder, plan.path, data, feeds, calls_for(work), level, data_dir=data_dir)
 
 
+def _benchmark_exactly(request: pytest.FixtureRequest, seconds: float, extra_info: dict[str, Any]) -> None:
+    """One pytest-benchmark round of exactly ``seconds``, on a clock that moves by that much, so that
+    histories and comparisons hold the simulated time."""
+    clock = StepClock(seconds)
+    request.node.add_marker(pytest.mark.benchmark(timer=clock, warmup=False), append=False)
+    benchmark = request.getfixturevalue("benchmark")
+    benchmark.extra_info.update(extra_info)
+    benchmark.pedantic(clock.step_once, rounds=1, iterations=1)
+
+
 def simulated_brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
     """The test function of one distinct brick in simulated mode."""
 
@@ -131,13 +142,8 @@ def simulated_brick_test(run: DLBricksRun, signature: str) -> Callable[..., None
             cost = brick_cost(run, signature, wanted)
         except SimulationError as error:
             raise pytest.fail.Exception(f"brick {brick.label}: cannot be simulated: {error}", pytrace=False) from None
-        clock = StepClock(cost.seconds)
-        request.node.add_marker(pytest.mark.benchmark(timer=clock, warmup=False), append=False)
-        benchmark = request.getfixturevalue("benchmark")
-        benchmark.extra_info.update(
-            {"signature": signature, "ops": list(brick.ops), "models": run.models_using(signature), **cost.as_json()}
-        )
-        benchmark.pedantic(clock.step_once, rounds=1, iterations=1)
+        extra = {"signature": signature, "ops": list(brick.ops), "models": run.models_using(signature)}
+        _benchmark_exactly(request, cost.seconds, {**extra, **cost.as_json()})
         run.record_result(signature, BrickResult(stats=exact_stats(cost.seconds), provider=SIMULATED_PROVIDER))
 
     test_brick.dlbricks_signature = signature  # type: ignore[attr-defined]
@@ -155,11 +161,7 @@ def simulated_model_test(run: DLBricksRun, plan: ModelPlan) -> Callable[..., Non
             cost = model_cost(run, plan, wanted)
         except SimulationError as error:
             raise pytest.fail.Exception(f"{plan.path}: cannot be simulated whole: {error}", pytrace=False) from None
-        clock = StepClock(cost.seconds)
-        request.node.add_marker(pytest.mark.benchmark(timer=clock, warmup=False), append=False)
-        benchmark = request.getfixturevalue("benchmark")
-        benchmark.extra_info.update({"model": plan.path, "executor": "sequential", **cost.as_json()})
-        benchmark.pedantic(clock.step_once, rounds=1, iterations=1)
+        _benchmark_exactly(request, cost.seconds, {"model": plan.path, "executor": "sequential", **cost.as_json()})
         bricks = _simulation(run).bricks
         rounds = [{signature: bricks[signature].seconds for signature in plan.signatures if signature in bricks}]
         run.record_validation(plan.path, "sequential", Validation("sequential", [cost.seconds], rounds))
