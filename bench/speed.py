@@ -16,6 +16,11 @@ close together on a shared machine. Scenarios, each the plugin beside the baseli
   where there is one; k from ``--variants``, default 4 and 8): its layers, every weight scaled by noise of
   its own (weights that old exporters compute with ConstantOfShape are made real weights first), one
   row per k (``variants4``, ``variants8``).
+* ``history``: a model's version history as CI runs it: ``--commits`` commits (default 10), each changing one
+  more activation of one model (the swappable model with the most activations) while the others stay, every
+  commit a run of the whole suite; the plugin keeps its store from commit to commit (filled by a run of the
+  commit before the first, not counted), the baseline times every model end to end at every commit. Both
+  sides' times are the sums over the commits.
 
 Prints, per scenario, both whole-process times and their ratio (median and range over
 ``--repeat`` rounds), the peak memory of both and of the plugin's collection, and where the plugin's
@@ -36,7 +41,7 @@ Run it from the repository root, in the environment where pytest-dlbricks is ins
 
     python bench/speed.py [--only NAMES | --subset ci|all] [--light] [--scenarios first,unchanged,changed,sweep]
                           [--granularity 2] [--precision 0.02] [--repeat 1] [--sweep-dim batch --sizes 1,2,4,8]
-                          [--variant-of NAME --variants 4,8]
+                          [--variant-of NAME --variants 4,8] [--commits 10]
 """
 
 from __future__ import annotations
@@ -302,6 +307,7 @@ def main() -> None:
         models = select_models(args, work / "models")
         variants = {k: make_variants(variant_source(args, models), k, work / f"variants-{k}") for k in counts}
         changed = next((m for m in models if swappable(m.path)), None)
+        history = max(models, key=lambda m: swappable(m.path))
         swept = [m for m in models if args.sweep_dim in m.dims]
         (work / "pytest.ini").write_text("[pytest]\n")
         for repeat in range(args.repeat):
@@ -327,7 +333,11 @@ def main() -> None:
                             file=sys.stderr,
                         )
                     continue
-                if name == "sweep":
+                if name == "history":
+                    if swappable(history.path) < args.commits:
+                        continue
+                    pair = run_history(args, work, models, history, work / f"history-store-{repeat}")
+                elif name == "sweep":
                     pair = (
                         run_plugin(args, work, swept, work / f"sweep-store-{repeat}", args.sweep_dim),
                         run_baseline(args, work, swept, args.sweep_dim),
@@ -358,6 +368,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sizes", default="1,2,4,8", help="its sizes (default: %(default)s)")
     parser.add_argument("--variant-of", help="model the variants scenario tunes (default: a resnet50, else the first)")
     parser.add_argument("--variants", default="4,8", help="numbers of variants, one row each (default: %(default)s)")
+    parser.add_argument("--commits", type=int, default=10, help="history scenario's commits (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per pytest process (default: %(default)s)")
     return parser.parse_args()
 
@@ -542,10 +553,50 @@ def run_pytest(args: argparse.Namespace, work: Path, arguments: list[str]) -> Pr
     return Process(seconds, completed.returncode, figures)
 
 
-def swappable(path: Path) -> bool:
+def run_history(
+    args: argparse.Namespace, work: Path, models: list[Model], changed: Model, store: Path
+) -> tuple[Run, Run]:
+    """Both sides of the history scenario: a run per commit, each commit one more activation of ``changed``
+    swapped; the plugin's store filled by the commit before the first (not counted)."""
+    original = changed.path.with_suffix(".orig")
+    changed.path.rename(original)
+    shutil.copy2(original, changed.path)
+    plugin, baseline = Run(), Run()
+    try:
+        run_plugin(args, work, models, store, None)
+        for commit in range(1, args.commits + 1):
+            change = swap_activations(original, changed.path, commit)
+            plugin.processes += run_plugin(args, work, models, store, None).processes
+            baseline.processes += run_baseline(args, work, models, None).processes
+            print(
+                f"history commit {commit} ({change}): plugin {plugin.processes[-1].seconds:.1f} s,"
+                f" baseline {baseline.processes[-1].seconds:.1f} s",
+                file=sys.stderr,
+            )
+    finally:
+        changed.path.unlink()
+        original.rename(changed.path)
+    return plugin, baseline
+
+
+def swap_activations(original: Path, path: Path, count: int) -> str:
+    """Write ``path`` as ``original`` with its first ``count`` activations each replaced by another."""
     import onnx
 
-    return any(node.op_type in SWAPS for node in onnx.load(str(path), load_external_data=False).graph.node)
+    model = onnx.load(str(original), load_external_data=False)
+    nodes = [node for node in model.graph.node if node.op_type in SWAPS][:count]
+    for node in nodes:
+        node.op_type = SWAPS[node.op_type]
+        del node.attribute[:]
+    onnx.save(model, str(path))
+    return f"{path.parent.name}: layer {nodes[-1].name or nodes[-1].output[0]} -> {nodes[-1].op_type}"
+
+
+def swappable(path: Path) -> int:
+    """How many of the model's layers are activations a changed layer can swap."""
+    import onnx
+
+    return sum(node.op_type in SWAPS for node in onnx.load(str(path), load_external_data=False).graph.node)
 
 
 def swap_activation(path: Path, *, undo: bool = False) -> str:
@@ -580,7 +631,7 @@ def render(
     ]
     for name, pairs in rows.items():
         if not pairs:
-            lines.append(f"{name:<10} skipped: no model to {'change' if name == 'changed' else 'sweep'}")
+            lines.append(f"{name:<10} skipped: no model to {'sweep' if name == 'sweep' else 'change'}")
             continue
         ratios = [plugin.seconds / baseline.seconds for plugin, baseline in pairs]
         plugin, baseline = pairs[len(pairs) // 2]

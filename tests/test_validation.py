@@ -20,7 +20,6 @@ from pytest_dlbricks.estimating.validation import (
     BrickRounds,
     Validation,
     accuracy,
-    has_parallel_branches,
     rounds_for,
 )
 from pytest_dlbricks.timing.overhead import NO_OVERHEAD, CallOverhead
@@ -147,12 +146,6 @@ def test_over_and_under_estimates_do_not_cancel_in_accuracy() -> None:
     assert result is not None
     assert result["geometric_mean_ratio"] == pytest.approx(1.0)
     assert result["accuracy"] == pytest.approx(0.8)
-
-
-def test_parallel_branches(tmp_path: Path) -> None:
-    assert has_parallel_branches(plan_of(tiny_models.diamond(tmp_path), 1))
-    assert not has_parallel_branches(plan_of(tiny_models.chain(tmp_path), 1))
-    assert not has_parallel_branches(plan_of(tiny_models.diamond(tmp_path), 5)), "one brick holds both branches"
 
 
 @pytest.mark.parametrize(("seconds", "rounds"), [(0.0, MAX_ROUNDS), (1e-6, MAX_ROUNDS), (0.1, 20), (10.0, MIN_ROUNDS)])

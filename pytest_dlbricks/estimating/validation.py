@@ -16,8 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import networkx as nx
-
 from ..cut.cutting import ModelPlan
 from ..timing.overhead import CallOverhead
 from .composition import ParallelExecutor, compose
@@ -157,11 +155,6 @@ class Validation:
             "spread": _relative_iqr(ratios) if ratios else None,
             "rounds": len(paired),
         }
-
-
-def has_parallel_branches(plan: ModelPlan) -> bool:
-    """Whether some brick lies off the longest chain of bricks, so a parallel executor can overlap work."""
-    return bool(plan.graph) and nx.dag_longest_path_length(plan.graph) + 1 < plan.graph.number_of_nodes()
 
 
 def accuracy(ratios: Sequence[float]) -> dict[str, float | int] | None:

@@ -187,7 +187,7 @@ _OPTIONS = (
         "",
         "Also time every model end to end, interleaved with its bricks, and report how close the"
         " estimates come (items <model>::e2e[<file name>] and, with --dlbricks-executor=parallel,"
-        " ::e2e-parallel[<file name>] for models with parallel branches).",
+        " ::e2e-parallel[<file name>] too).",
         "off",
         switch=True,
         ini="dlbricks_validate",

@@ -19,7 +19,7 @@ from ..cut.cutting import ModelPlan
 from ..cut.samples import SampleInputs
 from ..estimating.analysis import BrickWork
 from ..estimating.calibration import CalibrationRecord
-from ..estimating.validation import Validation, has_parallel_branches
+from ..estimating.validation import Validation
 from ..reporting.entries import BrickResult, FailedModel
 from ..reporting.report import RunReport
 from ..simulating.simulated_costs import Simulation
@@ -182,10 +182,10 @@ class RunState:
         return reasons[0] if reasons and all(reasons) else None
 
     def executors_to_validate(self, plan: ModelPlan) -> list[str]:
-        """The sequential executor always; the parallel one where its estimate was asked for and the model
-        has branches to overlap."""
-        parallel = self.settings.parallel_asked and has_parallel_branches(plan)
-        return ["sequential", "parallel"] if parallel else ["sequential"]
+        """The sequential executor always; the parallel one wherever its estimate was asked for: a model without
+        branches to overlap has a parallel estimate too (the executor's cost for layers that use the intra-op
+        pool), which is checked like any other."""
+        return ["sequential", "parallel"] if self.settings.parallel_asked else ["sequential"]
 
     def expected_cost(self, signature: str) -> float:
         """What a brick is expected to cost before it is timed, in FLOPs: its own, or what moving its bytes
