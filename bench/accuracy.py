@@ -28,6 +28,7 @@ from pathlib import Path
 
 import onnx
 
+from pytest_dlbricks.core.verdict import verdict_line
 from pytest_dlbricks.estimating.validation import accuracy
 
 LIGHT_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -132,6 +133,8 @@ def _render(reports: dict[int, dict], cut: str) -> str:
             f"      noise +-{(noise or 0) / 2:.1%}, speedup {speedup or 0:.2f}x, distinct bricks"
             f" {summary['distinct_bricks']}/{summary['bricks']}, wall {summary['wall_time_s']:.0f} s"
         )
+        if reports[g].get("verdict"):  # how far the run itself says its estimates hold
+            lines.append(f"      {verdict_line(reports[g]['verdict'])}")
     return "\n".join(lines)
 
 
