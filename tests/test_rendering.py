@@ -321,7 +321,7 @@ def test_page_is_well_formed_and_self_contained(report: dict[str, Any]) -> None:
     text = " ".join(checker.text)
     assert "chain.onnx" in text and "loop_acc_None.onnx" in text and "bad.onnx" in text
     assert "unknown (Loop)" in text
-    assert "100.0" in text and "GFLOP/s GEMM peak (this run)" in text
+    assert "100.0" in text and "GFLOP/s GEMM peak (this machine)" in text
     assert "test cpu" in text
 
 

@@ -21,11 +21,12 @@ from pytest_dlbricks.storage.store_records import (
     ModelManifest,
     StoredBrick,
     StoredExecutor,
+    StoredPeak,
     references_of,
     times_of,
 )
 from pytest_dlbricks.timing.overhead import MEASUREMENT_METHOD, CallOverhead
-from pytest_dlbricks.timing.probes import ExecutorDetection, PoolSlowdown
+from pytest_dlbricks.timing.probes import ExecutorDetection, Peak, PoolSlowdown
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 IDENTITY = Identity(
@@ -333,6 +334,20 @@ def test_the_executor_detection_is_kept_under_the_conditions_it_was_made_in(tmp_
     assert shelf.discarded == {"executor detection": 1}
     shelf.put_executor(replace(stored, detection=replace(detection, pool=None)))
     assert shelf.get_executor(conditions) == replace(stored, detection=replace(detection, pool=None))
+
+
+def test_the_machine_peak_is_kept_with_its_shelf_and_a_damaged_one_is_measured_again(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    assert shelf.get_peak() is None
+    stored = StoredPeak(Peak(1.5e11, 3.5e10, {"gemm": "MatMul float32 512x512", "measure_s": 0.23}), NOW)
+    shelf.put_peak(stored)
+    assert shelf.get_peak() == stored
+    assert shelf.discarded == {}
+    record = json.loads((shelf.path / "peak.json").read_text())
+    record["peak"]["bytes_per_s"] = 0
+    (shelf.path / "peak.json").write_text(json.dumps(record))
+    assert shelf.get_peak() is None
+    assert shelf.discarded == {"machine peak": 1}
 
 
 def test_the_nodes_a_profile_showed_at_once_are_kept_and_a_record_without_them_is_read(tmp_path: Path) -> None:

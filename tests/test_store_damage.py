@@ -114,7 +114,9 @@ def store_files(store: Path) -> list[Path]:
     files = sorted(path for path in store.rglob("*.json") if not path.name.startswith("."))
     folders = ("bricks", "plans", "graphs", "files", "models")
     kinds = {path.parent.name if path.parent.name in folders else path.name for path in files}
-    assert kinds == {*folders, "identity.json", "overhead.json", "executor.json", "machine-info.json"}, kinds
+    assert kinds == {*folders, "identity.json", "overhead.json", "executor.json", "peak.json", "machine-info.json"}, (
+        kinds
+    )
     return files
 
 
@@ -215,6 +217,24 @@ def test_a_damaged_executor_detection_is_reported_and_made_again(pytester: pytes
     assert json.loads(stored.read_text())["measured_at"] == report["executor"]["measured_at"], "kept again"
     run(pytester, *STORE)
     assert strict_json(pytester.path / "r.json")["executor"]["reused"] is True
+
+
+def test_a_damaged_machine_peak_is_reported_and_measured_again(pytester: pytest.Pytester, filled: Path) -> None:
+    """Even by a run that times nothing: else every re-run would report the same damage."""
+    (stored,) = filled.glob("*/peak.json")
+    record = json.loads(stored.read_text())
+    record["peak"].update(flops_per_s=-1.0)
+    stored.write_text(json.dumps(record))
+    result = run(pytester, *STORE)
+    assert result.ret == pytest.ExitCode.OK
+    report = strict_json(pytester.path / "r.json")
+    assert report["summary"]["store_damage"] == {"discarded": {"machine peak": 1}, "repaired": {}}
+    assert report["summary"]["reused_bricks"] == report["summary"]["distinct_bricks"]
+    assert report["peak"]["flops_per_s"] > 0 and "measured_at" not in report["peak"]
+    assert json.loads(stored.read_text())["peak"]["flops_per_s"] == report["peak"]["flops_per_s"], "kept again"
+    run(pytester, *STORE)
+    again = strict_json(pytester.path / "r.json")
+    assert again["summary"]["store_damage"] == {"discarded": {}, "repaired": {}}
 
 
 def test_a_brick_time_without_the_statistic_in_use_is_measured_again(pytester: pytest.Pytester, filled: Path) -> None:

@@ -72,6 +72,29 @@ def stop_at_third_item(pytester: pytest.Pytester, statement: str) -> None:
 # -- the store -----------------------------------------------------------------------------------
 
 
+def test_the_machine_peak_is_measured_once_per_shelf_and_reused(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    """The peak takes a quarter of a second of every run that times a brick: a later run that times another
+    takes it from the store, saying when it was measured; --dlbricks-remeasure measures it again."""
+    args = ("--dlbricks-granularity=2", "--dlbricks-json=r.json", "--benchmark-max-time=0.01")
+    run(pytester, *args, "models/mlp.onnx").assert_outcomes(passed=3)
+    first = read(pytester.path / "r.json")["peak"]
+    assert first["flops_per_s"] > 0 and "measured_at" not in first
+    (stored,) = pytester.path.glob(f"{STORE}/*/peak.json")
+    assert json.loads(stored.read_text())["peak"]["flops_per_s"] == first["flops_per_s"]
+
+    run(pytester, *args, "models/mlp.onnx", "models/tiny_resnet.onnx").assert_outcomes(passed=6, deselected=3)
+    again = read(pytester.path / "r.json")["peak"]
+    assert again["flops_per_s"] == first["flops_per_s"] and again["bytes_per_s"] == first["bytes_per_s"]
+    assert again["measured_at"] == json.loads(stored.read_text())["measured_at"]
+
+    run(pytester, *args, "--dlbricks-remeasure", "models/mlp.onnx").assert_outcomes(passed=3)
+    remeasured = read(pytester.path / "r.json")["peak"]
+    assert "measured_at" not in remeasured
+    assert json.loads(stored.read_text())["peak"]["flops_per_s"] == remeasured["flops_per_s"]
+
+
 def test_a_rerun_reuses_every_brick_from_the_store(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     args = ("--dlbricks-granularity=2", "--dlbricks-json=r.json", "models/mlp.onnx", "models/tiny_rnn.onnx")
     first = run(pytester, *args)

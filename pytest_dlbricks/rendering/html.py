@@ -140,8 +140,8 @@ def _header(report: Mapping[str, Any]) -> str:
     peak = report.get("peak") or {}
     unknown = summary.get("unknown_flops_share")
     cards = [
-        (format_rate(peak.get("flops_per_s")), "GFLOP/s GEMM peak (this run)"),
-        ("-" if not peak else f"{peak['bytes_per_s'] / 1e9:.1f}", "GB/s bandwidth (this run)"),
+        (format_rate(peak.get("flops_per_s")), "GFLOP/s GEMM peak (this machine)"),
+        ("-" if not peak else f"{peak['bytes_per_s'] / 1e9:.1f}", "GB/s bandwidth (this machine)"),
         (format_share(unknown), "of estimated time in bricks with unknown FLOPs"),
         (str(summary.get("failed_models", 0)), "models that failed to load"),
     ]

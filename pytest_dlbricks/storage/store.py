@@ -9,6 +9,8 @@ a reader, or a run interrupted at any point, never sees half a file::
         overhead.json           {"version", "method", "overhead"}: the inference call's cost composition takes off
         executor.json           {"version", "conditions", "measured_at", "detection"}: what the parallel
                                 executor does here (see :func:`.probes.detect_executor`)
+        peak.json               {"version", "measured_at", "peak"}: the GEMM FLOP/s and bandwidth this machine
+                                reaches with the shelf's settings (see :func:`.probes.measure_peak`)
         calibration/<key>.json  {"version", "path", "key", "granularity", "work_s", "bytes", "call_s", "measured_s",
                                 "layers"}: a calibration model as this machine timed it (see :mod:`.calibration`;
                                 records kept before ``layers`` was lack it)
@@ -20,7 +22,8 @@ One file per brick makes each result durable the moment it is measured, lets con
 without locks (the last writer of a brick wins, with a whole file), and keeps a lookup to one read.
 The call overhead is measured once per shelf and kept with its brick times, so that a run reusing
 them composes the same estimates as the run that measured them; so is the detection of the parallel
-executor, which takes most of a second, and is made again where the conditions it records differ.
+executor, which takes most of a second, and is made again where the conditions it records differ,
+and the machine's peak, which takes a quarter of a second of every run that times a brick.
 Model files map each model to its bricks, so estimates can be composed for every machine in the store.
 Records of another version, or that cannot be read or hold what no measurement gives (a value of
 the wrong type, a time that is negative, zero or not finite, a statistic missing), count as absent:
@@ -44,13 +47,14 @@ from ..core.identity import Identity
 from ..estimating.calibration import CalibrationRecord
 from ..timing.overhead import MEASUREMENT_METHOD, CallOverhead
 from .atomic_files import write_json
-from .store_records import STORE_VERSION, ModelManifest, StoredBrick, StoredExecutor, _seconds, _text
+from .store_records import STORE_VERSION, ModelManifest, StoredBrick, StoredExecutor, StoredPeak, _seconds, _text
 
 _BRICKS = "bricks"
 _MODELS = "models"
 _IDENTITY = "identity.json"
 _OVERHEAD = "overhead.json"
 _EXECUTOR = "executor.json"
+_PEAK = "peak.json"
 _CALIBRATION = "calibration"
 
 
@@ -175,6 +179,20 @@ class Shelf:
     def put_executor(self, stored: StoredExecutor) -> None:
         self._identify()
         write_json(self.path / _EXECUTOR, stored.to_json())
+
+    def get_peak(self) -> StoredPeak | None:
+        """The machine's peak an earlier run measured with this shelf's machine and settings; None when there is
+        none, or none usable."""
+        try:
+            data = _read_record(self.path / _PEAK)
+            return None if data is None else StoredPeak.from_json(data)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            self.discarded["machine peak"] += 1
+            return None
+
+    def put_peak(self, stored: StoredPeak) -> None:
+        self._identify()
+        write_json(self.path / _PEAK, stored.to_json())
 
     def calibration(self) -> list[CalibrationRecord]:
         """The calibration models measured with this shelf's brick times; a damaged record counts as absent."""

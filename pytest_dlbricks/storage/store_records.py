@@ -16,7 +16,7 @@ from ..core.identity import digest
 from ..core.noise import margin_of_error
 from ..core.settings import STATISTICS
 from ..estimating.composition import BrickCall, is_count
-from ..timing.probes import ExecutorDetection, PoolSlowdown
+from ..timing.probes import ExecutorDetection, Peak, PoolSlowdown
 
 STORE_VERSION = 1
 
@@ -212,6 +212,37 @@ def times_of(bricks: Mapping[str, StoredBrick], statistic: str) -> dict[str, flo
 def references_of(bricks: Mapping[str, StoredBrick]) -> dict[str, float]:
     """The reference call's time around each brick's timing, by signature, where the record has it."""
     return {signature: brick.reference_s for signature, brick in bricks.items() if brick.reference_s is not None}
+
+
+@dataclass(frozen=True)
+class StoredPeak:
+    """The machine's peak as a run measured it (see :func:`.probes.measure_peak`), and when."""
+
+    peak: Peak
+    measured_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STORE_VERSION,
+            "measured_at": self.measured_at.isoformat(timespec="seconds"),
+            "peak": dataclasses.asdict(self.peak),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StoredPeak:
+        """The peak a record holds; ``ValueError`` (or ``KeyError``, ``TypeError``) for anything a measurement
+        cannot have written."""
+        if data["version"] != STORE_VERSION:
+            raise ValueError(f"store version {data['version']!r}")
+        found = data["peak"]
+        if not isinstance(found["method"], dict):
+            raise TypeError("not the fields of a peak")
+        peak = Peak(
+            flops_per_s=_seconds(found["flops_per_s"], positive=True),
+            bytes_per_s=_seconds(found["bytes_per_s"], positive=True),
+            method=found["method"],
+        )
+        return cls(peak, datetime.fromisoformat(_text(data["measured_at"])))
 
 
 def _text(value: object) -> str:

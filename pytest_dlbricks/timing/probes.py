@@ -46,7 +46,7 @@ _OPSET = 13
 
 @dataclass(frozen=True)
 class Peak:
-    """What this machine reaches through onnxruntime with the run's settings, measured in the run."""
+    """What this machine reaches through onnxruntime with the run's settings, measured in a run with them."""
 
     flops_per_s: float
     bytes_per_s: float
@@ -101,9 +101,11 @@ def time_session_creation(path: Path, settings: Settings | None = None) -> float
     return time.perf_counter() - start
 
 
-def measure_run(settings: Settings, models: Mapping[str, Path]) -> RunMeasurements:
-    """The machine's peak, and the load time of each model (by report path) in ``models``."""
-    peak = measure_peak(settings)  # first: it also warms onnxruntime up for the load times
+def measure_run(settings: Settings, models: Mapping[str, Path], peak: Peak | None = None) -> RunMeasurements:
+    """The machine's peak (``peak``, measured now where not given), and the load time of each model (by report
+    path) in ``models``."""
+    if peak is None:
+        peak = measure_peak(settings)
     load_s: dict[str, float] = {}
     load_errors: dict[str, str] = {}
     for name, path in models.items():

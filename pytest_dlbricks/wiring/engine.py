@@ -307,13 +307,23 @@ class DLBricksRun(RunState):
         self.report = self.composed.as_json()
 
     def _measure_run(self, load_times: bool) -> RunMeasurements:
-        """The machine's peak and (``load_times``) the load time of every model with a brick timed in this run
-        (not taken from the brick store); only the machine if none was."""
+        """The machine's peak (the one kept in the brick store, else measured now) and (``load_times``) the load time
+        of every model with a brick timed in this run (not taken from the brick store); only the machine if none
+        was, unless the stored peak was found damaged: it is measured again, so that it is repaired."""
         timed = {signature for signature, result in self.results.items() if not result.reused}
-        if not timed:
+        if not timed and not self.peak_lost:
             return RunMeasurements(machine=describe_machine())
         measured = [plan.path for plan in self.plans if load_times and timed.intersection(plan.signatures)]
-        return measure_run(self.settings, {path: self.model_files[path] for path in measured})
+        files = {path: self.model_files[path] for path in measured}
+        if self.stored_peak is not None:  # the report says when it was measured
+            peak, measured_at = self.stored_peak
+            return measure_run(
+                self.settings, files, dataclasses.replace(peak, method={**peak.method, "measured_at": measured_at})
+            )
+        result = measure_run(self.settings, files)
+        if result.peak is not None:
+            self.measured_peak = result.peak, _now()
+        return result
 
     def write_outputs(self, report: Mapping[str, Any]) -> None:
         """The suite and maps when exporting, the JSON and HTML reports when asked for; failures become messages."""

@@ -26,7 +26,7 @@ from ..simulating.simulated_costs import Simulation
 from ..storage.plans import PlanCache
 from ..timing.load import LoadMeter
 from ..timing.overhead import NO_OVERHEAD, REFERENCE, CallOverhead, reference_call
-from ..timing.probes import ExecutorDetection
+from ..timing.probes import ExecutorDetection, Peak
 from ..timing.sharding import assign, brick_cost
 from ..timing.speed_trace import SpeedTrace
 
@@ -93,6 +93,12 @@ class RunState:
         self.executor_reused = False
         #: A detection made in an earlier run, kept in the brick store, to use instead of detecting again.
         self.stored_executor: tuple[ExecutorDetection, str] | None = None
+        #: The machine's peak an earlier run measured with these settings, kept in the brick store, and when.
+        self.stored_peak: tuple[Peak, str] | None = None
+        #: The peak this run measured, and when, for the store to keep; None when it measured none.
+        self.measured_peak: tuple[Peak, str] | None = None
+        #: Whether the peak kept in the store was found damaged: measured again even by a run that times nothing.
+        self.peak_lost = False
         self.started = time.perf_counter()
         #: FLOPs and bytes of each distinct brick's layers, by signature.
         self.work: dict[str, BrickWork] = {}

@@ -31,7 +31,7 @@ from ..reporting.estimates import PREFIX, SPREAD, EstimateCheck, model_estimates
 from ..storage.file_digests import FileDigests
 from ..storage.plans import PlanCache
 from ..storage.store import BrickStore, Shelf
-from ..storage.store_records import ModelManifest, StoredBrick, StoredExecutor
+from ..storage.store_records import ModelManifest, StoredBrick, StoredExecutor, StoredPeak
 from ..timing.probes import detection_conditions
 from .baselines import JUDGED, PASSED_OVER_SHOWN, Baselines, _untrusted
 from .items import signature_of
@@ -85,6 +85,11 @@ class Tracking(Baselines):
                 stored = self.shelf.get_executor(self._executor_conditions())
                 if stored is not None:
                     self.run.stored_executor = stored.detection, stored.measured_at.isoformat(timespec="seconds")
+                # So is the machine's peak, a quarter of a second of every run that times a brick.
+                peak = self.shelf.get_peak()
+                if peak is not None:
+                    self.run.stored_peak = peak.peak, peak.measured_at.isoformat(timespec="seconds")
+                self.run.peak_lost = "machine peak" in self.shelf.discarded
         if self.settings.compare is not None and not self.config.option.collectonly:
             self.baseline = self._load_baseline(benchmarks.storage)
 
@@ -248,6 +253,9 @@ class Tracking(Baselines):
         try:
             self._save_overhead(shelf)
             self._save_executor(shelf)
+            if self.run.measured_peak is not None:
+                peak, measured_at = self.run.measured_peak
+                shelf.put_peak(StoredPeak(peak, datetime.fromisoformat(measured_at)))
             for plan in self.run.plans:
                 store.save_model(manifest_of(plan, self.settings))
             for record in self.run.composed.calibration_records if self.run.composed is not None else ():
