@@ -78,6 +78,7 @@ def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
         "high_noise": False,
         "speed": None,  # no trace was given
         "load": None,  # nor any load
+        "reused_from": None,  # nor was any brick reused
     }
     first, *rest = report["bricks"]
     assert first["signature"] == next(iter(bricks))

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_dlbricks.core.identity import Identity
+from pytest_dlbricks.storage import store as store_module
 from pytest_dlbricks.storage.atomic_files import write_json
 from pytest_dlbricks.storage.store import BrickStore, Shelf
 from pytest_dlbricks.storage.store_records import (
@@ -22,6 +23,7 @@ from pytest_dlbricks.storage.store_records import (
     StoredBrick,
     StoredExecutor,
     StoredPeak,
+    StoredRun,
     references_of,
     times_of,
 )
@@ -348,6 +350,24 @@ def test_the_machine_peak_is_kept_with_its_shelf_and_a_damaged_one_is_measured_a
     (shelf.path / "peak.json").write_text(json.dumps(record))
     assert shelf.get_peak() is None
     assert shelf.discarded == {"machine peak": 1}
+
+
+def test_the_runs_that_timed_bricks_are_kept_the_last_ones_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "MAX_RUNS", 2)
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    assert shelf.get_runs() == []
+    runs = [
+        StoredRun(NOW + timedelta(minutes=m), NOW + timedelta(minutes=m, seconds=30), 0.1 * m, None) for m in range(3)
+    ]
+    for kept in runs:
+        shelf.put_run(kept)
+    assert shelf.get_runs() == runs[1:]
+    assert runs[1].covers(NOW + timedelta(minutes=1, seconds=10)) and not runs[1].covers(NOW)
+    (shelf.path / "runs.json").write_text('{"version": 1, "runs": [{"first": "late", "last": "early"}]}')
+    assert shelf.get_runs() == []
+    assert shelf.discarded == {"run verdicts": 1}
 
 
 def test_the_nodes_a_profile_showed_at_once_are_kept_and_a_record_without_them_is_read(tmp_path: Path) -> None:

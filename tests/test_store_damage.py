@@ -114,9 +114,8 @@ def store_files(store: Path) -> list[Path]:
     files = sorted(path for path in store.rglob("*.json") if not path.name.startswith("."))
     folders = ("bricks", "plans", "graphs", "files", "models")
     kinds = {path.parent.name if path.parent.name in folders else path.name for path in files}
-    assert kinds == {*folders, "identity.json", "overhead.json", "executor.json", "peak.json", "machine-info.json"}, (
-        kinds
-    )
+    records = {"identity.json", "overhead.json", "executor.json", "peak.json", "runs.json", "machine-info.json"}
+    assert kinds == {*folders, *records}, kinds
     return files
 
 

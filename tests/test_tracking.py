@@ -17,6 +17,7 @@ from conftest import QUICK_TIMING, SAMPLE_DIMS, SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks.core.identity import CUT_METHOD
 from pytest_dlbricks.core.noise import margin_of_error
 from pytest_dlbricks.reporting.comparing import INCONCLUSIVE_EXIT
+from pytest_dlbricks.timing import speed_trace
 from pytest_dlbricks.wiring import engine, run_state
 from pytest_dlbricks.wiring.cli import main
 
@@ -93,6 +94,33 @@ def test_the_machine_peak_is_measured_once_per_shelf_and_reused(
     remeasured = read(pytester.path / "r.json")["peak"]
     assert "measured_at" not in remeasured
     assert json.loads(stored.read_text())["peak"]["flops_per_s"] == remeasured["flops_per_s"]
+
+
+def test_a_rerun_says_how_far_the_machine_moved_while_its_reused_bricks_were_timed(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its estimates are those the measuring run made: so is the speed part of its verdict."""
+    monkeypatch.setattr(speed_trace, "SAMPLE_EVERY_S", 0.0)  # every item samples: the trace is long enough
+    args = (
+        "--dlbricks-granularity=2",
+        "--dlbricks-json=r.json",
+        "--benchmark-max-time=0.01",
+        "models/tiny_resnet.onnx",
+    )
+    run(pytester, *args).assert_outcomes(passed=6)
+    measured = read(pytester.path / "r.json")
+    speed = measured["verdict"]["sources"]["speed"]
+    assert measured["summary"]["reused_from"] is None
+    (kept,) = json.loads(next(pytester.path.glob(f"{STORE}/*/runs.json")).read_text())["runs"]
+    assert kept["speed"] == speed and kept["first"] <= kept["last"]
+
+    again = run(pytester, *args)
+    again.assert_outcomes(deselected=6)
+    reused = read(pytester.path / "r.json")
+    assert reused["summary"]["reused_from"] == {"bricks": 6, "known": 6, "speed": speed, "load": kept["load"]}
+    assert reused["verdict"]["sources"]["speed"] == speed
+    assert "speed" not in reused["verdict"]["unmeasured"]
+    assert "not measured: machine speed" not in again.stdout.str()
 
 
 def test_a_rerun_reuses_every_brick_from_the_store(pytester: pytest.Pytester, sample_models: list[Path]) -> None:

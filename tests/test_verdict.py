@@ -110,3 +110,19 @@ def test_a_damaged_report_s_figures_count_as_unmeasured() -> None:
     assert verdict is not None and verdict.margin is None
     assert set(verdict.unmeasured) == {"bricks", "speed", "load"}
     assert judge_report({"models": [{"path": "a.onnx", "error": "cannot be read"}]}) is None
+
+
+def test_reused_bricks_bring_the_speed_and_load_their_runs_found() -> None:
+    earlier = {"bricks": 4, "known": 4, "speed": 0.2, "load": 0.1}
+    verdict = judge(precisions=[0.02], noise=None, speed_spread=None, load=None, threads=0, earlier=earlier)
+    assert verdict.sources == {"bricks": 0.02, "speed": 0.2, "load": 0.1} and verdict.unmeasured == {}
+    # The larger of the run's own and its reused bricks' counts.
+    mixed = judge(precisions=[0.02], noise=None, speed_spread=0.05, load=QUIET, threads=0, earlier=earlier)
+    assert mixed.sources == {"bricks": 0.02, "speed": 0.2, "load": 0.1}
+    unknown = {"bricks": 4, "known": 0, "speed": None, "load": None}
+    assert set(
+        judge(precisions=[0.02], noise=None, speed_spread=None, load=None, threads=0, earlier=unknown).unmeasured
+    ) == {
+        "speed",
+        "load",
+    }

@@ -16,7 +16,9 @@ by the run itself and each read as a relative margin:
   as the time the estimates may hold beyond the work's; below :data:`.load.UNTRUSTED_BELOW` no margin
   is given at all.
 
-They are independent, so they add in quadrature. Pure functions of plain numbers.
+They are independent, so they add in quadrature. Bricks reused from the brick store were timed by earlier
+runs, which found the machine as they found it: their verdicts' speed and load parts hold for those
+bricks, and the larger of them and the run's own counts. Pure functions of plain numbers.
 """
 
 from __future__ import annotations
@@ -85,10 +87,14 @@ def judge(
     load: Mapping[str, Any] | None,
     threads: int,
     ratios: Iterable[float] = (),
+    earlier: Mapping[str, Any] | None = None,
 ) -> Verdict:
     """The run's verdict from its models' estimate margins, its noise, its speed trace's spread, its load
-    summary (see :func:`.load.load_summary`), its intra-op ``threads`` (0: onnxruntime's choice) and, when
-    validated, its models' estimate-over-measured ``ratios``."""
+    summary (see :func:`.load.load_summary`), its intra-op ``threads`` (0: onnxruntime's choice), when
+    validated its models' estimate-over-measured ``ratios``, and what the runs that timed its reused bricks
+    found (``earlier``: their largest ``speed`` and ``load`` parts, see :attr:`.entries.Summary.reused_from`)."""
+    earlier = earlier or {}
+    earlier_speed, earlier_load = _number(earlier.get("speed")), _number(earlier.get("load"))
     sources: dict[str, float] = {}
     unmeasured: dict[str, str] = {}
     bricks = bricks_margin(precisions, noise)
@@ -96,15 +102,17 @@ def judge(
         unmeasured[BRICKS] = "no brick was timed in enough rounds"
     else:
         sources[BRICKS] = bricks
-    if speed_spread is None:
+    speeds = [part for part in (speed_spread, earlier_speed) if part is not None]
+    if speeds:
+        sources[SPEED] = max(speeds)
+    else:
         unmeasured[SPEED] = "too few samples of the reference call"
-    else:
-        sources[SPEED] = speed_spread
     loaded = load is not None and bool(load.get("loaded"))
-    if load is None:
-        unmeasured[LOAD] = "too little time in timed rounds"
+    loads = [part for part in (earlier_load, None if load is None else _own_load(load)) if part is not None]
+    if loads:
+        sources[LOAD] = max(loads)
     else:
-        sources[LOAD] = (load_margin(load.get("core_share")) or 0.0) if loaded else 0.0
+        unmeasured[LOAD] = "too little time in timed rounds"
     trusted = load is None or load.get("trusted") is not False
     reason = _load_reason(load) if load is not None and loaded else None
     margin = math.sqrt(sum(part**2 for part in sources.values())) if sources and trusted else None
@@ -114,6 +122,21 @@ def judge(
     if ratios and margin is not None:
         within = (sum(1 for ratio in ratios if abs(ratio - 1) <= margin), len(ratios))
     return Verdict(margin, trusted, sources, unmeasured, advice, reason, within)
+
+
+def _own_load(load: Mapping[str, Any]) -> float:
+    """The load part of a run's own load summary: none unless the run was loaded."""
+    return (load_margin(load.get("core_share")) or 0.0) if load.get("loaded") else 0.0
+
+
+def own_parts(report: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """The speed and load parts a report's own measurements give (not those of the runs it reused bricks of),
+    for the brick store to keep beside the bricks it timed."""
+    summary = report.get("summary") or {}
+    load = summary.get("load")
+    if not isinstance(load, Mapping) or _number(load.get("core_share")) is None:
+        return speed_margin(summary.get("speed")), None
+    return speed_margin(summary.get("speed")), _own_load(load)
 
 
 def _load_reason(load: Mapping[str, Any]) -> str:
@@ -156,6 +179,7 @@ def judge_report(report: Mapping[str, Any]) -> Verdict | None:
         load=load if isinstance(load, Mapping) and _number(load.get("core_share")) is not None else None,
         threads=int((report.get("settings") or {}).get("intra_op_threads") or 0),
         ratios=[ratio for model in complete if (ratio := _number(model.get("ratio"))) is not None],
+        earlier=summary.get("reused_from") if isinstance(summary.get("reused_from"), Mapping) else None,
     )
 
 

@@ -178,3 +178,7 @@ class Summary:
     #: Whether the run's timing thread got its core through the timed rounds (see :func:`.load.load_summary`);
     #: None when too little was timed to tell.
     load: dict[str, Any] | None = None
+    #: What the runs that timed the reused bricks found of the machine: ``{"bricks": reused bricks, "known": of
+    #: them timed by a run the store remembers, "speed": the largest speed part of those runs' verdicts, "load":
+    #: the largest load part}`` (see :class:`.store_records.StoredRun`); None when no brick was reused.
+    reused_from: dict[str, Any] | None = None

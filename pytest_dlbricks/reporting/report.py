@@ -113,6 +113,7 @@ def build_report(
     calibration: Sequence[CalibrationRecord] = (),
     speed: dict[str, Any] | None = None,
     load: dict[str, Any] | None = None,
+    reused_from: dict[str, Any] | None = None,
 ) -> RunReport:
     """The report of a run.
 
@@ -125,7 +126,8 @@ def build_report(
     nodes ran; ``store_damage`` counts the damaged records of the brick store; ``calibration`` holds
     the calibration models kept for this machine, to which a run that calibrates adds its validated ones;
     ``speed`` is the run's speed trace (see :mod:`.speed_trace`) and ``load`` whether its timing thread got
-    its core (see :mod:`.load`).
+    its core (see :mod:`.load`); ``reused_from`` what the runs that timed the reused bricks found of the
+    machine (see :attr:`.entries.Summary.reused_from`).
     """
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
     references = {signature: result.reference_s for signature, result in results.items() if result.reference_s}
@@ -236,6 +238,7 @@ def build_report(
             high_noise=noise is not None and noise > HIGH_NOISE,
             speed=speed,
             load=load,
+            reused_from=reused_from,
         ),
         accuracy=_accuracy(json_models, times, users),
         models=models,

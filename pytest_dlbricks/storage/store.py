@@ -9,6 +9,8 @@ a reader, or a run interrupted at any point, never sees half a file::
         overhead.json           {"version", "method", "overhead"}: the inference call's cost composition takes off
         executor.json           {"version", "conditions", "measured_at", "detection"}: what the parallel
                                 executor does here (see :func:`.probes.detect_executor`)
+        runs.json               {"version", "runs"}: the machine's speed and load parts of the verdict of each of the
+                                last :data:`MAX_RUNS` runs that timed bricks here, with when they timed them
         peak.json               {"version", "measured_at", "peak"}: the GEMM FLOP/s and bandwidth this machine
                                 reaches with the shelf's settings (see :func:`.probes.measure_peak`)
         calibration/<key>.json  {"version", "path", "key", "granularity", "work_s", "bytes", "call_s", "measured_s",
@@ -47,7 +49,16 @@ from ..core.identity import Identity
 from ..estimating.calibration import CalibrationRecord
 from ..timing.overhead import MEASUREMENT_METHOD, CallOverhead
 from .atomic_files import write_json
-from .store_records import STORE_VERSION, ModelManifest, StoredBrick, StoredExecutor, StoredPeak, _seconds, _text
+from .store_records import (
+    STORE_VERSION,
+    ModelManifest,
+    StoredBrick,
+    StoredExecutor,
+    StoredPeak,
+    StoredRun,
+    _seconds,
+    _text,
+)
 
 _BRICKS = "bricks"
 _MODELS = "models"
@@ -55,6 +66,9 @@ _IDENTITY = "identity.json"
 _OVERHEAD = "overhead.json"
 _EXECUTOR = "executor.json"
 _PEAK = "peak.json"
+_RUNS = "runs.json"
+#: Runs whose verdict a shelf keeps: the bricks of older ones have mostly been timed again since.
+MAX_RUNS = 100
 _CALIBRATION = "calibration"
 
 
@@ -193,6 +207,26 @@ class Shelf:
     def put_peak(self, stored: StoredPeak) -> None:
         self._identify()
         write_json(self.path / _PEAK, stored.to_json())
+
+    def get_runs(self) -> list[StoredRun]:
+        """What the runs that timed this shelf's bricks found of the machine, oldest first; none when the record
+        is absent or damaged."""
+        try:
+            data = _read_record(self.path / _RUNS)
+            if data is None:
+                return []
+            if data["version"] != STORE_VERSION:
+                raise ValueError(f"store version {data['version']!r}")
+            return [StoredRun.from_json(run) for run in data["runs"]]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            self.discarded["run verdicts"] += 1
+            return []
+
+    def put_run(self, run: StoredRun) -> None:
+        """Keep ``run`` after the runs kept (a damaged record starts again), the last :data:`MAX_RUNS`."""
+        self._identify()
+        runs = [*self.get_runs(), run][-MAX_RUNS:]
+        write_json(self.path / _RUNS, {"version": STORE_VERSION, "runs": [kept.to_json() for kept in runs]})
 
     def calibration(self) -> list[CalibrationRecord]:
         """The calibration models measured with this shelf's brick times; a damaged record counts as absent."""

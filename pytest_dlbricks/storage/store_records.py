@@ -245,6 +245,38 @@ class StoredPeak:
         return cls(peak, datetime.fromisoformat(_text(data["measured_at"])))
 
 
+@dataclass(frozen=True)
+class StoredRun:
+    """What a run that timed bricks found of the machine while it timed them (its verdict's speed and load parts,
+    see :mod:`.verdict`), and from when to when it timed them: a later run reusing those bricks says it too."""
+
+    first: datetime
+    last: datetime
+    speed: float | None
+    load: float | None
+
+    def covers(self, when: datetime) -> bool:
+        return self.first <= when <= self.last
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "first": self.first.isoformat(timespec="seconds"),
+            "last": self.last.isoformat(timespec="seconds"),
+            "speed": self.speed,
+            "load": self.load,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StoredRun:
+        """The run a record holds; ``ValueError`` (or ``KeyError``, ``TypeError``) for anything a run cannot have
+        written."""
+        speed, load = data["speed"], data["load"]
+        first, last = datetime.fromisoformat(_text(data["first"])), datetime.fromisoformat(_text(data["last"]))
+        if last < first:
+            raise ValueError("a run that ended before it began")
+        return cls(first, last, None if speed is None else _seconds(speed), None if load is None else _seconds(load))
+
+
 def _text(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{value!r} is not text")

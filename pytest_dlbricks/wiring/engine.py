@@ -293,12 +293,32 @@ class DLBricksRun(RunState):
             # The machine's speed while bricks were timed: none were when every time was reused or disabled.
             speed=self.speed.summary() if any(not result.reused for result in self.results.values()) else None,
             load=load_summary(self.load.readings()),
+            reused_from=self._reused_from(),
         )
         if self.simulation is not None:
             self.composed = dataclasses.replace(self.composed, simulation=self.simulation.report(self.plans))
             self.messages.append((self.simulation.summary(), False))
         self.report = self.composed.as_json()
         return self.report
+
+    def _reused_from(self) -> dict[str, Any] | None:
+        """What the runs that timed the reused bricks found of the machine (see :attr:`.Summary.reused_from`)."""
+        reused = [result.measured_at for result in self.results.values() if result.reused]
+        if not reused:
+            return None
+        runs = [
+            next((run for run in self.stored_runs if when and run.covers(datetime.fromisoformat(when))), None)
+            for when in reused
+        ]
+        known = [run for run in runs if run is not None]
+        speeds = [run.speed for run in known if run.speed is not None]
+        loads = [run.load for run in known if run.load is not None]
+        return {
+            "bricks": len(reused),
+            "known": len(known),
+            "speed": max(speeds, default=None),
+            "load": max(loads, default=None),
+        }
 
     def attach(self, **fields: Any) -> None:
         """Add to the composed report what the pytest layer learns of it: its conditions, the comparison."""

@@ -24,6 +24,7 @@ from ..reporting.entries import BrickResult, FailedModel
 from ..reporting.report import RunReport
 from ..simulating.simulated_costs import Simulation
 from ..storage.plans import PlanCache
+from ..storage.store_records import StoredRun
 from ..timing.load import LoadMeter
 from ..timing.overhead import NO_OVERHEAD, REFERENCE, CallOverhead, reference_call
 from ..timing.probes import ExecutorDetection, Peak
@@ -99,6 +100,8 @@ class RunState:
         self.measured_peak: tuple[Peak, str] | None = None
         #: Whether the peak kept in the store was found damaged: measured again even by a run that times nothing.
         self.peak_lost = False
+        #: What the runs that timed the stored bricks found of the machine (see :class:`.StoredRun`).
+        self.stored_runs: list[StoredRun] = []
         self.started = time.perf_counter()
         #: FLOPs and bytes of each distinct brick's layers, by signature.
         self.work: dict[str, BrickWork] = {}

@@ -15,6 +15,7 @@ import pytest
 
 from ..core.noise import CONFIDENCE, HIGH_NOISE, at_confidence, margin_of_error
 from ..core.settings import Settings
+from ..core.verdict import own_parts
 from ..core.wording import counted, plural
 from ..cut.cutting import ModelPlan
 from ..estimating.composition import brick_calls
@@ -31,7 +32,7 @@ from ..reporting.estimates import PREFIX, SPREAD, EstimateCheck, model_estimates
 from ..storage.file_digests import FileDigests
 from ..storage.plans import PlanCache
 from ..storage.store import BrickStore, Shelf
-from ..storage.store_records import ModelManifest, StoredBrick, StoredExecutor, StoredPeak
+from ..storage.store_records import ModelManifest, StoredBrick, StoredExecutor, StoredPeak, StoredRun
 from ..timing.probes import detection_conditions
 from .baselines import JUDGED, PASSED_OVER_SHOWN, Baselines, _untrusted
 from .items import signature_of
@@ -75,6 +76,7 @@ class Tracking(Baselines):
             except OSError as error:
                 self.store_error = f"cannot repair {self._store_name()}: {error.strerror or error}"
             self.run.calibration = self.shelf.calibration()
+            self.run.stored_runs = self.shelf.get_runs()
             if not self.settings.remeasure and self.run.overhead is None:
                 # Reused brick times compose with the call overhead measured beside them.
                 saved = self.shelf.get_overhead()
@@ -253,6 +255,7 @@ class Tracking(Baselines):
         try:
             self._save_overhead(shelf)
             self._save_executor(shelf)
+            self._save_run(shelf)
             if self.run.measured_peak is not None:
                 peak, measured_at = self.run.measured_peak
                 shelf.put_peak(StoredPeak(peak, datetime.fromisoformat(measured_at)))
@@ -262,6 +265,15 @@ class Tracking(Baselines):
                 shelf.put_calibration(record)
         except OSError as error:
             self.store_error = f"cannot save models in {self._store_name()}: {error.strerror or error}"
+
+    def _save_run(self, shelf: Shelf) -> None:
+        """Keep what this run found of the machine while it timed bricks, for the runs that reuse them to say."""
+        stamps = [
+            datetime.fromisoformat(r.measured_at) for r in self.run.results.values() if r.measured_at and not r.reused
+        ]
+        if stamps and self.run.report is not None:
+            speed, load = own_parts(self.run.report)
+            shelf.put_run(StoredRun(min(stamps), max(stamps), speed, load))
 
     def _save_executor(self, shelf: Shelf) -> None:
         """Keep the parallel executor's detection this run made, for the next runs to use."""
