@@ -17,7 +17,16 @@ from ..core.cycle_model import NO_COST, SimulatedCost, describe_model
 from ..core.wording import plural
 from ..cut.cutting import ModelPlan
 from ..timing.overhead import CallOverhead
-from .simulation import CALL_MODELS, WORKERS, CallCosts, SimulationError, SimulationJob, simulate, valgrind_version
+from .simulation import (
+    CALL_MODELS,
+    WORKERS,
+    CallCosts,
+    SimulationCounts,
+    SimulationError,
+    SimulationJob,
+    simulate,
+    valgrind_version,
+)
 
 
 class Simulation:
@@ -33,6 +42,9 @@ class Simulation:
         self.call: CallCosts | None = None
         self.wall_s = 0.0
         self.worker_starts = 0
+        #: The job every worker counted once more, and each worker's cost of it (see :func:`.simulation.simulate`).
+        self.repeated: str | None = None
+        self.repeats: tuple[SimulatedCost, ...] = ()
 
     def known(self, name: str) -> bool:
         """Whether a brick or model was simulated already, or failed to be."""
@@ -47,9 +59,12 @@ class Simulation:
             if not jobs:
                 return
             try:
-                costs, errors = simulate(jobs, Path(folder))
+                counts = simulate(jobs, Path(folder), repeat=not models)
             except SimulationError as error:
-                costs, errors = {}, {job.name: str(error) for job in jobs}
+                counts = SimulationCounts({}, {job.name: str(error) for job in jobs})
+        costs, errors = counts.costs, counts.errors
+        if counts.repeats:
+            self.repeated, self.repeats = counts.repeated, counts.repeats
         self.wall_s += time.perf_counter() - start
         self.worker_starts += min(len(jobs), WORKERS)
         calls = {name: costs.pop(name) for name in CALL_MODELS if name in costs}
