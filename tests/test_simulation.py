@@ -149,7 +149,11 @@ def test_a_simulated_run_counts_each_brick_and_the_whole_model(pytester: pytest.
         signature: simulation["bricks"][signature]["simulated_s"] for signature in timed
     }
     assert all(stats["stddev"] == 0 for stats in timed.values())
-    assert "verdict" not in report  # counts have no noise, speed or load to weigh
+    # Its verdict: how far one job's counts, in each worker, lay apart; and what its times are.
+    repeat = simulation["repeat"]
+    assert repeat["job"] == "call: 1 layer" and len(repeat["simulated_s"]) == 2
+    assert report["verdict"]["margin"] == repeat["spread"] < 0.01
+    result.stdout.fnmatch_lines(["dlbricks verdict: simulated cost: counts repeated * in 2 worker processes*AVX2*"])
     # Run again: the store's counts are exact, reused whatever precision times would ask for.
     again = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-cost=simulated", "--dlbricks-json=r.json")
     again.stdout.fnmatch_lines(["*3 brick times reused from store*"])

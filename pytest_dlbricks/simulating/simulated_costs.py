@@ -107,9 +107,23 @@ class Simulation:
             "call": None if self.call is None else {name: cost.as_json() for name, cost in vars(self.call).items()},
             "wall_s": self.wall_s,
             "worker_starts": self.worker_starts,
+            "repeat": self.repeat(),
             "bricks": {signature: cost.as_json() for signature, cost in self.bricks.items()},
             "models": {plan.path: self._model_entry(plan) for plan in plans if plan.path in self.models},
             "errors": dict(self.errors),
+        }
+
+    def repeat(self) -> dict[str, Any] | None:
+        """The job every worker counted, its cost in each and their spread (largest over smallest, less one);
+        None when one worker ran."""
+        if self.repeated is None or len(self.repeats) < 2:
+            return None
+        seconds = [cost.seconds for cost in self.repeats]
+        return {
+            "job": self.repeated,
+            "simulated_s": seconds,
+            "instructions": [cost.instructions for cost in self.repeats],
+            "spread": max(seconds) / min(seconds) - 1 if min(seconds) > 0 else None,
         }
 
     def _model_entry(self, plan: ModelPlan) -> dict[str, Any]:
