@@ -16,6 +16,7 @@ from pytest_dlbricks.core.identity import differences, identify
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.simulating.callgrind_output import CallgrindOutputError, read_part
 from pytest_dlbricks.simulating.simulation import MAX_CALLS, calls_for, save_job, simulate, simulator_problem
+from pytest_dlbricks.simulating.simulation_worker import claim_job
 from pytest_dlbricks.wiring.simulated import StepClock, exact_stats
 
 #: Why the tests that run valgrind are skipped, where they are.
@@ -50,6 +51,12 @@ def test_light_jobs_are_counted_over_more_calls() -> None:
     assert calls_for(0) == calls_for(1.0) == MAX_CALLS
     assert calls_for(1e12) == 1
     assert calls_for(1e6) >= calls_for(1e8) >= calls_for(1e10)
+
+
+def test_each_job_is_taken_by_one_worker_only(tmp_path: Path) -> None:
+    jobs_file = tmp_path / "jobs.json"
+    assert claim_job(jobs_file, 0) and claim_job(jobs_file, 1)
+    assert not claim_job(jobs_file, 0), "taken already"
 
 
 def test_pytest_benchmark_reads_exactly_the_simulated_time() -> None:

@@ -39,9 +39,9 @@ MIN_VALGRIND = (3, 15)
 #: Worker processes run at once: each holds a core for the whole simulation.
 WORKERS = 2
 #: Calls counted per job at the most, and the work (FLOPs, or bytes' worth) under which a job gets them all:
-#: a heavy brick's calls vary little, a light one's are counted over more calls.
-MAX_CALLS = 10
-LIGHT_WORK = 1e7
+#: a heavy brick's calls vary little, a light one's are counted over more calls (about 1e8 FLOPs in all).
+MAX_CALLS = 30
+LIGHT_WORK = 1e8 / MAX_CALLS
 
 
 @dataclass(frozen=True)
@@ -124,13 +124,20 @@ class SimulationCounts:
 
 
 def simulate(jobs: Sequence[SimulationJob], folder: Path, *, repeat: bool = True) -> SimulationCounts:
-    """Count ``jobs`` in at most :data:`WORKERS` worker processes at once, and with ``repeat`` the lightest
-    of them once more in each worker. Raises :class:`SimulationError` when a worker fails whole."""
+    """Count ``jobs`` in at most :data:`WORKERS` worker processes at once, each warmed up on a tiny model, and
+    with ``repeat`` the lightest job once more in each worker. Raises :class:`SimulationError` when a worker
+    fails whole."""
     ordered = sorted(jobs, key=lambda job: -job.work)
     workers = min(WORKERS, len(jobs))
     repeated = min(jobs, key=lambda job: job.work) if repeat and workers > 1 else None
+    # The same warm-up whatever the jobs: the one-layer model of the call cost.
+    warm = call_jobs(folder, "ORT_ENABLE_ALL")[0]
     jobs_file = folder / "jobs.json"
-    spec = {"jobs": [_as_spec(job) for job in ordered], "each": [_as_spec(repeated)] if repeated else []}
+    spec = {
+        "jobs": [_as_spec(job) for job in ordered],
+        "each": [_as_spec(repeated)] if repeated else [],
+        "warm": _as_spec(warm),
+    }
     jobs_file.write_text(json.dumps(spec), encoding="utf-8")
     processes = [_start(jobs_file, worker) for worker in range(workers)]
     failures = []

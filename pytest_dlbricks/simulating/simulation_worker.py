@@ -10,6 +10,10 @@ the heap that one job's sessions leave (glibc's, Python's, onnxruntime's arenas)
 by up to a quarter when one process counted job after job. onnxruntime's telemetry, which sends events when
 enough wall-clock time has passed, is switched off: it ran inside the counted calls of some runs only.
 
+Before the first fork the worker creates and calls a session of the tiny model it is told to warm up with:
+the code every session runs is then translated by valgrind once, in the worker, not again in
+each child (a tiny brick's child took half the processor time).
+
 The workers of one simulation take jobs from one list, each job taken once by creating its claim file,
 so that a worker idles only when no job is left. A job listed under ``each`` is counted by every worker
 first, to show how far counts of one job repeat between processes. Each child writes its result beside
@@ -18,6 +22,7 @@ the jobs file (its process id, whose callgrind dump holds its counts, or its err
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -38,6 +43,11 @@ def main(jobs_file: Path, worker: int) -> None:
     ort.disable_telemetry_events()
     spec = json.loads(jobs_file.read_text(encoding="utf-8"))
     instrument = hooks.instrument_hooks_init()
+    if spec.get("warm"):
+        with contextlib.suppress(Exception):  # a tiny model of ours: the children report any trouble
+            session, feeds = _session(spec["warm"], ort, np)
+            session.run(None, feeds)
+            del session
     # No collection at a moment that earlier allocations decide: the children start with it off.
     gc.collect()
     gc.disable()
@@ -61,11 +71,11 @@ def _tasks(jobs_file: Path, spec: dict[str, Any], worker: int) -> Iterator[tuple
     for job in spec["each"]:
         yield f"repeat{worker}", job
     for index, job in enumerate(spec["jobs"]):
-        if _claim(jobs_file, index):
+        if claim_job(jobs_file, index):
             yield str(index), job
 
 
-def _claim(jobs_file: Path, index: int) -> bool:
+def claim_job(jobs_file: Path, index: int) -> bool:
     """Whether this worker takes job ``index``: the first to create its claim file does."""
     try:
         os.close(os.open(jobs_file.with_name(f"claim.{index}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -76,6 +86,18 @@ def _claim(jobs_file: Path, index: int) -> bool:
 
 def _count(job: dict[str, Any], ort: Any, np: Any, hooks: Any, instrument: Any) -> None:
     """One job's warm calls, then its counted calls between the hooks, dumped as this process's counts."""
+    session, feeds = _session(job, ort, np)
+    for _ in range(WARM_CALLS):
+        session.run(None, feeds)
+    hooks.instrument_hooks_start_benchmark(instrument)
+    for _ in range(job["calls"]):
+        session.run(None, feeds)
+    hooks.instrument_hooks_stop_benchmark(instrument)
+    hooks.instrument_hooks_set_executed_benchmark(instrument, os.getpid(), job["name"].encode())
+
+
+def _session(job: dict[str, Any], ort: Any, np: Any) -> tuple[Any, dict[str, Any]]:
+    """A job's session, on one thread, and its inputs."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
@@ -87,14 +109,7 @@ def _count(job: dict[str, Any], ort: Any, np: Any, hooks: Any, instrument: Any) 
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", job["data_dir"])
     session = ort.InferenceSession(job["model"], options, providers=["CPUExecutionProvider"])
     with np.load(job["feeds"], allow_pickle=False) as arrays:
-        feeds = {name: arrays[f"arr_{i}"] for i, name in enumerate(job["inputs"])}
-    for _ in range(WARM_CALLS):
-        session.run(None, feeds)
-    hooks.instrument_hooks_start_benchmark(instrument)
-    for _ in range(job["calls"]):
-        session.run(None, feeds)
-    hooks.instrument_hooks_stop_benchmark(instrument)
-    hooks.instrument_hooks_set_executed_benchmark(instrument, os.getpid(), job["name"].encode())
+        return session, {name: arrays[f"arr_{i}"] for i, name in enumerate(job["inputs"])}
 
 
 if __name__ == "__main__":
