@@ -16,6 +16,7 @@ from pytest_dlbricks.core.identity import differences, identify
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.simulating.callgrind_output import CallgrindOutputError, read_part
 from pytest_dlbricks.simulating.simulation import MAX_CALLS, calls_for, save_job, simulate, simulator_problem
+from pytest_dlbricks.simulating.simulation_worker import claim_job
 from pytest_dlbricks.wiring.simulated import StepClock, exact_stats
 
 #: Why the tests that run valgrind are skipped, where they are.
@@ -50,6 +51,12 @@ def test_light_jobs_are_counted_over_more_calls() -> None:
     assert calls_for(0) == calls_for(1.0) == MAX_CALLS
     assert calls_for(1e12) == 1
     assert calls_for(1e6) >= calls_for(1e8) >= calls_for(1e10)
+
+
+def test_each_job_is_taken_by_one_worker_only(tmp_path: Path) -> None:
+    jobs_file = tmp_path / "jobs.json"
+    assert claim_job(jobs_file, 0) and claim_job(jobs_file, 1)
+    assert not claim_job(jobs_file, 0), "taken already"
 
 
 def test_pytest_benchmark_reads_exactly_the_simulated_time() -> None:
@@ -100,10 +107,14 @@ def test_real_callgrind_output_counts_more_work_as_more_instructions(tmp_path: P
         save_job(tmp_path, name, path, {"x": np.ones(shape, np.float32)}, 2, "ORT_ENABLE_ALL")
         for name, path, shape in (("small", small, (1, 64)), ("large", large, (1, 65536)))
     ]
-    costs, errors = simulate(jobs, tmp_path)
-    assert errors == {}
-    assert 0 < costs["small"].instructions < costs["large"].instructions
-    assert costs["large"].data_reads > 0 and costs["large"].l1_misses > 0
+    counts = simulate(jobs, tmp_path)
+    assert counts.errors == {}
+    assert 0 < counts.costs["small"].instructions < counts.costs["large"].instructions
+    assert counts.costs["large"].data_reads > 0 and counts.costs["large"].l1_misses > 0
+    # The lighter job, counted once more by each worker from the same state, counts alike in both.
+    assert counts.repeated == "small" and len(counts.repeats) == 2
+    first, second = counts.repeats
+    assert abs(first.instructions / second.instructions - 1) < 0.01
 
 
 def test_a_missing_valgrind_is_a_usage_error_naming_the_package(
@@ -145,7 +156,11 @@ def test_a_simulated_run_counts_each_brick_and_the_whole_model(pytester: pytest.
         signature: simulation["bricks"][signature]["simulated_s"] for signature in timed
     }
     assert all(stats["stddev"] == 0 for stats in timed.values())
-    assert "verdict" not in report  # counts have no noise, speed or load to weigh
+    # Its verdict: how far one job's counts, in each worker, lay apart; and what its times are.
+    repeat = simulation["repeat"]
+    assert repeat["job"] == "call: 1 layer" and len(repeat["simulated_s"]) == 2
+    assert report["verdict"]["margin"] == repeat["spread"] < 0.01
+    result.stdout.fnmatch_lines(["dlbricks verdict: simulated cost: counts repeated * in 2 worker processes*AVX2*"])
     # Run again: the store's counts are exact, reused whatever precision times would ask for.
     again = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-cost=simulated", "--dlbricks-json=r.json")
     again.stdout.fnmatch_lines(["*3 brick times reused from store*"])

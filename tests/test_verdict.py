@@ -126,3 +126,27 @@ def test_reused_bricks_bring_the_speed_and_load_their_runs_found() -> None:
         "speed",
         "load",
     }
+
+
+def test_a_simulated_run_s_verdict_is_its_counts_repeat_and_what_its_times_are() -> None:
+    """Counts have no noise, speed or load to weigh: the verdict gives how far one job's counts lay apart
+    between worker processes, says what simulated times are, and claims nothing it did not measure."""
+    report: dict[str, Any] = {
+        "settings": {},
+        "summary": {"noise": 0.3, "speed": {"swing": 0.4}},  # figures of timing, which counts do not have
+        "models": [{"path": "a.onnx", "complete": True, "ratio": 1.3}],
+        "simulation": {"repeat": {"job": "call", "simulated_s": [2.0e-5, 2.0001e-5], "spread": 5e-5}},
+    }
+    verdict = judge_report(report)
+    assert verdict is not None and verdict.trusted
+    assert verdict.margin == 5e-5 and verdict.sources == {"repeat": 5e-5} and verdict.validated_within is None
+    line = verdict_line(verdict.as_json())
+    assert line.startswith("dlbricks verdict: simulated cost: counts repeated within 0.01% (one job counted in 2 ")
+    assert "AVX2 machine's under the cycle model" in line and "not wall-clock time" in line
+    report["simulation"]["repeat"]["spread"] = 0.0
+    exact = judge_report(report)
+    assert exact is not None and "counts repeated exactly" in verdict_line(exact.as_json())
+    report["simulation"]["repeat"] = None  # one worker ran, or every brick came from the store
+    unmeasured = judge_report(report)
+    assert unmeasured is not None and unmeasured.margin is None and set(unmeasured.unmeasured) == {"repeat"}
+    assert "counts' repeat not measured" in verdict_line(unmeasured.as_json())

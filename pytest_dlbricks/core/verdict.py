@@ -18,7 +18,11 @@ by the run itself and each read as a relative margin:
 
 They are independent, so they add in quadrature. Bricks reused from the brick store were timed by earlier
 runs, which found the machine as they found it: their verdicts' speed and load parts hold for those
-bricks, and the larger of them and the run's own counts. Pure functions of plain numbers.
+bricks, and the larger of them and the run's own counts. A simulated run (``--dlbricks-cost=simulated``) has
+none of them: its counts do not depend on the machine's speed or load. What can move them is what one
+process does differently from another; the run measures it by counting one job in every worker process,
+and its verdict gives that spread and nothing more, beside what its times are: an AVX2 machine's under
+a cycle model, not wall-clock time. Pure functions of plain numbers.
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ from typing import Any
 
 #: A margin this small needs nothing done about it.
 TIGHT = 0.05
-BRICKS, SPEED, LOAD = "bricks", "speed", "load"
+BRICKS, SPEED, LOAD, REPEAT = "bricks", "speed", "load", "repeat"
 #: How each source reads in the verdict's line.
-SOURCE_NAMES = {BRICKS: "bricks' spread", SPEED: "machine speed", LOAD: "load"}
+SOURCE_NAMES = {BRICKS: "bricks' spread", SPEED: "machine speed", LOAD: "load", REPEAT: "counts' repeat"}
+#: What a simulated run's times are, as its verdict says.
+SIMULATED_TIMES = "simulated times are an AVX2 machine's under the cycle model of the report, not wall-clock time"
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,8 @@ class Verdict:
     reason: str | None = None
     #: Validated models whose measured time lies within the margin of their estimate, and how many were validated.
     validated_within: tuple[int, int] | None = None
+    #: For a simulated run: how many worker processes counted the job that measured the counts' repeat.
+    simulated_repeats: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +68,7 @@ class Verdict:
             "advice": list(self.advice),
             "reason": self.reason,
             "validated_within": list(self.validated_within) if self.validated_within else None,
+            **({"simulated_repeats": self.simulated_repeats} if self.simulated_repeats is not None else {}),
         }
 
 
@@ -163,12 +172,28 @@ def _advice(sources: Mapping[str, float], margin: float | None, trusted: bool, l
     return advice
 
 
+def judge_simulated(spread: float | None, repeats: int) -> Verdict:
+    """A simulated run's verdict from the relative ``spread`` of one job's cost counted in ``repeats`` worker
+    processes (None when fewer than two counted it): the margin is that spread, the only one measured."""
+    if spread is None or repeats < 2:
+        reason = "no job was counted in two worker processes"
+        return Verdict(None, True, unmeasured={REPEAT: reason}, simulated_repeats=repeats)
+    return Verdict(spread, True, sources={REPEAT: spread}, simulated_repeats=repeats)
+
+
 def judge_report(report: Mapping[str, Any]) -> Verdict | None:
     """The verdict of a report in its JSON form (a run's, a merge's, a composition's) from its complete models'
-    margins and ratios and its summary's noise, speed trace and load; None for a report without estimates."""
+    margins and ratios and its summary's noise, speed trace and load, or for a simulated run from its counts'
+    repeat (see :func:`judge_simulated`); None for a report without estimates."""
     models = [model for model in report.get("models") or () if "error" not in model]
     if not models:
         return None
+    simulation = report.get("simulation")
+    if isinstance(simulation, Mapping):
+        repeat = simulation.get("repeat")
+        repeat = repeat if isinstance(repeat, Mapping) else {}
+        counts = repeat.get("simulated_s")
+        return judge_simulated(_number(repeat.get("spread")), len(counts) if isinstance(counts, list) else 0)
     complete = [model for model in models if model.get("complete")]
     summary = report.get("summary") or {}
     load = summary.get("load")
@@ -200,6 +225,8 @@ def _number(value: object) -> float | None:
 
 def verdict_line(verdict: Mapping[str, Any]) -> str:
     """The run's last line: the margin, from what, what to do."""
+    if "simulated_repeats" in verdict:
+        return _simulated_line(verdict)
     margin, sources, advice = verdict.get("margin"), verdict.get("sources") or {}, verdict.get("advice") or []
     parts = ", ".join(f"{SOURCE_NAMES.get(name, name)} +-{part:.0%}" for name, part in sources.items() if part >= 0.005)
     if not verdict.get("trusted", True):
@@ -219,3 +246,15 @@ def verdict_line(verdict: Mapping[str, Any]) -> str:
     if within:
         line += f"; {within[0]}/{within[1]} validated within it"
     return line + (f"; to tighten: {', '.join(advice)}" if advice else "")
+
+
+def _simulated_line(verdict: Mapping[str, Any]) -> str:
+    """A simulated run's last line: how far one job's counts lay apart between worker processes, and what the
+    times are."""
+    spread, repeats = verdict.get("margin"), verdict.get("simulated_repeats")
+    if spread is None:
+        counts = "counts' repeat not measured (no job was counted in two worker processes)"
+    else:
+        apart = "repeated exactly" if spread == 0 else f"repeated within {spread:.2%}"
+        counts = f"counts {apart} (one job counted in {repeats} worker processes)"
+    return f"dlbricks verdict: simulated cost: {counts}; {SIMULATED_TIMES}"

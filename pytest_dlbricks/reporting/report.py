@@ -74,8 +74,9 @@ class RunReport:
             "machine": dict(self.machine),
             "peak": self.peak,
         }
-        # Simulated counts have no noise, speed or load for a verdict to weigh.
-        verdict = judge_report(report) if self.simulation is None else None
+        if self.simulation is not None:  # before the verdict, which reads its counts' repeat
+            report["simulation"] = self.simulation
+        verdict = judge_report(report)
         if verdict is not None:  # how far the estimates can be trusted, from what, and what to do
             report["verdict"] = verdict.as_json()
         if self.calibration is not None:
@@ -86,8 +87,6 @@ class RunReport:
             report["conditions"] = self.conditions
         if self.comparison is not None:
             report["comparison"] = self.comparison
-        if self.simulation is not None:
-            report["simulation"] = self.simulation
         return report
 
 

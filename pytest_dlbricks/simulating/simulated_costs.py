@@ -17,7 +17,16 @@ from ..core.cycle_model import NO_COST, SimulatedCost, describe_model
 from ..core.wording import plural
 from ..cut.cutting import ModelPlan
 from ..timing.overhead import CallOverhead
-from .simulation import CALL_MODELS, WORKERS, CallCosts, SimulationError, SimulationJob, simulate, valgrind_version
+from .simulation import (
+    CALL_MODELS,
+    WORKERS,
+    CallCosts,
+    SimulationCounts,
+    SimulationError,
+    SimulationJob,
+    simulate,
+    valgrind_version,
+)
 
 
 class Simulation:
@@ -33,6 +42,9 @@ class Simulation:
         self.call: CallCosts | None = None
         self.wall_s = 0.0
         self.worker_starts = 0
+        #: The job every worker counted once more, and each worker's cost of it (see :func:`.simulation.simulate`).
+        self.repeated: str | None = None
+        self.repeats: tuple[SimulatedCost, ...] = ()
 
     def known(self, name: str) -> bool:
         """Whether a brick or model was simulated already, or failed to be."""
@@ -47,9 +59,12 @@ class Simulation:
             if not jobs:
                 return
             try:
-                costs, errors = simulate(jobs, Path(folder))
+                counts = simulate(jobs, Path(folder), repeat=not models)
             except SimulationError as error:
-                costs, errors = {}, {job.name: str(error) for job in jobs}
+                counts = SimulationCounts({}, {job.name: str(error) for job in jobs})
+        costs, errors = counts.costs, counts.errors
+        if counts.repeats:
+            self.repeated, self.repeats = counts.repeated, counts.repeats
         self.wall_s += time.perf_counter() - start
         self.worker_starts += min(len(jobs), WORKERS)
         calls = {name: costs.pop(name) for name in CALL_MODELS if name in costs}
@@ -92,9 +107,23 @@ class Simulation:
             "call": None if self.call is None else {name: cost.as_json() for name, cost in vars(self.call).items()},
             "wall_s": self.wall_s,
             "worker_starts": self.worker_starts,
+            "repeat": self.repeat(),
             "bricks": {signature: cost.as_json() for signature, cost in self.bricks.items()},
             "models": {plan.path: self._model_entry(plan) for plan in plans if plan.path in self.models},
             "errors": dict(self.errors),
+        }
+
+    def repeat(self) -> dict[str, Any] | None:
+        """The job every worker counted, its cost in each and their spread (largest over smallest, less one);
+        None when one worker ran."""
+        if self.repeated is None or len(self.repeats) < 2:
+            return None
+        seconds = [cost.seconds for cost in self.repeats]
+        return {
+            "job": self.repeated,
+            "simulated_s": seconds,
+            "instructions": [cost.instructions for cost in self.repeats],
+            "spread": max(seconds) / min(seconds) - 1 if min(seconds) > 0 else None,
         }
 
     def _model_entry(self, plan: ModelPlan) -> dict[str, Any]:

@@ -2,10 +2,12 @@
 
 Each job is a model file and its inputs, called a few times. Python, numpy and onnxruntime take
 seconds to start under valgrind, so a run's jobs are shared among at most :data:`WORKERS` worker
-processes (see :mod:`.simulation_worker`), started once each. callgrind simulates the caches of
-:data:`.cycle_model.CACHES`, whatever the caches of the machine, and counts only between the
-instrumentation hooks; each job's counts come back as one part of the worker's callgrind output,
-read through its documented header lines (see :mod:`.callgrind_output`).
+processes (see :mod:`.simulation_worker`), started once each, which take the jobs from one list, the
+heaviest first, and count each in a child process forked from the same state. callgrind simulates the
+caches of :data:`.cycle_model.CACHES`, whatever the caches of the machine, and counts only between the
+instrumentation hooks; each job's counts come back as its child's callgrind output, read through its
+documented header lines (see :mod:`.callgrind_output`). The lightest job is also counted once by every
+worker: how far those counts lie apart is the run's measure of its counts' repeatability.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -36,9 +39,9 @@ MIN_VALGRIND = (3, 15)
 #: Worker processes run at once: each holds a core for the whole simulation.
 WORKERS = 2
 #: Calls counted per job at the most, and the work (FLOPs, or bytes' worth) under which a job gets them all:
-#: a heavy brick's calls vary little, a light one's are counted over more calls.
-MAX_CALLS = 10
-LIGHT_WORK = 1e7
+#: a heavy brick's calls vary little, a light one's are counted over more calls (about 1e8 FLOPs in all).
+MAX_CALLS = 30
+LIGHT_WORK = 1e8 / MAX_CALLS
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class SimulationJob:
     calls: int
     optimization: str
     data_dir: Path | None = None
+    #: The work it was expected to do (FLOPs, or bytes' worth; 0 when unknown): the heaviest jobs are taken first.
+    work: float = 0.0
 
 
 def calls_for(work: float) -> int:
@@ -96,6 +101,7 @@ def save_job(
     calls: int,
     optimization: str,
     data_dir: Path | None = None,
+    work: float = 0.0,
 ) -> SimulationJob:
     """A job whose model (serialized, or a file left where it is) and inputs are saved in ``folder``."""
     stem = folder / f"job{len(list(folder.glob('job*.npz')))}"
@@ -103,64 +109,99 @@ def save_job(
         stem.with_suffix(".onnx").write_bytes(model)
         model = stem.with_suffix(".onnx")
     np.savez(stem.with_suffix(".npz"), *feeds.values())
-    return SimulationJob(name, model, stem.with_suffix(".npz"), tuple(feeds), calls, optimization, data_dir)
+    return SimulationJob(name, model, stem.with_suffix(".npz"), tuple(feeds), calls, optimization, data_dir, work)
 
 
-def simulate(jobs: Sequence[SimulationJob], folder: Path) -> tuple[dict[str, SimulatedCost], dict[str, str]]:
-    """Count ``jobs`` in at most :data:`WORKERS` worker processes at once; returns one call's cost of every job
-    that ran, and why each other failed, by job name. Raises :class:`SimulationError` when a worker fails whole."""
-    batches = [list(jobs[start::WORKERS]) for start in range(min(WORKERS, len(jobs)))]
-    workers = [_start(batch, folder / f"worker{index}") for index, batch in enumerate(batches)]
+@dataclass(frozen=True)
+class SimulationCounts:
+    """What a simulation counted: one call's cost of every job that ran and why each other failed, by job name;
+    and the job every worker counted besides (None when one worker ran), with each worker's cost of it."""
+
+    costs: dict[str, SimulatedCost]
+    errors: dict[str, str]
+    repeated: str | None = None
+    repeats: tuple[SimulatedCost, ...] = ()
+
+
+def simulate(jobs: Sequence[SimulationJob], folder: Path, *, repeat: bool = True) -> SimulationCounts:
+    """Count ``jobs`` in at most :data:`WORKERS` worker processes at once, each warmed up on a tiny model, and
+    with ``repeat`` the lightest job once more in each worker. Raises :class:`SimulationError` when a worker
+    fails whole."""
+    ordered = sorted(jobs, key=lambda job: -job.work)
+    workers = min(WORKERS, len(jobs))
+    repeated = min(jobs, key=lambda job: job.work) if repeat and workers > 1 else None
+    # The same warm-up whatever the jobs: the one-layer model of the call cost.
+    warm = call_jobs(folder, "ORT_ENABLE_ALL")[0]
+    jobs_file = folder / "jobs.json"
+    spec = {
+        "jobs": [_as_spec(job) for job in ordered],
+        "each": [_as_spec(repeated)] if repeated else [],
+        "warm": _as_spec(warm),
+    }
+    jobs_file.write_text(json.dumps(spec), encoding="utf-8")
+    processes = [_start(jobs_file, worker) for worker in range(workers)]
+    failures = []
+    for process in processes:
+        _, stderr = process.communicate()
+        if process.returncode != 0:
+            tail = " ".join(stderr.strip().splitlines()[-3:])
+            failures.append(f"the simulation worker failed (exit status {process.returncode}): {tail}")
+    if failures:
+        raise SimulationError(failures[0])
     costs: dict[str, SimulatedCost] = {}
     errors: dict[str, str] = {}
-    for batch, (process, out) in zip(batches, workers):
-        _, stderr = process.communicate()
-        if process.returncode != 0 or not out.with_suffix(".done.json").exists():
-            tail = " ".join(stderr.strip().splitlines()[-3:])
-            raise SimulationError(f"the simulation worker failed (exit status {process.returncode}): {tail}")
-        calls = {job.name: job.calls for job in batch}
-        parts = {read_part(path).part: path for path in out.parent.glob(f"{out.name}.*") if path.suffix[1:].isdigit()}
-        for entry in json.loads(out.with_suffix(".done.json").read_text(encoding="utf-8")):
-            if "error" in entry:
-                errors[entry["name"]] = entry["error"]
-                continue
-            try:
-                totals = read_part(parts[entry["part"]]).totals
-            except (KeyError, CallgrindOutputError) as error:
-                errors[entry["name"]] = f"its callgrind output is missing or damaged ({error})"
-                continue
-            costs[entry["name"]] = SimulatedCost.from_events(totals, calls[entry["name"]])
-    return costs, errors
+    for index, job in enumerate(ordered):
+        outcome = _outcome(folder, str(index), job)
+        if isinstance(outcome, str):
+            errors[job.name] = outcome
+        else:
+            costs[job.name] = outcome
+    if repeated is None:
+        return SimulationCounts(costs, errors)
+    repeats = [_outcome(folder, f"repeat{worker}", repeated) for worker in range(workers)]
+    counted = tuple(cost for cost in repeats if isinstance(cost, SimulatedCost))
+    return SimulationCounts(costs, errors, repeated.name, counted)
 
 
-def _start(batch: list[SimulationJob], out: Path) -> tuple[subprocess.Popen[str], Path]:
-    spec = {
-        "jobs": [
-            {
-                "name": job.name,
-                "model": str(job.model),
-                "feeds": str(job.feeds),
-                "inputs": list(job.inputs),
-                "calls": job.calls,
-                "optimization": job.optimization,
-                "data_dir": str(job.data_dir) if job.data_dir else None,
-            }
-            for job in batch
-        ],
-        "done": str(out.with_suffix(".done.json")),
+def _outcome(folder: Path, key: str, job: SimulationJob) -> SimulatedCost | str:
+    """One call's cost of a job from the result its child wrote and its callgrind output, or why there is none."""
+    try:
+        entry = json.loads((folder / f"result.{key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "its worker's child process ended before it was counted"
+    if "error" in entry:
+        return str(entry["error"])
+    try:
+        totals = read_part(folder / f"callgrind.out.{entry['pid']}.1").totals
+    except CallgrindOutputError as error:
+        return f"its callgrind output is missing or damaged ({error})"
+    return SimulatedCost.from_events(totals, job.calls)
+
+
+def _as_spec(job: SimulationJob) -> dict[str, Any]:
+    """A job as the worker reads it."""
+    return {
+        "name": job.name,
+        "model": str(job.model),
+        "feeds": str(job.feeds),
+        "inputs": list(job.inputs),
+        "calls": job.calls,
+        "optimization": job.optimization,
+        "data_dir": str(job.data_dir) if job.data_dir else None,
     }
-    jobs_file = out.with_suffix(".jobs.json")
-    jobs_file.write_text(json.dumps(spec), encoding="utf-8")
+
+
+def _start(jobs_file: Path, worker: int) -> subprocess.Popen[str]:
     caches = [f"--{name}={size},{ways},{line}" for name, (size, ways, line) in CACHES.items()]
+    out = jobs_file.with_name("callgrind.out.%p")  # each child's counts in a file of its own
     command = [
         *("valgrind", "--tool=callgrind", "--instr-atstart=no", "--cache-sim=yes", "--dump-instr=no", *caches),
         *(f"--callgrind-out-file={out}", "-q", sys.executable, "-m", "pytest_dlbricks.simulating.simulation_worker"),
-        str(jobs_file),
+        *(str(jobs_file), str(worker)),
     ]
     # One thread everywhere, and the same hashing in every run: counts then repeat from run to run.
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    return process, out
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
 
 
 #: The tiny models whose costs give an inference call's own cost (see :func:`call_costs`): chains of one and

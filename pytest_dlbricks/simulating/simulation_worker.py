@@ -1,19 +1,33 @@
-"""The process that valgrind runs: counts each job's calls between the instrumentation hooks, one dump each.
+"""The process that valgrind runs: counts jobs between the instrumentation hooks, each in a child of its own.
 
-Run as ``python -m pytest_dlbricks.simulating.simulation_worker JOBS.json`` under ``valgrind --tool=callgrind
---instr-atstart=no`` (see :mod:`.simulation`). Instrumentation stays off through Python's start,
-the imports and every session's creation; pytest-codspeed's compiled hooks switch it on around the
-counted calls only (zeroing the counts first) and dump them as one callgrind part per job. Each job
-runs warm: its first calls, which allocate, are not counted. A job that fails is listed with its
-error and dumps nothing, so the parts stay in step with the jobs that ran.
+Run as ``python -m pytest_dlbricks.simulating.simulation_worker JOBS.json WORKER`` under ``valgrind
+--tool=callgrind --instr-atstart=no`` (see :mod:`.simulation`). Instrumentation stays off through Python's
+start and the imports; then the worker forks a child for each job, and pytest-codspeed's compiled hooks
+switch instrumentation on around the child's counted calls only (zeroing the counts first) and dump them.
+
+Every child starts from the same state of the worker, whatever jobs were counted before it or beside it:
+the heap that one job's sessions leave (glibc's, Python's, onnxruntime's arenas) moved the next job's counts
+by up to a quarter when one process counted job after job. onnxruntime's telemetry, which sends events when
+enough wall-clock time has passed, is switched off: it ran inside the counted calls of some runs only.
+
+Before the first fork the worker creates and calls a session of the tiny model it is told to warm up with:
+the code every session runs is then translated by valgrind once, in the worker, not again in
+each child (a tiny brick's child took half the processor time).
+
+The workers of one simulation take jobs from one list, each job taken once by creating its claim file,
+so that a worker idles only when no job is left. A job listed under ``each`` is counted by every worker
+first, to show how far counts of one job repeat between processes. Each child writes its result beside
+the jobs file (its process id, whose callgrind dump holds its counts, or its error).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,51 +35,82 @@ from typing import Any
 WARM_CALLS = 2
 
 
-def main(jobs_file: Path) -> None:
+def main(jobs_file: Path, worker: int) -> None:
     import numpy as np
     import onnxruntime as ort
     from pytest_codspeed.instruments.hooks import dist_instrument_hooks as hooks  # type: ignore[attr-defined]
 
+    ort.disable_telemetry_events()
     spec = json.loads(jobs_file.read_text(encoding="utf-8"))
     instrument = hooks.instrument_hooks_init()
-    done: list[dict[str, Any]] = []
-    part = 0
-    for job in spec["jobs"]:
-        try:
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = 1
-            options.inter_op_num_threads = 1
-            # Idle threads that spin would be counted as work; with one thread there should be none, and none may spin.
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-            options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, job["optimization"])
-            if job.get("data_dir"):
-                options.add_session_config_entry(
-                    "session.model_external_initializers_file_folder_path", job["data_dir"]
-                )
-            session = ort.InferenceSession(job["model"], options, providers=["CPUExecutionProvider"])
-            with np.load(job["feeds"], allow_pickle=False) as arrays:
-                feeds = {name: arrays[f"arr_{i}"] for i, name in enumerate(job["inputs"])}
-            for _ in range(WARM_CALLS):
-                session.run(None, feeds)
-        except Exception as error:  # onnxruntime's exception types are not part of its API
-            done.append({"name": job["name"], "error": f"{type(error).__name__}: {error}"})
-            continue
-        # Python's collector runs when allocations since its last run reach a count, which the jobs before set:
-        # collected now and held off, it is counted in no job.
-        gc.collect()
-        gc.disable()
-        hooks.instrument_hooks_start_benchmark(instrument)
-        for _ in range(job["calls"]):
+    if spec.get("warm"):
+        with contextlib.suppress(Exception):  # a tiny model of ours: the children report any trouble
+            session, feeds = _session(spec["warm"], ort, np)
             session.run(None, feeds)
-        hooks.instrument_hooks_stop_benchmark(instrument)
-        gc.enable()
-        hooks.instrument_hooks_set_executed_benchmark(instrument, os.getpid(), job["name"].encode())
-        part += 1
-        done.append({"name": job["name"], "part": part})
-        del session
-    Path(spec["done"]).write_text(json.dumps(done), encoding="utf-8")
+            del session
+    # No collection at a moment that earlier allocations decide: the children start with it off.
+    gc.collect()
+    gc.disable()
+    for key, job in _tasks(jobs_file, spec, worker):
+        result = jobs_file.with_name(f"result.{key}.json")
+        child = os.fork()
+        if child == 0:
+            try:
+                _count(job, ort, np, hooks, instrument)
+                entry: dict[str, Any] = {"pid": os.getpid()}
+            except Exception as error:  # onnxruntime's exception types are not part of its API
+                entry = {"error": f"{type(error).__name__}: {error}"}
+            result.write_text(json.dumps(entry), encoding="utf-8")
+            os._exit(0)
+        os.waitpid(child, 0)
+
+
+def _tasks(jobs_file: Path, spec: dict[str, Any], worker: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The jobs this worker counts, each with the key of its result: every job of ``each``, then each job of
+    the list that no other worker has taken, taken one at a time."""
+    for job in spec["each"]:
+        yield f"repeat{worker}", job
+    for index, job in enumerate(spec["jobs"]):
+        if claim_job(jobs_file, index):
+            yield str(index), job
+
+
+def claim_job(jobs_file: Path, index: int) -> bool:
+    """Whether this worker takes job ``index``: the first to create its claim file does."""
+    try:
+        os.close(os.open(jobs_file.with_name(f"claim.{index}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _count(job: dict[str, Any], ort: Any, np: Any, hooks: Any, instrument: Any) -> None:
+    """One job's warm calls, then its counted calls between the hooks, dumped as this process's counts."""
+    session, feeds = _session(job, ort, np)
+    for _ in range(WARM_CALLS):
+        session.run(None, feeds)
+    hooks.instrument_hooks_start_benchmark(instrument)
+    for _ in range(job["calls"]):
+        session.run(None, feeds)
+    hooks.instrument_hooks_stop_benchmark(instrument)
+    hooks.instrument_hooks_set_executed_benchmark(instrument, os.getpid(), job["name"].encode())
+
+
+def _session(job: dict[str, Any], ort: Any, np: Any) -> tuple[Any, dict[str, Any]]:
+    """A job's session, on one thread, and its inputs."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    # Idle threads that spin would be counted as work; with one thread there should be none, and none may spin.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, job["optimization"])
+    if job.get("data_dir"):
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", job["data_dir"])
+    session = ort.InferenceSession(job["model"], options, providers=["CPUExecutionProvider"])
+    with np.load(job["feeds"], allow_pickle=False) as arrays:
+        return session, {name: arrays[f"arr_{i}"] for i, name in enumerate(job["inputs"])}
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), int(sys.argv[2]))

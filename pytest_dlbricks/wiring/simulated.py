@@ -103,7 +103,8 @@ def _brick_job(run: DLBricksRun, simulation: Simulation, signature: str, folder:
         return None
     simulation.io[signature] = (len(brick.inputs), brick.output_count)
     level = session_options(run.settings, optimized=run.already_optimized(signature)).graph_optimization_level.name
-    return save_job(folder, signature, model, feeds, calls_for(run.expected_cost(signature)), level)
+    work = run.expected_cost(signature)
+    return save_job(folder, signature, model, feeds, calls_for(work), level, work=work)
 
 
 def _model_job(run: DLBricksRun, simulation: Simulation, plan: ModelPlan, folder: Path) -> SimulationJob | None:
@@ -115,7 +116,7 @@ def _model_job(run: DLBricksRun, simulation: Simulation, plan: ModelPlan, folder
     data = model if isinstance(model, Path) else model.SerializeToString()
     level = session_options(run.settings).graph_optimization_level.name
     work = sum(run.expected_cost(signature) * count for signature, count in plan.signatures.items())
-    return save_job(folder, plan.path, data, feeds, calls_for(work), level, data_dir=data_dir)
+    return save_job(folder, plan.path, data, feeds, calls_for(work), level, data_dir=data_dir, work=work)
 
 
 def _benchmark_exactly(request: pytest.FixtureRequest, seconds: float, extra_info: dict[str, Any]) -> None:
