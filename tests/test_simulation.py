@@ -15,15 +15,7 @@ from pytest_dlbricks.core.cycle_model import CLOCK_HZ, L1_MISS_CYCLES, LL_MISS_C
 from pytest_dlbricks.core.identity import differences, identify
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.simulating.callgrind_output import CallgrindOutputError, read_part
-from pytest_dlbricks.simulating.simulation import (
-    CALL_MODELS,
-    MAX_CALLS,
-    CallCosts,
-    calls_for,
-    save_job,
-    simulate,
-    simulator_problem,
-)
+from pytest_dlbricks.simulating.simulation import MAX_CALLS, calls_for, save_job, simulate, simulator_problem
 from pytest_dlbricks.wiring.simulated import StepClock, exact_stats
 
 #: Why the tests that run valgrind are skipped, where they are.
@@ -55,18 +47,6 @@ def test_composition_of_costs_is_a_sum() -> None:
     assert brick.plus(brick, 3) == SimulatedCost(400, 160, 80, 16, 4)
     assert brick.minus(call) == SimulatedCost(40, -10, 10, 3, -1)
     assert brick.minus(call).seconds == pytest.approx(brick.seconds - call.seconds)
-
-
-def test_the_call_cost_is_that_of_a_call_whose_layers_hand_tensors_on() -> None:
-    """Calls of chained layers pay a set-up (``shared``) a call of one layer alone does not: the fixed cost holds it,
-    as a model's call and a two-layer brick's do."""
-    call, shared, layer, each = SimulatedCost(9000, 0, 0, 0, 0), SimulatedCost(1500, 0, 0, 0, 0), 700, 300
-    chains = {2: 2 * layer, 3: 3 * layer, 4: 4 * layer + 2 * each}
-    costs = dict(zip(CALL_MODELS, (call.plus(shared).plus(SimulatedCost(n, 0, 0, 0, 0)) for n in chains.values())))
-    costs = CallCosts.from_costs(costs)
-    assert costs.fixed == call.plus(shared)
-    assert costs.per_input.instructions == costs.per_output.instructions == each
-    assert costs.of(2, 3).instructions == 9000 + 1500 + 3 * each
 
 
 def test_light_jobs_are_counted_over_more_calls() -> None:
