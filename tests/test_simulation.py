@@ -15,7 +15,15 @@ from pytest_dlbricks.core.cycle_model import CLOCK_HZ, L1_MISS_CYCLES, LL_MISS_C
 from pytest_dlbricks.core.identity import differences, identify
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.simulating.callgrind_output import CallgrindOutputError, read_part
-from pytest_dlbricks.simulating.simulation import MAX_CALLS, calls_for, save_job, simulate, simulator_problem
+from pytest_dlbricks.simulating.simulation import (
+    CALL_MODELS,
+    MAX_CALLS,
+    CallCosts,
+    calls_for,
+    save_job,
+    simulate,
+    simulator_problem,
+)
 from pytest_dlbricks.wiring.simulated import StepClock, exact_stats
 
 #: Why the tests that run valgrind are skipped, where they are.
@@ -47,6 +55,17 @@ def test_composition_of_costs_is_a_sum() -> None:
     assert brick.plus(brick, 3) == SimulatedCost(400, 160, 80, 16, 4)
     assert brick.minus(call) == SimulatedCost(40, -10, 10, 3, -1)
     assert brick.minus(call).seconds == pytest.approx(brick.seconds - call.seconds)
+
+
+def test_inputs_and_outputs_never_cost_less_than_nothing() -> None:
+    """Two paths side by side may count fewer events than one chain of their layers (the chain sets up memory its
+    layers share): their inputs and outputs then cost nothing, never less, which the brick store would refuse."""
+    one, two = SimulatedCost(20000, 900, 400, 30, 2), SimulatedCost(23000, 1000, 450, 32, 2)
+    pair = SimulatedCost(22000, 1100, 440, 40, 1)
+    costs = CallCosts.from_costs(dict(zip(CALL_MODELS, (one, two, pair))))
+    assert costs.fixed == SimulatedCost(17000, 800, 350, 28, 2)
+    assert costs.per_input == costs.per_output == SimulatedCost(0, 50, 0, 4, 0)
+    assert costs.of(3, 1).data_reads == 800 + 2 * 50
 
 
 def test_light_jobs_are_counted_over_more_calls() -> None:
