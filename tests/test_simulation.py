@@ -15,17 +15,28 @@ from pytest_dlbricks.core.cycle_model import CLOCK_HZ, L1_MISS_CYCLES, LL_MISS_C
 from pytest_dlbricks.core.identity import differences, identify
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.simulating.callgrind_output import CallgrindOutputError, read_part
-from pytest_dlbricks.simulating.simulation import MAX_CALLS, calls_for, save_job, simulate, simulator_problem
+from pytest_dlbricks.simulating.simulation import (
+    CALL_MODELS,
+    MAX_CALLS,
+    CallCosts,
+    calls_for,
+    save_job,
+    simulate,
+    simulator_problem,
+)
 from pytest_dlbricks.simulating.simulation_worker import claim_job
 from pytest_dlbricks.wiring.simulated import StepClock, exact_stats
 
 #: Why the tests that run valgrind are skipped, where they are.
 NO_SIMULATOR = simulator_problem()
 needs_simulator = pytest.mark.skipif(NO_SIMULATOR is not None, reason=f"cannot simulate here: {NO_SIMULATOR}")
-#: How far the composed instructions of the sample mlp may lie from the whole model's, at G=2: measured 0.97 to
-#: 1.16 over runs (onnxruntime 1.32, valgrind 3.19); a change of how bricks are built or composed that moves it
-#: further fails.
-COMPOSITION_BOUND = 0.3
+#: How far the composed instructions of the sample mlp may lie from the whole model's, at G=2: measured 1.09 with
+#: calls through an I/O binding, 1.15 before (onnxruntime 1.32, valgrind 3.19); a change of how bricks are built
+#: or composed that moves it further fails.
+COMPOSITION_BOUND = 0.15
+#: How far the composed instructions of a row of cheap layers on a large tensor may lie from the whole row's: a
+#: brick whose outputs were copied into numpy arrays, as ``run()`` copies them, would be far beyond it.
+ROW_BOUND = 0.05
 
 
 def test_the_cycle_model_adds_miss_penalties_to_instructions() -> None:
@@ -45,6 +56,17 @@ def test_composition_of_costs_is_a_sum() -> None:
     assert brick.plus(brick, 3) == SimulatedCost(400, 160, 80, 16, 4)
     assert brick.minus(call) == SimulatedCost(40, -10, 10, 3, -1)
     assert brick.minus(call).seconds == pytest.approx(brick.seconds - call.seconds)
+
+
+def test_inputs_and_outputs_never_cost_less_than_nothing() -> None:
+    """Two paths side by side may count fewer events than one chain of their layers (the chain sets up memory its
+    layers share): their inputs and outputs then cost nothing, never less, which the brick store would refuse."""
+    one, two = SimulatedCost(20000, 900, 400, 30, 2), SimulatedCost(23000, 1000, 450, 32, 2)
+    pair = SimulatedCost(22000, 1100, 440, 40, 1)
+    costs = CallCosts.from_costs(dict(zip(CALL_MODELS, (one, two, pair))))
+    assert costs.fixed == SimulatedCost(17000, 800, 350, 28, 2)
+    assert costs.per_input == costs.per_output == SimulatedCost(0, 50, 0, 4, 0)
+    assert costs.of(3, 1).data_reads == 800 + 2 * 50
 
 
 def test_light_jobs_are_counted_over_more_calls() -> None:
@@ -166,3 +188,17 @@ def test_a_simulated_run_counts_each_brick_and_the_whole_model(pytester: pytest.
     again.stdout.fnmatch_lines(["*3 brick times reused from store*"])
     (reused,) = json.loads((pytester.path / "r.json").read_text())["models"]
     assert reused["sequential_s"] == pytest.approx(model["sequential_s"])
+
+
+@needs_simulator
+def test_bricks_of_cheap_layers_on_large_tensors_compose_to_the_whole_row(pytester: pytest.Pytester) -> None:
+    """Four Relu and Neg layers on 65,536 floats, cut into two same bricks: a brick's output stays in onnxruntime's
+    memory, as the layer's does inside the row, so the composed count is the row's, its calls' cost aside."""
+    tiny_models.elementwise_row(pytester.path, ops=("Relu", "Neg", "Relu", "Neg"), width=65536)
+    args = ("--dlbricks-granularity=2", "--dlbricks-cost=simulated", "--dlbricks-validate", "--dlbricks-json=r.json")
+    result = run_dlbricks(pytester, *args, "--dlbricks-store=none", dims=())
+    result.assert_outcomes(passed=2)
+    report = json.loads((pytester.path / "r.json").read_text())
+    (model,) = report["models"]
+    entry = report["simulation"]["models"][model["path"]]
+    assert abs(entry["instructions_ratio"] - 1) <= ROW_BOUND, entry

@@ -112,11 +112,15 @@ def diamond(directory: Path) -> Path:
     return save(finish(nodes, [tensor("x", [1, 64])], [tensor("y", [1, 64])]), directory, "diamond.onnx")
 
 
-def elementwise_row(directory: Path, *, ops: Sequence[str] = ("Relu", "Sigmoid", "Tanh", "Neg", "Abs", "Exp")) -> Path:
-    """``ops`` one after the other on 64 floats: layers of a few microseconds on any machine, each its own brick."""
+def elementwise_row(
+    directory: Path, *, ops: Sequence[str] = ("Relu", "Sigmoid", "Tanh", "Neg", "Abs", "Exp"), width: int = 64
+) -> Path:
+    """``ops`` one after the other on ``width`` floats (64: layers of a few microseconds on any machine, each its
+    own brick)."""
     names = ["x", *(f"v{index}" for index in range(len(ops)))]
     nodes = [helper.make_node(op, [names[i]], [names[i + 1]], name=f"{op}{i}") for i, op in enumerate(ops)]
-    return save(finish(nodes, [tensor("x", [1, 64])], [tensor(names[-1], [1, 64])]), directory, "elementwise_row.onnx")
+    shape = [1, width]
+    return save(finish(nodes, [tensor("x", shape)], [tensor(names[-1], shape)]), directory, "elementwise_row.onnx")
 
 
 def symbolic_batch(directory: Path) -> Path:

@@ -238,11 +238,14 @@ class CallCosts:
     @classmethod
     def from_costs(cls, costs: Mapping[str, SimulatedCost]) -> CallCosts:
         """From the costs of the :data:`CALL_MODELS`: the one-layer chain less one layer (the two-layer chain
-        less the one-layer one), and what two paths cost beyond two layers, half on inputs, half on outputs."""
+        less the one-layer one), and what two paths cost beyond two layers, half on inputs, half on outputs, none
+        where they cost less: with outputs bound, inputs and outputs cost about nothing, and the two paths skip a
+        set-up of the memory chained layers share, which the chain pays (the brick store, as for times, would also
+        refuse a cost below zero)."""
         one, two, pair = (costs[name] for name in CALL_MODELS)
         layer = two.minus(one)
         fixed = one.minus(layer)
-        each = _halved(pair.minus(two))
+        each = _half_or_none(pair.minus(two))
         return cls(fixed, each, each)
 
     def of(self, inputs: int, outputs: int) -> SimulatedCost:
@@ -251,8 +254,8 @@ class CallCosts:
         )
 
 
-def _halved(cost: SimulatedCost) -> SimulatedCost:
-    return SimulatedCost(*(value / 2 for value in vars(cost).values()))
+def _half_or_none(cost: SimulatedCost) -> SimulatedCost:
+    return SimulatedCost(*(max(value / 2, 0.0) for value in vars(cost).values()))
 
 
 class SimulationError(Exception):
