@@ -58,15 +58,27 @@ def test_composition_of_costs_is_a_sum() -> None:
     assert brick.minus(call).seconds == pytest.approx(brick.seconds - call.seconds)
 
 
+def test_the_call_cost_is_that_of_a_call_whose_layers_hand_tensors_on() -> None:
+    """Calls of chained layers pay a set-up (``shared``) a call of one layer alone does not: the fixed cost holds it,
+    as a model's call and a two-layer brick's do."""
+    call, shared, layer, each = SimulatedCost(9000, 0, 0, 0, 0), SimulatedCost(1500, 0, 0, 0, 0), 700, 300
+    chains = {2: 2 * layer, 3: 3 * layer, 4: 4 * layer + 2 * each}
+    counted = dict(zip(CALL_MODELS, (call.plus(shared).plus(SimulatedCost(n, 0, 0, 0, 0)) for n in chains.values())))
+    costs = CallCosts.from_costs(counted)
+    assert costs.fixed == call.plus(shared)
+    assert costs.per_input.instructions == costs.per_output.instructions == each
+    assert costs.of(2, 3).instructions == 9000 + 1500 + 3 * each
+
+
 def test_inputs_and_outputs_never_cost_less_than_nothing() -> None:
-    """Two paths side by side may count fewer events than one chain of their layers (the chain sets up memory its
-    layers share): their inputs and outputs then cost nothing, never less, which the brick store would refuse."""
-    one, two = SimulatedCost(20000, 900, 400, 30, 2), SimulatedCost(23000, 1000, 450, 32, 2)
-    pair = SimulatedCost(22000, 1100, 440, 40, 1)
-    costs = CallCosts.from_costs(dict(zip(CALL_MODELS, (one, two, pair))))
-    assert costs.fixed == SimulatedCost(17000, 800, 350, 28, 2)
-    assert costs.per_input == costs.per_output == SimulatedCost(0, 50, 0, 4, 0)
-    assert costs.of(3, 1).data_reads == 800 + 2 * 50
+    """Two paths side by side may count fewer events than one chain of their layers: their inputs and outputs then
+    cost nothing, never less, which the brick store would refuse."""
+    call, layer = SimulatedCost(9000, 800, 350, 28, 2), SimulatedCost(700, 50, 20, 1, 0)
+    two, three = call.plus(layer, 2), call.plus(layer, 3)
+    pair = call.plus(layer, 4).minus(SimulatedCost(600, 0, 0, 0, 0))
+    costs = CallCosts.from_costs(dict(zip(CALL_MODELS, (two, three, pair))))
+    assert costs.fixed == call
+    assert costs.per_input == costs.per_output == SimulatedCost(0, 0, 0, 0, 0)
 
 
 def test_light_jobs_are_counted_over_more_calls() -> None:
@@ -180,7 +192,7 @@ def test_a_simulated_run_counts_each_brick_and_the_whole_model(pytester: pytest.
     assert all(stats["stddev"] == 0 for stats in timed.values())
     # Its verdict: how far one job's counts, in each worker, lay apart; and what its times are.
     repeat = simulation["repeat"]
-    assert repeat["job"] == "call: 1 layer" and len(repeat["simulated_s"]) == 2
+    assert repeat["job"] == next(iter(CALL_MODELS)) and len(repeat["simulated_s"]) == 2
     assert report["verdict"]["margin"] == repeat["spread"] < 0.01
     result.stdout.fnmatch_lines(["dlbricks verdict: simulated cost: counts repeated * in 2 worker processes*AVX2*"])
     # Run again: the store's counts are exact, reused whatever precision times would ask for.

@@ -130,7 +130,7 @@ def simulate(jobs: Sequence[SimulationJob], folder: Path, *, repeat: bool = True
     ordered = sorted(jobs, key=lambda job: -job.work)
     workers = min(WORKERS, len(jobs))
     repeated = min(jobs, key=lambda job: job.work) if repeat and workers > 1 else None
-    # The same warm-up whatever the jobs: the one-layer model of the call cost.
+    # The same warm-up whatever the jobs: the lightest model of the call cost.
     warm = call_jobs(folder, "ORT_ENABLE_ALL")[0]
     jobs_file = folder / "jobs.json"
     spec = {
@@ -204,9 +204,9 @@ def _start(jobs_file: Path, worker: int) -> subprocess.Popen[str]:
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
 
 
-#: The tiny models whose costs give an inference call's own cost (see :func:`call_costs`): chains of one and
-#: two Neg layers on one number, and two such layers side by side, two inputs and two outputs.
-CALL_MODELS = {"call: 1 layer": (1, 1), "call: 2 layers": (1, 2), "call: 2 inputs and outputs": (2, 1)}
+#: The tiny models whose costs give an inference call's own cost (see :func:`call_jobs`, :meth:`CallCosts.from_costs`):
+#: chains of two and three Neg layers on one number, and two chains of two side by side, two inputs and two outputs.
+CALL_MODELS = {"call: 2 layers": (1, 2), "call: 3 layers": (1, 3), "call: 2 inputs and outputs": (2, 2)}
 
 
 def call_jobs(folder: Path, optimization: str) -> list[SimulationJob]:
@@ -229,7 +229,13 @@ def call_jobs(folder: Path, optimization: str) -> list[SimulationJob]:
 @dataclass(frozen=True)
 class CallCosts:
     """What an inference call costs beyond its layers, in simulated events: fixed, and per input and output
-    beyond the first (the simulated counterpart of :class:`.overhead.CallOverhead`)."""
+    beyond the first (the simulated counterpart of :class:`.overhead.CallOverhead`).
+
+    The fixed cost is that of a call whose layers hand tensors on to one another, as a model's and most
+    bricks' do: onnxruntime then also sets up, each call, the memory those tensors share. A call of one
+    layer alone does not, and cannot stand for it: taken off every brick, its cost left the composed
+    instructions of chains of two-layer bricks over the whole model's by twice that set-up per cut.
+    """
 
     fixed: SimulatedCost
     per_input: SimulatedCost
@@ -237,15 +243,15 @@ class CallCosts:
 
     @classmethod
     def from_costs(cls, costs: Mapping[str, SimulatedCost]) -> CallCosts:
-        """From the costs of the :data:`CALL_MODELS`: the one-layer chain less one layer (the two-layer chain
-        less the one-layer one), and what two paths cost beyond two layers, half on inputs, half on outputs, none
-        where they cost less: with outputs bound, inputs and outputs cost about nothing, and the two paths skip a
-        set-up of the memory chained layers share, which the chain pays (the brick store, as for times, would also
-        refuse a cost below zero)."""
-        one, two, pair = (costs[name] for name in CALL_MODELS)
-        layer = two.minus(one)
-        fixed = one.minus(layer)
-        each = _half_or_none(pair.minus(two))
+        """From the costs of the :data:`CALL_MODELS`: a layer is the three-layer chain less the two-layer one;
+        the fixed cost the two-layer chain less two layers; what two chains side by side cost beyond one chain
+        of all their layers (the two-layer one and two layers), half on inputs, half on outputs, none where
+        they cost less (with outputs bound, inputs and outputs cost about nothing; the brick store, as for
+        times, would also refuse a cost below zero)."""
+        two, three, pair = (costs[name] for name in CALL_MODELS)
+        layer = three.minus(two)
+        fixed = two.plus(layer, -2)
+        each = _half_or_none(pair.minus(two).plus(layer, -2))
         return cls(fixed, each, each)
 
     def of(self, inputs: int, outputs: int) -> SimulatedCost:
