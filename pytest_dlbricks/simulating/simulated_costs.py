@@ -42,9 +42,8 @@ class Simulation:
         self.call: CallCosts | None = None
         self.wall_s = 0.0
         self.worker_starts = 0
-        #: The job every worker counted once more, and each worker's cost of it (see :func:`.simulation.simulate`).
-        self.repeated: str | None = None
-        self.repeats: tuple[SimulatedCost, ...] = ()
+        #: The counts of the simulation whose workers each counted one job once more (see :func:`.simulation.simulate`).
+        self.repeated: SimulationCounts | None = None
 
     def known(self, name: str) -> bool:
         """Whether a brick or model was simulated already, or failed to be."""
@@ -64,7 +63,7 @@ class Simulation:
                 counts = SimulationCounts({}, {job.name: str(error) for job in jobs})
         costs, errors = counts.costs, counts.errors
         if counts.repeats:
-            self.repeated, self.repeats = counts.repeated, counts.repeats
+            self.repeated = counts
         self.wall_s += time.perf_counter() - start
         self.worker_starts += min(len(jobs), WORKERS)
         calls = {name: costs.pop(name) for name in CALL_MODELS if name in costs}
@@ -116,13 +115,14 @@ class Simulation:
     def repeat(self) -> dict[str, Any] | None:
         """The job every worker counted, its cost in each and their spread (largest over smallest, less one);
         None when one worker ran."""
-        if self.repeated is None or len(self.repeats) < 2:
+        if self.repeated is None or len(self.repeated.repeats) < 2:
             return None
-        seconds = [cost.seconds for cost in self.repeats]
+        repeats = self.repeated.repeats
+        seconds = [cost.seconds for cost in repeats]
         return {
-            "job": self.repeated,
+            "job": self.repeated.repeated,
             "simulated_s": seconds,
-            "instructions": [cost.instructions for cost in self.repeats],
+            "instructions": [cost.instructions for cost in repeats],
             "spread": max(seconds) / min(seconds) - 1 if min(seconds) > 0 else None,
         }
 

@@ -89,7 +89,7 @@ def claim_job(jobs_file: Path, index: int) -> bool:
 
 def _count(job: dict[str, Any], ort: Any, np: Any, hooks: Any, instrument: Any) -> None:
     """One job's warm calls, then its counted calls between the hooks, dumped as this process's counts."""
-    call = _bound_call(*_session(job, ort, np))
+    call = _bound_call(*_session(job, ort, np), ort)
     for _ in range(WARM_CALLS):
         call()
     hooks.instrument_hooks_start_benchmark(instrument)
@@ -115,12 +115,11 @@ def _session(job: dict[str, Any], ort: Any, np: Any) -> tuple[Any, dict[str, Any
         return session, {name: arrays[f"arr_{i}"] for i, name in enumerate(job["inputs"])}
 
 
-def _bound_call(session: Any, feeds: dict[str, Any]) -> Callable[[], object]:
+def _bound_call(session: Any, feeds: dict[str, Any], ort: Any) -> Callable[[], object]:
     """One inference with the inputs bound in place and the outputs left in onnxruntime's memory; ``run()`` where
     onnxruntime cannot bind them (strings, sequences of tensors: the rule of :func:`..core.runtime.bind`, which
     this process does not import, to start sooner), or where a second bound call fails (a model whose outputs
     do not have the shapes it declares refuses the first call's outputs as the second's)."""
-    import onnxruntime as ort
 
     def unbound() -> object:
         return session.run(None, feeds)
