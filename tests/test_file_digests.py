@@ -7,10 +7,12 @@ import json
 import os
 from pathlib import Path
 
+import onnx
 import pytest
 import tiny_models
 
 from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.weightless import graph_digest
 from pytest_dlbricks.storage import file_digests
 from pytest_dlbricks.storage.file_digests import FileDigest, FileDigests
 from pytest_dlbricks.storage.plans import PlanCache
@@ -40,7 +42,7 @@ def test_an_unchanged_file_is_not_read_again(tmp_path: Path, monkeypatch: pytest
     digests = FileDigests(tmp_path / "files")
     read = reads(monkeypatch)
     first = digests.of(path)
-    assert first == FileDigest(hashlib.sha256(path.read_bytes()).hexdigest(), ())
+    assert first == FileDigest(hashlib.sha256(path.read_bytes()).hexdigest(), (), graph_digest(onnx.load(path)))
     read.clear()
     assert FileDigests(tmp_path / "files").of(path) == first, "a later run finds the record"
     assert path not in read
@@ -74,7 +76,16 @@ def test_external_data_names_are_kept(tmp_path: Path, settled: None) -> None:
 
 @pytest.mark.parametrize(
     "content",
-    ["", "{", "[]", '{"version": 1}', "RECORD_WITH_BAD_DIGEST", "RECORD_WITH_BAD_NAMES", "[" * 100_000],
+    [
+        "",
+        "{",
+        "[]",
+        '{"version": 2}',
+        "RECORD_WITH_BAD_DIGEST",
+        "RECORD_WITH_BAD_GRAPH",
+        "RECORD_WITH_BAD_NAMES",
+        "[" * 100_000,
+    ],
 )
 def test_a_damaged_record_is_counted_and_the_file_read_again(tmp_path: Path, settled: None, content: str) -> None:
     path = tiny_models.chain(tmp_path)
@@ -84,6 +95,8 @@ def test_a_damaged_record_is_counted_and_the_file_read_again(tmp_path: Path, set
     data = json.loads(record.read_text())
     if content == "RECORD_WITH_BAD_DIGEST":
         content = json.dumps({**data, "sha256": "not a digest"})
+    elif content == "RECORD_WITH_BAD_GRAPH":
+        content = json.dumps({**data, "graph": 1})
     elif content == "RECORD_WITH_BAD_NAMES":
         content = json.dumps({**data, "external": [1]})
     record.write_text(content)
@@ -91,6 +104,37 @@ def test_a_damaged_record_is_counted_and_the_file_read_again(tmp_path: Path, set
     assert again.of(path) == expected
     assert again.discarded == 1
     assert again.of(path) == expected and again.discarded == 1, "the record was written anew"
+
+
+def test_a_record_of_another_version_is_read_again_without_damage(tmp_path: Path, settled: None) -> None:
+    path = tiny_models.chain(tmp_path)
+    expected = FileDigests(tmp_path / "files").of(path)
+    (record,) = (tmp_path / "files").iterdir()
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({key: data[key] for key in ("path", "stamp", "sha256", "external")} | {"version": 1}))
+    again = FileDigests(tmp_path / "files")
+    assert again.of(path) == expected
+    assert again.discarded == 0, "a record an earlier version wrote is no damage"
+    assert json.loads(record.read_text())["version"] == file_digests.VERSION, "and it is written anew"
+
+
+def test_a_run_reads_a_file_once_for_its_plan_and_its_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Even a file written just before the run, whose digest is not kept, is read and parsed once."""
+    path = tiny_models.chain(tmp_path)
+    cache = PlanCache(tmp_path / "plans", Settings(granularity=2), FileDigests(tmp_path / "files"))
+    read = reads(monkeypatch)
+    assert cache.key(path) is not None and cache.graph_key(path) is not None
+    assert cache.key(path) is not None, "asked again when the cut is kept"
+    assert read.count(path) == 1
+
+
+def test_a_rewritten_file_is_read_again_in_the_same_run(tmp_path: Path) -> None:
+    path = tiny_models.chain(tmp_path)
+    digests = FileDigests(None)
+    first = digests.of(path)
+    tiny_models.chain(tmp_path, kernel=5)
+    assert digests.of(path).sha256 != first.sha256
+    assert digests.of(path).graph != first.graph
 
 
 def test_a_record_that_cannot_be_written_is_no_error(tmp_path: Path, settled: None) -> None:

@@ -25,11 +25,9 @@ MAX_KEPT_FLOATS = 16
 _FLOAT_FIELDS = ("raw_data", "float_data", "double_data", "int32_data")
 
 
-def graph_digest(content: bytes) -> str | None:
-    """Digest of the model file ``content`` with its weights' values left out; None for a model whose weights
-    lie in external data files, which are not read for it."""
-    model = onnx.ModelProto()
-    model.ParseFromString(content)
+def graph_digest(model: onnx.ModelProto) -> str | None:
+    """Digest of ``model`` with its weights' values left out (and cleared from ``model``: the caller parsed it for
+    this and what it reads first); None for a model whose weights lie in external data files, not read for it."""
     for tensor in [*model.graph.initializer, *nested_tensors(model.graph)]:
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             return None

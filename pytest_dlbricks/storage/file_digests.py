@@ -2,7 +2,9 @@
 whose status is unchanged is not read, hashed and parsed again on every run.
 
 A model's cut is found in the plan cache by a digest of its bytes and the external data files it reads,
-which parsing it tells: for a 200 MB model that took 2.6 s on every run, more than finding its plan. A
+which parsing it tells, or, for a fine-tuned variant of a model already cut, by its graph's digest, weights
+aside (:mod:`..cut.weightless`): all three come from one read and one parse of the file, which for a 200 MB
+model took 2.6 s on every run, more than finding its plan. A
 file last changed within :data:`SETTLED_NS` of being read could change again without its times moving
 (git's "racily clean" files): its digest is not kept. A record that cannot be read, or is not one, is a
 miss, counted in :attr:`FileDigests.discarded`; one of a file whose status changed is a miss, no damage.
@@ -23,9 +25,11 @@ from typing import Any
 import onnx
 
 from ..core.graph import nested_tensors
+from ..cut.weightless import graph_digest
 from .atomic_files import write_json
 
-VERSION = 1
+#: A record of another version is read as absent (no damage): the file is read again and its record rewritten.
+VERSION = 2
 #: How long before it is read a file must have last changed for its digest to be kept: more than the
 #: coarsest file times in use (2 s on FAT) and the kernel's coarse clock that stamps them.
 SETTLED_NS = 2_000_000_000
@@ -37,10 +41,12 @@ _DAMAGE = (OSError, ValueError, KeyError, TypeError, RecursionError)
 @dataclass(frozen=True)
 class FileDigest:
     """What a plan's key needs of a model file's content: the SHA-256 of its bytes, the names of the external
-    data files it reads (If, Loop and Scan bodies included)."""
+    data files it reads (If, Loop and Scan bodies included), and the digest of its graph, weights aside (None
+    when its weights lie in external files)."""
 
     sha256: str
     external: tuple[str, ...]
+    graph: str | None
 
 
 class FileDigests:
@@ -51,11 +57,22 @@ class FileDigests:
         self.folder = folder
         #: Records found damaged (and the file read again).
         self.discarded = 0
+        #: This run's digests by path, with the status they were taken at: a file written just before the run has
+        #: no record yet, and a run asks for its digest more than once (the plan's key, on reading and on keeping).
+        self._seen: dict[Path, tuple[list[int], FileDigest]] = {}
 
     def of(self, path: Path) -> FileDigest:
         """The digest of the model file at ``path``, read only when its record is absent or its status changed;
         raises what reading or parsing the file raises."""
         status = path.stat()
+        seen = self._seen.get(path)
+        if seen is not None and seen[0] == _stamp(status):
+            return seen[1]
+        found = self._kept_or_read(path, status)
+        self._seen[path] = (_stamp(status), found)
+        return found
+
+    def _kept_or_read(self, path: Path, status: os.stat_result) -> FileDigest:
         record = None
         if self.folder is not None:
             record = self.folder / f"{hashlib.sha256(os.fsencode(path.resolve())).hexdigest()}.json"
@@ -63,8 +80,7 @@ class FileDigests:
             if kept is not None:
                 return kept
         started = time.time_ns()
-        content = path.read_bytes()
-        found = FileDigest(hashlib.sha256(content).hexdigest(), external_names(content))
+        found = _digest(path.read_bytes())
         settled = max(status.st_mtime_ns, status.st_ctime_ns) < started - SETTLED_NS
         if record is not None and settled and _stamp(path.stat()) == _stamp(status):
             # A digest that cannot be kept only costs the next run the time to read the file again.
@@ -79,9 +95,9 @@ class FileDigests:
             return None
         try:
             data = json.loads(content.decode("utf-8"))
-            if data["version"] != VERSION or data["path"] != str(path.resolve()):
-                raise ValueError("not a record of this file, in this version")
-            if data["stamp"] != stamp:
+            if data["path"] != str(path.resolve()):
+                raise ValueError("not a record of this file")
+            if data["version"] != VERSION or data["stamp"] != stamp:
                 return None  # the file changed since: read it again
             return _from_json(data)
         except _DAMAGE:
@@ -89,10 +105,16 @@ class FileDigests:
             return None
 
 
-def external_names(content: bytes) -> tuple[str, ...]:
-    """The names of the external data files the model ``content`` reads, sorted."""
+def _digest(content: bytes) -> FileDigest:
+    """The digest of the model file ``content``, parsed once for what the SHA-256 of its bytes cannot tell."""
     model = onnx.ModelProto()
     model.ParseFromString(content)
+    external = _external_names(model)
+    return FileDigest(hashlib.sha256(content).hexdigest(), external, graph_digest(model))
+
+
+def _external_names(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The names of the external data files ``model`` reads, sorted."""
     return tuple(
         sorted(
             {
@@ -118,13 +140,18 @@ def _to_json(path: Path, stamp: list[int], digest: FileDigest) -> dict[str, Any]
         "stamp": stamp,
         "sha256": digest.sha256,
         "external": list(digest.external),
+        "graph": digest.graph,
     }
 
 
 def _from_json(data: dict[str, Any]) -> FileDigest:
-    sha256, external = data["sha256"], data["external"]
-    if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
-        raise ValueError(f"{sha256!r} is no SHA-256 digest")
+    sha256, external, graph = data["sha256"], data["external"], data["graph"]
+    if not _is_sha256(sha256) or not (graph is None or _is_sha256(graph)):
+        raise ValueError(f"{sha256!r} or {graph!r} is no SHA-256 digest")
     if not isinstance(external, list) or not all(isinstance(name, str) for name in external):
         raise TypeError("the external data files are not a list of names")
-    return FileDigest(sha256, tuple(external))
+    return FileDigest(sha256, tuple(external), graph)
+
+
+def _is_sha256(value: object) -> bool:
+    return isinstance(value, str) and _SHA256.fullmatch(value) is not None

@@ -42,7 +42,6 @@ from ..core.sweeps import SweepPoint
 from ..cut.bricks import BrickSpec, brick_signature
 from ..cut.cutting import Brick, BrokenBrick, ModelPlan
 from ..cut.screening import check_model_file
-from ..cut.weightless import graph_digest
 from ..estimating.analysis import BrickWork, LayerWork
 from .atomic_files import write_json
 from .file_digests import FileDigests
@@ -174,7 +173,7 @@ class PlanCache:
         values (see :mod:`.weightless`); None if it cannot be read, or keeps its weights in external files."""
         try:
             check_model_file(path)
-            graph = graph_digest(path.read_bytes())
+            graph = self.digests.of(path).graph
         except Exception:  # unreadable, refused, or no model at all: loading it says why
             return None
         return None if graph is None else self._key({"graph": graph}, point, samples)
