@@ -50,7 +50,7 @@ gives numbers that mean little: run it on a quiet one.
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
 
     python bench/breakdown.py [--zoo DIR] [--only NAMES] [--granularity 2] [--rounds 30] [--threads N]
-                              [--json OUT] [MODEL.onnx ...]
+                              [--json OUT] [MODEL.onnx ... [--dim NAME=SIZE ...]]
 
 ``--json`` also writes, per model, each matched layer's operator, kernel time in the model and in its
 brick, FLOPs and bytes: the evidence a per-machine correction of context effects would be learned from.
@@ -121,6 +121,9 @@ def main() -> None:
     parser.add_argument("--profiled-runs", type=int, default=10, help="profiled calls per network")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (default: its own choice)")
+    parser.add_argument(
+        "--dim", action="append", default=[], metavar="NAME=SIZE", help="a symbolic size of the model files given"
+    )
     args = parser.parse_args()
     settings = Settings(granularity=args.granularity, intra_op_threads=args.threads)
     use_thread_pool(settings.thread_pool, settings.intra_op_threads)
@@ -143,7 +146,8 @@ def main() -> None:
 def zoo_models(args: argparse.Namespace) -> list[tuple[str, Path, dict[str, int]]]:
     """The model files given, else the zoo's (``--only`` some), each with its name and manifest sizes."""
     if args.models:
-        return [(path.stem, path, {}) for path in args.models]
+        dims = {name: int(size) for name, size in (dim.split("=") for dim in args.dim)}
+        return [(path.stem, path, dims) for path in args.models]
     manifest = json.loads((args.zoo / "zoo.json").read_text())
     names = set(args.only.split(",")) if args.only else None
     return [

@@ -50,9 +50,10 @@ def block(
     bricks: Mapping[str, Any],
     incomplete: tuple[str, ...] = (),
     noise: float | None = None,
+    simulated: bool = False,
 ) -> Any:
     """A dlbricks block: models as {path: {signature: count}}, bricks as {signature: stats or None}; ``noise``
-    the run's noise figure."""
+    the run's noise figure; ``simulated`` a run of simulated cost."""
 
     def estimate(uses: Mapping[str, int]) -> float | None:
         if any(bricks[signature] is None for signature in uses):
@@ -74,6 +75,7 @@ def block(
             }
             for signature, brick_stats in bricks.items()
         ],
+        **({"simulation": {"cost": "simulated"}} if simulated else {}),
     }
     return make_block(report, {"machine": {}, "timing": {}, "model": {}})
 
@@ -124,6 +126,26 @@ def test_a_slower_machine_alone_does_not_fail_a_changed_model() -> None:
     delta = one(now_block(1.6, 100), BEFORE)
     assert delta.judged.change == pytest.approx(0.0, abs=1e-9)
     assert delta.verdict == WITHIN_NOISE
+
+
+def test_simulated_costs_are_judged_as_counted_however_few_the_references() -> None:
+    """Counts have no spread and no machine speed: a change just over the threshold fails, where the same
+    figures as times, with one reference brick, are too uncertain to tell."""
+    exact = {"r": stats(100, iqr_us=0.0, rounds=1), "a": stats(100, iqr_us=0.0, rounds=1)}
+    changed = {"r": stats(100.1, iqr_us=0.0, rounds=1), "c": stats(103, iqr_us=0.0, rounds=1)}
+
+    def comparison(simulated: bool) -> Any:
+        now = block({"m.onnx": {"r": 1, "c": 1}}, changed, simulated=simulated)
+        before = block({"m.onnx": {"r": 1, "a": 1}}, exact, simulated=simulated)
+        return compare(now, before, baseline="0001_base.json", statistic="median", threshold=0.01)
+
+    counted = comparison(simulated=True)
+    (delta,) = counted.models
+    assert delta.verdict == REGRESSION
+    assert delta.judged.change == delta.judged.low == delta.judged.high == pytest.approx(0.015)
+    assert delta.judged.drift == 1.0, "an unchanged brick counted 0.1% apart is no machine speed"
+    assert "simulated cost, counted: no interval" in render_regressions(counted)
+    assert comparison(simulated=False).models[0].verdict == INCONCLUSIVE
 
 
 def test_bricks_drifting_apart_widen_the_interval_until_the_gate_cannot_tell() -> None:

@@ -214,3 +214,25 @@ def test_bricks_of_cheap_layers_on_large_tensors_compose_to_the_whole_row(pytest
     (model,) = report["models"]
     entry = report["simulation"]["models"][model["path"]]
     assert abs(entry["instructions_ratio"] - 1) <= ROW_BOUND, entry
+
+
+@needs_simulator
+def test_the_gate_on_simulated_cost_fails_a_change_of_a_few_percent_and_reads_unchanged_models_exactly(
+    pytester: pytest.Pytester,
+) -> None:
+    """The brick store kept between runs, as a CI cache: a model whose convolution is widened fails a 1% gate
+    on its counts, with no interval to wait out, while the unchanged model beside it, whose bricks and call
+    cost come from the store though the run counted new bricks, reads exactly its baseline."""
+    shutil.copy(SAMPLE_MODELS / "mlp.onnx", pytester.path)
+    tiny_models.chain(pytester.path, kernel=3)
+    args = ("--dlbricks-granularity=2", "--dlbricks-cost=simulated", "--benchmark-autosave", "--dlbricks-json=r.json")
+    assert run_dlbricks(pytester, *args, "mlp.onnx", "chain.onnx").ret == pytest.ExitCode.OK
+    tiny_models.chain(pytester.path, kernel=5)
+    result = run_dlbricks(pytester, *args, "--dlbricks-compare", "--dlbricks-compare-fail=1%", "mlp.onnx", "chain.onnx")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*chain.onnx is *slower than in *(simulated cost, counted: no interval;*"])
+    models = {
+        model["path"]: model for model in json.loads((pytester.path / "r.json").read_text())["comparison"]["models"]
+    }
+    assert models["chain.onnx"]["verdict"] == "REGRESSION"
+    assert models["mlp.onnx"]["verdict"] == "unchanged" and models["mlp.onnx"]["change"] == 0.0

@@ -36,6 +36,10 @@ by the bricks' scatter; the new bricks' moves are those of the median round. The
 noise is too high for the threshold asked), else *slower*, *faster* or *within noise* as it lies
 above, below or around zero.
 
+Simulated costs (``--dlbricks-cost=simulated`` in both runs) are counted, not timed: no machine speed moves
+them and no noise blurs them. The change is then the sum of the moves as counted, with an interval of no
+width, and is a regression as soon as it exceeds the threshold.
+
 asv compares two commits' samples (Mann-Whitney U, then a factor threshold) and pytest-benchmark a
 statistic's percentage; neither can tell a slower machine from slower code, which is what the
 signatures and the interleaved reference bricks do here.
@@ -223,6 +227,7 @@ def compare(
     run_references = _run_references(now["report"], before["report"], statistic)
     noise = _runs_noise(now["report"], before["report"])
     untrusted = _untrusted(now["report"], before["report"])
+    counted = all(report.get("simulation") for report in (now["report"], before["report"]))
     deltas = []
     for path in [*now_models, *(p for p in before_models if p not in now_models)]:
         now_s = _estimate(now_models[path], now_shares.get(path, {})) if path in now_models else None
@@ -236,7 +241,9 @@ def compare(
         else:
             model = _Model(now_shares.get(path, {}), before_shares.get(path, {}), before_s, run_references)
             rounds = (retimed or {}).get(path)
-            judged = model.judge_rounds(rounds) if rounds else model.judge_statistics()
+            judged = (
+                model.judge_exact() if counted else model.judge_rounds(rounds) if rounds else model.judge_statistics()
+            )
             deltas.append(
                 ModelDelta(
                     path,
@@ -403,6 +410,12 @@ def _judged(model: ModelDelta, baseline: str) -> str:
     -> 280.0 us at that run's machine speed (...; 310.0 us as measured)``."""
     judged = model.judged
     assert judged is not None
+    if judged.method == "counted":
+        return (
+            f"{judged.change:.1%} slower than in {baseline}: {format_seconds(model.before_s)} ->"
+            f" {format_seconds(model.judged_s)} (simulated cost, counted: no interval;"
+            f" {format_seconds(model.now_s)} as composed)"
+        )
     how = f"re-timed in {judged.rounds} rounds" if judged.rounds else "from the brick statistics"
     return (
         f"{judged.change:.1%} slower than in {baseline}: {format_seconds(model.before_s)} ->"

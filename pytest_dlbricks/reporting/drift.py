@@ -48,7 +48,7 @@ class Judgement:
     #: Machine speed now over before, from the reference bricks (1 without any).
     drift: float
     references: int
-    #: "statistics", or "re-timed" with the number of interleaved rounds.
+    #: "statistics", "re-timed" with the number of interleaved rounds, or "counted" (simulated cost: exact).
     method: str
     rounds: int = 0
     #: The changed bricks' moves, the largest increase first.
@@ -189,6 +189,16 @@ class _Model:
         variance += _scatter(moves, spread)
         variance += (sum(move.now_s for move in new) * spread) ** 2 / max(len(ratios), 1)
         return self._judgement(moves, variance, drift, len(references), "statistics")
+
+    def judge_exact(self) -> Judgement | None:
+        """The change of counted costs (simulated), which no machine speed moves and no noise blurs: the new
+        bricks as counted, an interval of no width; None for a model of unchanged bricks."""
+        if not self.changed:
+            return None
+        new = [
+            BrickMove(share.label, 0, share.count, 0.0, share.count * (share.time_s or 0.0)) for _, share in self._new()
+        ]
+        return self._judgement([*new, *self._settled()], 0.0, 1.0, 0, "counted")
 
     def judge_rounds(self, rounds: Mapping[str, Sequence[float]]) -> Judgement | None:
         """The change per interleaved round, the new bricks brought back to the baseline's machine speed by that

@@ -72,7 +72,10 @@ def brick_cost(run: DLBricksRun, signature: str, wanted: Iterable[str]) -> Simul
             return jobs
 
         simulation.count(make_jobs)
-        run.overhead = simulation.call_overhead()
+        if run.overhead is None:
+            # A call cost kept in the store is the one its bricks were composed with: counted again, it could move
+            # unchanged models by the little counts move between processes.
+            run.overhead = simulation.call_overhead()
     return simulation.cost(signature)
 
 
