@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
+import networkx as nx
 import numpy as np
 import pytest
 import tiny_models
 
 from conftest import SAMPLE_MODELS, run_dlbricks
-from pytest_dlbricks.core.cycle_model import CLOCK_HZ, L1_MISS_CYCLES, LL_MISS_CYCLES, SimulatedCost
+from pytest_dlbricks.core.cycle_model import CLOCK_HZ, L1_MISS_CYCLES, LL_MISS_CYCLES, NO_COST, SimulatedCost
 from pytest_dlbricks.core.identity import differences, identify
 from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.cutting import ModelPlan
 from pytest_dlbricks.simulating.callgrind_output import CallgrindOutputError, read_part
+from pytest_dlbricks.simulating.simulated_costs import Simulation
 from pytest_dlbricks.simulating.simulation import (
-    CALL_MODELS,
     MAX_CALLS,
+    PAIR,
     CallCosts,
     calls_for,
+    chain_name,
     save_job,
     simulate,
     simulator_problem,
@@ -58,27 +63,59 @@ def test_composition_of_costs_is_a_sum() -> None:
     assert brick.minus(call).seconds == pytest.approx(brick.seconds - call.seconds)
 
 
-def test_the_call_cost_is_that_of_a_call_whose_layers_hand_tensors_on() -> None:
-    """Calls of chained layers pay a set-up (``shared``) a call of one layer alone does not: the fixed cost holds it,
-    as a model's call and a two-layer brick's do."""
-    call, shared, layer, each = SimulatedCost(9000, 0, 0, 0, 0), SimulatedCost(1500, 0, 0, 0, 0), 700, 300
-    chains = {2: 2 * layer, 3: 3 * layer, 4: 4 * layer + 2 * each}
-    counted = dict(zip(CALL_MODELS, (call.plus(shared).plus(SimulatedCost(n, 0, 0, 0, 0)) for n in chains.values())))
-    costs = CallCosts.from_costs(counted)
-    assert costs.fixed == call.plus(shared)
-    assert costs.per_input.instructions == costs.per_output.instructions == each
-    assert costs.of(2, 3).instructions == 9000 + 1500 + 3 * each
+def _chains(set_up: dict[int, float], layer: float) -> dict[str, SimulatedCost]:
+    """Counts of the call-cost chains: a set-up that depends on the chain's length, and each layer's work."""
+    return {chain_name(n): SimulatedCost(cost + n * layer, 0, 0, 0, 0) for n, cost in set_up.items()}
+
+
+#: A call's set-up by its length, stepping up from one layer to two and from two to three, as onnxruntime's does.
+SET_UP = {1: 19800.0, 2: 21000.0, 3: 22000.0, 4: 22000.0, 6: 22050.0, 8: 22100.0, 16: 22300.0}
+
+
+def test_the_call_cost_is_counted_for_each_length_of_call() -> None:
+    """A call of ``k`` layers costs its chain's count, trivial work included; one fixed cost, for the composition
+    of times, is the chain of the bricks' length less its layers at a long chain's rate."""
+    costs = {**_chains(SET_UP, 700), PAIR: SimulatedCost(22000 + 4 * 700 + 2 * 300, 0, 0, 0, 0), "a brick": NO_COST}
+    call = CallCosts.taken_from(costs)
+    assert call is not None and list(costs) == ["a brick"], "the call costs are taken out, the brick's left"
+    assert call.per_input.instructions == call.per_output.instructions == 300
+    assert call.of(2, 1, 1) == SimulatedCost(21000 + 2 * 700, 0, 0, 0, 0)
+    assert call.of(3, 2, 3) == SimulatedCost(22000 + 3 * 700 + 3 * 300, 0, 0, 0, 0)
+    assert call.of(5, 1, 1) is None, "no chain of five was counted"
+    assert call.layer.instructions == pytest.approx(700 + 200 / 8)
+    assert call.fixed(2).instructions == pytest.approx(21000 + 2 * 700 - 2 * call.layer.instructions)
+
+
+def test_the_call_costs_need_the_long_chains_and_the_pair() -> None:
+    assert CallCosts.taken_from(_chains(SET_UP, 700)) is None, "no pair"
+    partial = {**_chains({2: 21000, 4: 22000, 8: 22100}, 700), PAIR: NO_COST}
+    assert CallCosts.taken_from(partial) is None, "no chain of 16"
 
 
 def test_inputs_and_outputs_never_cost_less_than_nothing() -> None:
     """Two paths side by side may count fewer events than one chain of their layers: their inputs and outputs then
     cost nothing, never less, which the brick store would refuse."""
-    call, layer = SimulatedCost(9000, 800, 350, 28, 2), SimulatedCost(700, 50, 20, 1, 0)
-    two, three = call.plus(layer, 2), call.plus(layer, 3)
-    pair = call.plus(layer, 4).minus(SimulatedCost(600, 0, 0, 0, 0))
-    costs = CallCosts.from_costs(dict(zip(CALL_MODELS, (two, three, pair))))
-    assert costs.fixed == call
-    assert costs.per_input == costs.per_output == SimulatedCost(0, 0, 0, 0, 0)
+    costs = {**_chains(SET_UP, 700), PAIR: SimulatedCost(22000 + 4 * 700 - 600, 0, 0, 0, 0)}
+    call = CallCosts.taken_from(costs)
+    assert call is not None
+    assert call.per_input == call.per_output == NO_COST
+
+
+def test_composition_takes_off_each_brick_the_call_of_its_length_and_adds_the_model_s() -> None:
+    """Six layers in three bricks of two, whose calls each pay the set-up of two layers, the whole model's that of
+    six: composition gives the model's count exactly, the chains' trivial layers cancelling."""
+    work = {"first": 10000.0, "second": 20000.0, "head": 5000.0}
+    simulation = Simulation()
+    simulation.call = CallCosts.taken_from({**_chains(SET_UP, 700), PAIR: SimulatedCost(24800, 0, 0, 0, 0)})
+    for signature, cost in work.items():
+        simulation.bricks[signature] = SimulatedCost(SET_UP[2] + cost, 0, 0, 0, 0)
+        simulation.calls[signature] = (2, 1, 1)
+    plan = ModelPlan(path="mlp", layers=6, bricks=[], graph=nx.DiGraph())
+    plan.signatures = Counter(list(work))
+    composed = simulation.composed(plan)
+    assert composed is not None and composed.instructions == pytest.approx(SET_UP[6] + sum(work.values()))
+    simulation.calls["head"] = (5, 1, 1)
+    assert simulation.composed(plan) is None, "no chain of five layers was counted"
 
 
 def test_light_jobs_are_counted_over_more_calls() -> None:
@@ -177,8 +214,11 @@ def test_a_simulated_run_counts_each_brick_and_the_whole_model(pytester: pytest.
     (model,) = report["models"]
     entry = simulation["models"][model["path"]]
     assert abs(entry["instructions_ratio"] - 1) <= COMPOSITION_BOUND, entry
-    # The composed estimate is the simulated seconds of its bricks, less the call cost, as times compose.
-    assert model["sequential_s"] == pytest.approx(entry["composed"]["simulated_s"])
+    # The estimate composes the bricks' simulated seconds as times compose: one fixed call cost off each brick of
+    # one input and one output, counted once for the model.
+    fixed_s = report["summary"]["call_overhead_s"]["fixed_s"]
+    times = [simulation["bricks"][brick["signature"]]["simulated_s"] for brick in report["bricks"]]
+    assert model["sequential_s"] == pytest.approx(sum(times) - (len(times) - 1) * fixed_s)
     assert model["measured_s"] == pytest.approx(entry["whole"]["simulated_s"])
     for brick in report["bricks"]:
         assert brick["time_s"] == simulation["bricks"][brick["signature"]]["simulated_s"]
@@ -192,7 +232,7 @@ def test_a_simulated_run_counts_each_brick_and_the_whole_model(pytester: pytest.
     assert all(stats["stddev"] == 0 for stats in timed.values())
     # Its verdict: how far one job's counts, in each worker, lay apart; and what its times are.
     repeat = simulation["repeat"]
-    assert repeat["job"] == next(iter(CALL_MODELS)) and len(repeat["simulated_s"]) == 2
+    assert repeat["job"] == chain_name(2) and len(repeat["simulated_s"]) == 2
     assert report["verdict"]["margin"] == repeat["spread"] < 0.01
     result.stdout.fnmatch_lines(["dlbricks verdict: simulated cost: counts repeated * in 2 worker processes*AVX2*"])
     # Run again: the store's counts are exact, reused whatever precision times would ask for.

@@ -68,11 +68,12 @@ def brick_cost(run: DLBricksRun, signature: str, wanted: Iterable[str]) -> Simul
         def make_jobs(folder: Path) -> list[SimulationJob]:
             jobs = [job for s in todo if (job := _brick_job(run, simulation, s, folder)) is not None]
             if simulation.call is None:
-                jobs += call_jobs(folder, session_options(run.settings).graph_optimization_level.name)
+                level = session_options(run.settings).graph_optimization_level.name
+                jobs += call_jobs(folder, level, _call_lengths(run))
             return jobs
 
         simulation.count(make_jobs)
-        run.overhead = simulation.call_overhead()
+        run.overhead = simulation.call_overhead(run.settings.granularity)
     return simulation.cost(signature)
 
 
@@ -88,6 +89,13 @@ def model_cost(run: DLBricksRun, plan: ModelPlan, wanted: Iterable[ModelPlan]) -
     return simulation.cost(plan.path, model=True)
 
 
+def _call_lengths(run: DLBricksRun) -> set[int]:
+    """The lengths of the calls whose cost composition takes off or adds: every brick's of the run, every
+    model's, and the granularity's (see :meth:`.Simulation.call_overhead`)."""
+    bricks = {len(brick.nodes) for brick in run.bricks.values()}
+    return {*bricks, *(plan.layers for plan in run.plans), run.settings.granularity}
+
+
 def _simulation(run: DLBricksRun) -> Simulation:
     assert run.simulation is not None, "simulated items are made only in simulated mode"
     return run.simulation
@@ -101,7 +109,7 @@ def _brick_job(run: DLBricksRun, simulation: Simulation, signature: str, folder:
     except (SynthesisError, ValueError) as error:
         simulation.errors[signature] = f"cannot be built: {error}"
         return None
-    simulation.io[signature] = (len(brick.inputs), brick.output_count)
+    simulation.calls[signature] = (len(brick.nodes), len(brick.inputs), brick.output_count)
     level = session_options(run.settings, optimized=run.already_optimized(signature)).graph_optimization_level.name
     work = run.expected_cost(signature)
     return save_job(folder, signature, model, feeds, calls_for(work), level, work=work)
