@@ -9,14 +9,19 @@ from pathlib import Path
 
 import networkx as nx
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 import tiny_models
+from onnx import helper, numpy_helper
 
 from conftest import SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks.core.cycle_model import CLOCK_HZ, L1_MISS_CYCLES, LL_MISS_CYCLES, NO_COST, SimulatedCost
+from pytest_dlbricks.core.graph import MIN_IR_VERSION
 from pytest_dlbricks.core.identity import differences, identify
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.cut.cutting import ModelPlan
+from pytest_dlbricks.simulating.brick_edges import with_views_inside
 from pytest_dlbricks.simulating.callgrind_output import CallgrindOutputError, read_part
 from pytest_dlbricks.simulating.simulated_costs import Simulation
 from pytest_dlbricks.simulating.simulation import (
@@ -116,6 +121,44 @@ def test_composition_takes_off_each_brick_the_call_of_its_length_and_adds_the_mo
     assert composed is not None and composed.instructions == pytest.approx(SET_UP[6] + sum(work.values()))
     simulation.calls["head"] = (5, 1, 1)
     assert simulation.composed(plan) is None, "no chain of five layers was counted"
+
+
+def _views_model() -> onnx.ModelProto:
+    """A Reshape of the brick's input, a Neg, then a Reshape and a Squeeze of its output, which an Abs reads too."""
+    shape = numpy_helper.from_array(np.array([1, 8], np.int64), "shape")
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+        helper.make_node("Neg", ["flat"], ["negated"]),
+        helper.make_node("Reshape", ["negated", "shape"], ["again"]),
+        helper.make_node("Squeeze", ["again"], ["y"]),
+        helper.make_node("Abs", ["y"], ["z"]),
+    ]
+    outputs = [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [8]) for name in ("y", "z")]
+    inputs = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 4])]
+    model = helper.make_model(helper.make_graph(nodes, "views", inputs, outputs, [shape]))
+    model.ir_version = MIN_IR_VERSION
+    return model
+
+
+def test_a_brick_gives_the_tensor_its_views_are_made_of() -> None:
+    """A view that makes a model output would copy its tensor, which the layer does not do inside the model: the
+    brick gives the tensor the views are made of instead, and every layer still runs."""
+    model = with_views_inside(_views_model())
+    assert [node.op_type for node in model.graph.node] == ["Reshape", "Neg", "Reshape", "Squeeze", "Abs"]
+    assert [output.name for output in model.graph.output] == ["negated", "z"]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    negated, absolute = session.run(None, {"x": x})
+    np.testing.assert_array_equal(negated, -x.reshape(1, 8))
+    np.testing.assert_array_equal(absolute, x.reshape(8))
+
+
+def test_a_view_of_the_brick_s_input_stays_its_output() -> None:
+    model = _views_model()
+    del model.graph.node[1:]
+    model.graph.output[0].name = "flat"
+    del model.graph.output[1:]
+    assert [output.name for output in with_views_inside(model).graph.output] == ["flat"]
 
 
 def test_light_jobs_are_counted_over_more_calls() -> None:

@@ -23,6 +23,7 @@ from ..core.synthetic import SynthesisError
 from ..cut.cutting import ModelPlan
 from ..estimating.validation import Validation
 from ..reporting.entries import BrickResult
+from ..simulating.brick_edges import with_views_inside
 from ..simulating.simulated_costs import Simulation
 from ..simulating.simulation import SimulationError, SimulationJob, call_jobs, calls_for, save_job
 from ..timing.synthesis import brick_feeds, build_brick_model
@@ -104,7 +105,7 @@ def _simulation(run: DLBricksRun) -> Simulation:
 def _brick_job(run: DLBricksRun, simulation: Simulation, signature: str, folder: Path) -> SimulationJob | None:
     brick = run.bricks[signature]
     try:
-        model = build_brick_model(brick).SerializeToString()
+        model = with_views_inside(build_brick_model(brick))
         feeds = brick_feeds(brick)
     except (SynthesisError, ValueError) as error:
         simulation.errors[signature] = f"cannot be built: {error}"
@@ -112,7 +113,7 @@ def _brick_job(run: DLBricksRun, simulation: Simulation, signature: str, folder:
     simulation.calls[signature] = (len(brick.nodes), len(brick.inputs), brick.output_count)
     level = session_options(run.settings, optimized=run.already_optimized(signature)).graph_optimization_level.name
     work = run.expected_cost(signature)
-    return save_job(folder, signature, model, feeds, calls_for(work), level, work=work)
+    return save_job(folder, signature, model.SerializeToString(), feeds, calls_for(work), level, work=work)
 
 
 def _model_job(run: DLBricksRun, simulation: Simulation, plan: ModelPlan, folder: Path) -> SimulationJob | None:
