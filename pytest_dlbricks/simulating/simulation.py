@@ -250,7 +250,7 @@ class CallCosts:
     A call's own cost depends on how many layers it runs, not on its inputs and outputs alone: onnxruntime
     sets up, each call, the memory its layers' tensors share, and that set-up steps up from one layer to two
     and from two to three, then grows slowly. One fixed cost, taken off every brick of two layers and counted
-    once for a model of many, left the sample models' composed instructions 2% to 6% over the whole models'.
+    once for a model of six, left the sample mlp's composed instructions 5% over the whole model's.
     So a call of ``k`` layers is counted on a chain of ``k`` layers on one number (``chains``), the chain's
     trivial work included: composition takes off every brick the chain of its length and adds the chain of the
     model's, and as a model's bricks hold each of its layers once, the chains' trivial layers cancel.
