@@ -85,10 +85,12 @@ def test_the_call_cost_is_counted_for_each_length_of_call() -> None:
     call = CallCosts.taken_from(costs)
     assert call is not None and list(costs) == ["a brick"], "the call costs are taken out, the brick's left"
     assert call.per_input.instructions == call.per_output.instructions == 300
-    assert call.of(2, 1, 1) == SimulatedCost(21000 + 2 * 700, 0, 0, 0, 0)
-    assert call.of(3, 2, 3) == SimulatedCost(22000 + 3 * 700 + 3 * 300, 0, 0, 0, 0)
-    assert call.of(5, 1, 1) is None, "no chain of five was counted"
+    assert call.of(2, 1, 1, 1) == SimulatedCost(21000 + 2 * 700, 0, 0, 0, 0)
+    assert call.of(3, 2, 2, 3) == SimulatedCost(22000 + 3 * 700 + 3 * 300, 0, 0, 0, 0)
     assert call.layer.instructions == pytest.approx(700 + 200 / 8)
+    unshared = call.of(2, 0, 1, 1)  # a brick whose first layer's output leaves it too
+    assert unshared is not None and unshared.instructions == pytest.approx(19800 + 700 + call.layer.instructions)
+    assert call.of(5, 4, 1, 1) is None, "no chain of five was counted"
     assert call.fixed(2).instructions == pytest.approx(21000 + 2 * 700 - 2 * call.layer.instructions)
 
 
@@ -107,21 +109,25 @@ def test_inputs_and_outputs_never_cost_less_than_nothing() -> None:
     assert call.per_input == call.per_output == NO_COST
 
 
-def test_composition_takes_off_each_brick_the_call_of_its_length_and_adds_the_model_s() -> None:
+def test_composition_takes_off_each_brick_s_call_and_adds_the_model_s() -> None:
     """Six layers in three bricks of two, whose calls each pay the set-up of two layers, the whole model's that of
-    six: composition gives the model's count exactly, the chains' trivial layers cancelling."""
+    six: composition gives the model's count exactly, the chains' trivial layers cancelling; the model's call shares
+    its bricks' tensors and those that leave one for another."""
     work = {"first": 10000.0, "second": 20000.0, "head": 5000.0}
     simulation = Simulation()
     simulation.call = CallCosts.taken_from({**_chains(SET_UP, 700), PAIR: SimulatedCost(24800, 0, 0, 0, 0)})
     for signature, cost in work.items():
         simulation.bricks[signature] = SimulatedCost(SET_UP[2] + cost, 0, 0, 0, 0)
-        simulation.calls[signature] = (2, 1, 1)
+        simulation.calls[signature] = (2, 1, 1, 1)
     plan = ModelPlan(path="mlp", layers=6, bricks=[], graph=nx.DiGraph())
     plan.signatures = Counter(list(work))
+    assert simulation.model_call(plan) == (6, 5, 1, 1)
     composed = simulation.composed(plan)
     assert composed is not None and composed.instructions == pytest.approx(SET_UP[6] + sum(work.values()))
-    simulation.calls["head"] = (5, 1, 1)
+    simulation.calls["head"] = (2, 4, 1, 1)
     assert simulation.composed(plan) is None, "no chain of five layers was counted"
+    del simulation.calls["head"]
+    assert simulation.model_call(plan) is simulation.composed(plan) is None, "a brick's call is unknown"
 
 
 def _views_model() -> onnx.ModelProto:

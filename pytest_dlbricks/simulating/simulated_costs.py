@@ -35,8 +35,8 @@ class Simulation:
         self.bricks: dict[str, SimulatedCost] = {}
         self.models: dict[str, SimulatedCost] = {}
         self.errors: dict[str, str] = {}
-        #: Layers, inputs and outputs of each brick, whose call's cost is taken off it.
-        self.calls: dict[str, tuple[int, int, int]] = {}
+        #: Layers, tensors they share, inputs and outputs of each brick's call, whose cost is taken off it.
+        self.calls: dict[str, tuple[int, int, int, int]] = {}
         #: What a call costs beyond its layers' work, once counted (see :class:`.simulation.CallCosts`).
         self.call: CallCosts | None = None
         self.wall_s = 0.0
@@ -88,7 +88,8 @@ class Simulation:
         """The sum of a model's brick costs, each as often as the model calls it, with the cost of a call of its
         length taken off each and that of the model's length counted once (see :class:`.simulation.CallCosts`);
         None if a brick's cost, or a call's of a length the model or a brick has, is missing."""
-        total = self._call_of(plan.layers, *plan.io)
+        model = self.model_call(plan)
+        total = None if model is None else self._call_of(*model)
         for signature, count in plan.signatures.items():
             call = self._call_of(*self.calls[signature]) if signature in self.calls else None
             if signature not in self.bricks or call is None or total is None:
@@ -96,8 +97,16 @@ class Simulation:
             total = total.plus(self.bricks[signature].minus(call), count)
         return total
 
-    def _call_of(self, layers: int, inputs: int, outputs: int) -> SimulatedCost | None:
-        return NO_COST if self.call is None else self.call.of(layers, inputs, outputs)
+    def model_call(self, plan: ModelPlan) -> tuple[int, int, int, int] | None:
+        """The model's call as :attr:`calls` gives bricks': its tensors shared are its bricks' and those that
+        leave a brick for another; None if a brick's call is unknown."""
+        if any(signature not in self.calls for signature in plan.signatures):
+            return None
+        made = sum(count * (self.calls[s][1] + self.calls[s][3]) for s, count in plan.signatures.items())
+        return plan.layers, made - plan.io[1], *plan.io
+
+    def _call_of(self, layers: int, shared: int, inputs: int, outputs: int) -> SimulatedCost | None:
+        return NO_COST if self.call is None else self.call.of(layers, shared, inputs, outputs)
 
     def report(self, plans: Iterable[ModelPlan]) -> dict[str, Any]:
         """The simulation's part of the JSON report: the cycle model, every cost, the composition's error."""

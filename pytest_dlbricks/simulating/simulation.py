@@ -244,16 +244,18 @@ def _chains_job(folder: Path, name: str, paths: int, layers: int, optimization: 
 
 @dataclass(frozen=True)
 class CallCosts:
-    """What an inference call costs beyond its layers' work, in simulated events: by how many layers it runs,
-    and per input and output beyond the first (the simulated counterpart of :class:`.overhead.CallOverhead`).
+    """What an inference call costs beyond its layers' work, in simulated events: by how many layers it runs and
+    how many tensors they share, and per input and output beyond the first (the simulated counterpart of
+    :class:`.overhead.CallOverhead`).
 
-    A call's own cost depends on how many layers it runs, not on its inputs and outputs alone: onnxruntime
-    sets up, each call, the memory its layers' tensors share, and that set-up steps up from one layer to two
-    and from two to three, then grows slowly. One fixed cost, taken off every brick of two layers and counted
-    once for a model of six, left the sample mlp's composed instructions 5% over the whole model's.
-    So a call of ``k`` layers is counted on a chain of ``k`` layers on one number (``chains``), the chain's
-    trivial work included: composition takes off every brick the chain of its length and adds the chain of the
-    model's, and as a model's bricks hold each of its layers once, the chains' trivial layers cancel.
+    A call's own cost depends on what it runs, not on its inputs and outputs alone: onnxruntime sets up, each
+    call, the memory its layers' tensors share, and that set-up steps up from one layer to two and from two to
+    three, then grows slowly. One fixed cost, taken off every brick of two layers and counted once for a model
+    of six, left the sample mlp's composed instructions 5% over the whole model's. A chain of ``k`` layers on
+    one number (``chains``) shares ``k - 1`` tensors; a call of ``layers`` layers sharing ``shared`` tensors (a
+    brick's first layer's output may also leave it, a view's shares its input's memory) is counted as the chain
+    sharing as many and, for its other layers, a long chain's cost a layer. Composition takes each brick's call
+    off it and adds the model's; as a model's bricks hold each of its layers once, the trivial layers cancel.
     """
 
     chains: dict[int, SimulatedCost]
@@ -274,13 +276,14 @@ class CallCosts:
         each = _half_or_none(pair.minus(chains[4]))
         return cls(chains, each, each)
 
-    def of(self, layers: int, inputs: int, outputs: int) -> SimulatedCost | None:
-        """What a call of ``layers`` layers with these many inputs and outputs costs, its chain's trivial work
-        included; None if no chain of that length was counted."""
-        chain = self.chains.get(layers)
+    def of(self, layers: int, shared: int, inputs: int, outputs: int) -> SimulatedCost | None:
+        """What a call of ``layers`` layers sharing ``shared`` tensors, with these many inputs and outputs, costs,
+        as many trivial layers' work included; None if no chain sharing as many was counted."""
+        chain = self.chains.get(shared + 1)
         if chain is None:
             return None
-        return chain.plus(self.per_input, max(inputs - 1, 0)).plus(self.per_output, max(outputs - 1, 0))
+        others = chain.plus(self.layer, layers - shared - 1)
+        return others.plus(self.per_input, max(inputs - 1, 0)).plus(self.per_output, max(outputs - 1, 0))
 
     @property
     def layer(self) -> SimulatedCost:
