@@ -40,8 +40,8 @@ from pytest_dlbricks.wiring.simulated import StepClock, exact_stats
 #: Why the tests that run valgrind are skipped, where they are.
 NO_SIMULATOR = simulator_problem()
 needs_simulator = pytest.mark.skipif(NO_SIMULATOR is not None, reason=f"cannot simulate here: {NO_SIMULATOR}")
-#: How far the composed instructions of the sample mlp may lie from the whole model's, at G=2: measured 1.002 with
-#: the call cost counted for each length of call, 1.05 with one fixed cost, 1.09 with calls through an I/O binding,
+#: How far the composed instructions of the sample mlp may lie from the whole model's, at G=2: measured 1.003 with
+#: the call cost counted by the tensors a call shares, 1.05 with one fixed cost, 1.09 with calls through an I/O binding,
 #: 1.15 before (onnxruntime 1.32, valgrind 3.19); a change of how bricks are built or composed that moves it further
 #: fails.
 COMPOSITION_BOUND = 0.15
