@@ -85,9 +85,9 @@ class Simulation:
         raise SimulationError(self.errors.get(name, "it was not simulated"))
 
     def composed(self, plan: ModelPlan) -> SimulatedCost | None:
-        """The sum of a model's brick costs, each as often as the model calls it, with the cost of a call of its
-        length taken off each and that of the model's length counted once (see :class:`.simulation.CallCosts`);
-        None if a brick's cost, or a call's of a length the model or a brick has, is missing."""
+        """The sum of a model's brick costs, each as often as the model calls it, with its call's cost (see
+        :attr:`calls`) taken off each and the model's call's counted once (see :class:`.simulation.CallCosts`);
+        None if a brick's cost or call, or a chain a call is counted on, is missing."""
         model = self.model_call(plan)
         total = None if model is None else self._call_of(*model)
         for signature, count in plan.signatures.items():
