@@ -2,7 +2,8 @@
 
 Runs the plugin as a user would, ``--dlbricks-store=none --dlbricks-validate`` at one granularity, ``--runs``
 times one after the other on ``sample_models/``, the onnx wheel's 9 CNNs (or both), or the models of a folder
-(``--zoo DIR``, every ``.onnx`` below it, at their own sizes), and reads each JSON report. Prints, per model:
+(``--zoo DIR``, every ``.onnx`` below it, at their own sizes; with ``--models none``, those alone), and reads
+each JSON report. Prints, per model:
 
 * repeatability: its simulated sequential estimate in every run and the largest distance of one from their
   median (counts do not depend on load: runs identical in all but time should agree exactly);
@@ -12,7 +13,7 @@ times one after the other on ``sample_models/``, the onnx wheel's 9 CNNs (or bot
 then each run's wall time and the simulation's own. Run it from the repository root, in the environment
 where pytest-dlbricks is installed with its ``simulated`` extra and valgrind is on the ``PATH``::
 
-    python bench/simulated.py [--runs 2] [--models samples|light|both] [--zoo DIR] [--granularity 2]
+    python bench/simulated.py [--runs 2] [--models samples|light|both|none] [--zoo DIR] [--granularity 2]
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def study(name: str, source: Path, pattern: str, dims: tuple[str, ...], args: ar
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--models", choices=("samples", "light", "both"), default="samples")
+    parser.add_argument("--models", choices=("samples", "light", "both", "none"), default="samples")
     parser.add_argument("--zoo", type=Path, metavar="DIR", help="also every .onnx model below DIR")
     parser.add_argument("--granularity", type=int, default=2)
     args = parser.parse_args()

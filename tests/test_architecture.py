@@ -40,7 +40,7 @@ STAGES: dict[str, set[str]] = {
     },
     "simulate": {
         *("simulating", "simulating.callgrind_output", "simulating.simulation", "simulating.simulation_worker"),
-        "simulating.simulated_costs",
+        *("simulating.simulated_costs", "simulating.brick_edges"),
     },
     "compose": {
         *("estimating", "estimating.composition", "estimating.calibration", "estimating.analysis"),

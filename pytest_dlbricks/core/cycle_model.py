@@ -64,7 +64,7 @@ class SimulatedCost:
         """Simulated time of one call at :data:`CLOCK_HZ`."""
         return self.cycles / CLOCK_HZ
 
-    def plus(self, other: SimulatedCost, times: int = 1) -> SimulatedCost:
+    def plus(self, other: SimulatedCost, times: float = 1) -> SimulatedCost:
         """This cost and ``times`` calls of ``other``: composition is a sum."""
         return SimulatedCost(
             self.instructions + times * other.instructions,

@@ -18,7 +18,6 @@ from ..core.wording import plural
 from ..cut.cutting import ModelPlan
 from ..timing.overhead import CallOverhead
 from .simulation import (
-    CALL_MODELS,
     WORKERS,
     CallCosts,
     SimulationCounts,
@@ -36,9 +35,9 @@ class Simulation:
         self.bricks: dict[str, SimulatedCost] = {}
         self.models: dict[str, SimulatedCost] = {}
         self.errors: dict[str, str] = {}
-        #: Inputs and outputs of each brick, whose call costs are taken off it.
-        self.io: dict[str, tuple[int, int]] = {}
-        #: What a call costs beyond its layers, once counted (see :data:`.simulation.CALL_MODELS`).
+        #: Layers, tensors they share, inputs and outputs of each brick's call, whose cost is taken off it.
+        self.calls: dict[str, tuple[int, int, int, int]] = {}
+        #: What a call costs beyond its layers' work, once counted (see :class:`.simulation.CallCosts`).
         self.call: CallCosts | None = None
         self.wall_s = 0.0
         self.worker_starts = 0
@@ -66,17 +65,17 @@ class Simulation:
             self.repeated = counts
         self.wall_s += time.perf_counter() - start
         self.worker_starts += min(len(jobs), WORKERS)
-        calls = {name: costs.pop(name) for name in CALL_MODELS if name in costs}
-        if len(calls) == len(CALL_MODELS):
-            self.call = CallCosts.from_costs(calls)
+        self.call = CallCosts.taken_from(costs) or self.call
         (self.models if models else self.bricks).update(costs)
         self.errors.update(errors)
 
-    def call_overhead(self) -> CallOverhead | None:
-        """The call's cost as composition takes it off bricks and counts it once per model, in simulated seconds."""
+    def call_overhead(self, granularity: int) -> CallOverhead | None:
+        """The call's cost as composition of times takes it off bricks and counts it once per model, in simulated
+        seconds: one fixed cost, that of a call of ``granularity`` layers (most bricks' length), their work aside."""
         if self.call is None:
             return None
-        return CallOverhead(self.call.fixed.seconds, self.call.per_input.seconds, self.call.per_output.seconds)
+        fixed = self.call.fixed(granularity).seconds
+        return CallOverhead(max(fixed, 0.0), self.call.per_input.seconds, self.call.per_output.seconds)
 
     def cost(self, name: str, *, model: bool = False) -> SimulatedCost:
         """A brick's (or ``model``'s) cost; raises :class:`.simulation.SimulationError` when it has none."""
@@ -86,15 +85,28 @@ class Simulation:
         raise SimulationError(self.errors.get(name, "it was not simulated"))
 
     def composed(self, plan: ModelPlan) -> SimulatedCost | None:
-        """The sum of a model's brick costs, each as often as the model calls it, with a call's cost taken off
-        each and counted once for the model (as composition does with times); None if one is missing."""
-        call = self.call or CallCosts(NO_COST, NO_COST, NO_COST)
-        total = call.of(*plan.io)
+        """The sum of a model's brick costs, each as often as the model calls it, with its call's cost (see
+        :attr:`calls`) taken off each and the model's call's counted once (see :class:`.simulation.CallCosts`);
+        None if a brick's cost or call, or a chain a call is counted on, is missing."""
+        model = self.model_call(plan)
+        total = None if model is None else self._call_of(*model)
         for signature, count in plan.signatures.items():
-            if signature not in self.bricks:
+            call = self._call_of(*self.calls[signature]) if signature in self.calls else None
+            if signature not in self.bricks or call is None or total is None:
                 return None
-            total = total.plus(self.bricks[signature].minus(call.of(*self.io[signature])), count)
+            total = total.plus(self.bricks[signature].minus(call), count)
         return total
+
+    def model_call(self, plan: ModelPlan) -> tuple[int, int, int, int] | None:
+        """The model's call as :attr:`calls` gives bricks': its tensors shared are its bricks' and those that
+        leave a brick for another; None if a brick's call is unknown."""
+        if any(signature not in self.calls for signature in plan.signatures):
+            return None
+        made = sum(count * (self.calls[s][1] + self.calls[s][3]) for s, count in plan.signatures.items())
+        return plan.layers, made - plan.io[1], *plan.io
+
+    def _call_of(self, layers: int, shared: int, inputs: int, outputs: int) -> SimulatedCost | None:
+        return NO_COST if self.call is None else self.call.of(layers, shared, inputs, outputs)
 
     def report(self, plans: Iterable[ModelPlan]) -> dict[str, Any]:
         """The simulation's part of the JSON report: the cycle model, every cost, the composition's error."""
@@ -103,7 +115,7 @@ class Simulation:
             "cost": "simulated",
             "valgrind": ".".join(map(str, version)) if version else None,
             "cycle_model": describe_model(),
-            "call": None if self.call is None else {name: cost.as_json() for name, cost in vars(self.call).items()},
+            "call": None if self.call is None else self._call_entry(self.call),
             "wall_s": self.wall_s,
             "worker_starts": self.worker_starts,
             "repeat": self.repeat(),
@@ -111,6 +123,11 @@ class Simulation:
             "models": {plan.path: self._model_entry(plan) for plan in plans if plan.path in self.models},
             "errors": dict(self.errors),
         }
+
+    @staticmethod
+    def _call_entry(call: CallCosts) -> dict[str, Any]:
+        chains = {str(layers): cost.as_json() for layers, cost in sorted(call.chains.items())}
+        return {"chains": chains, "per_input": call.per_input.as_json(), "per_output": call.per_output.as_json()}
 
     def repeat(self) -> dict[str, Any] | None:
         """The job every worker counted, its cost in each and their spread (largest over smallest, less one);

@@ -20,7 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from onnx import helper
 
 from ..core.cycle_model import CACHES, NO_COST, SimulatedCost
 from ..core.graph import MIN_IR_VERSION
+from ..core.wording import plural
 from .callgrind_output import CallgrindOutputError, read_part
 
 #: The oldest valgrind whose callgrind takes every option used here (``--instr-atstart``, ``--dump-instr``)
@@ -130,8 +131,8 @@ def simulate(jobs: Sequence[SimulationJob], folder: Path, *, repeat: bool = True
     ordered = sorted(jobs, key=lambda job: -job.work)
     workers = min(WORKERS, len(jobs))
     repeated = min(jobs, key=lambda job: job.work) if repeat and workers > 1 else None
-    # The same warm-up whatever the jobs: the lightest model of the call cost.
-    warm = call_jobs(folder, "ORT_ENABLE_ALL")[0]
+    # The same warm-up whatever the jobs: the lightest model of the call cost that hands a tensor on.
+    warm = _chains_job(folder, chain_name(2), 1, 2, "ORT_ENABLE_ALL")
     jobs_file = folder / "jobs.json"
     spec = {
         "jobs": [_as_spec(job) for job in ordered],
@@ -204,60 +205,96 @@ def _start(jobs_file: Path, worker: int) -> subprocess.Popen[str]:
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
 
 
-#: The tiny models whose costs give an inference call's own cost (see :func:`call_jobs`, :meth:`CallCosts.from_costs`):
-#: chains of two and three Neg layers on one number, and two chains of two side by side, two inputs and two outputs.
-CALL_MODELS = {"call: 2 layers": (1, 2), "call: 3 layers": (1, 3), "call: 2 inputs and outputs": (2, 2)}
+#: Lengths of the chains counted in every run besides those of its bricks and models: a trivial layer's own cost is
+#: read between the two longest (see :attr:`CallCosts.layer`), what inputs and outputs add against the chain of 4.
+LAYER_CHAINS = (4, 8, 16)
+#: The tiny model whose cost beside the chain of four gives what inputs and outputs add to a call: two chains of two
+#: layers side by side, two inputs and two outputs.
+PAIR = "call: 2 inputs and outputs"
+#: What every call-cost job's name starts with (see :func:`chain_name`, :data:`PAIR`).
+CALL_PREFIX = "call: "
 
 
-def call_jobs(folder: Path, optimization: str) -> list[SimulationJob]:
-    """Jobs counting the tiny models of :data:`CALL_MODELS`."""
-    jobs = []
-    for name, (paths, layers) in CALL_MODELS.items():
-        nodes, inputs, outputs = [], [], []
-        for path in range(paths):
-            names = [f"x{path}_{layer}" for layer in range(layers + 1)]
-            nodes += [helper.make_node("Neg", [a], [b]) for a, b in itertools.pairwise(names)]
-            inputs.append(helper.make_tensor_value_info(names[0], onnx.TensorProto.FLOAT, [1]))
-            outputs.append(helper.make_tensor_value_info(names[-1], onnx.TensorProto.FLOAT, [1]))
-        model = helper.make_model(helper.make_graph(nodes, "call", inputs, outputs))
-        model.ir_version = MIN_IR_VERSION
-        feeds = {value.name: np.ones(1, np.float32) for value in inputs}
-        jobs.append(save_job(folder, name, model.SerializeToString(), feeds, MAX_CALLS, optimization))
-    return jobs
+def chain_name(layers: int) -> str:
+    """The name of the job counting a call of a chain of ``layers`` one-number layers."""
+    return f"{CALL_PREFIX}{plural(layers, 'layer')}"
+
+
+def call_jobs(folder: Path, optimization: str, lengths: Iterable[int] = ()) -> list[SimulationJob]:
+    """Jobs counting a call of a chain of Neg layers on one number of each of ``lengths`` and of
+    :data:`LAYER_CHAINS`, and :data:`PAIR`; the chain of two first, the lightest that hands a tensor on."""
+    wanted = sorted({2, *LAYER_CHAINS, *lengths} - {0}, key=lambda layers: (layers != 2, layers))
+    jobs = [_chains_job(folder, chain_name(layers), 1, layers, optimization) for layers in wanted]
+    return [*jobs, _chains_job(folder, PAIR, 2, 2, optimization)]
+
+
+def _chains_job(folder: Path, name: str, paths: int, layers: int, optimization: str) -> SimulationJob:
+    """A job calling ``paths`` chains of ``layers`` Neg layers side by side, each on one number of its own."""
+    nodes, inputs, outputs = [], [], []
+    for path in range(paths):
+        names = [f"x{path}_{layer}" for layer in range(layers + 1)]
+        nodes += [helper.make_node("Neg", [a], [b]) for a, b in itertools.pairwise(names)]
+        inputs.append(helper.make_tensor_value_info(names[0], onnx.TensorProto.FLOAT, [1]))
+        outputs.append(helper.make_tensor_value_info(names[-1], onnx.TensorProto.FLOAT, [1]))
+    model = helper.make_model(helper.make_graph(nodes, "call", inputs, outputs))
+    model.ir_version = MIN_IR_VERSION
+    feeds = {value.name: np.ones(1, np.float32) for value in inputs}
+    return save_job(folder, name, model.SerializeToString(), feeds, MAX_CALLS, optimization)
 
 
 @dataclass(frozen=True)
 class CallCosts:
-    """What an inference call costs beyond its layers, in simulated events: fixed, and per input and output
-    beyond the first (the simulated counterpart of :class:`.overhead.CallOverhead`).
+    """What an inference call costs beyond its layers' work, in simulated events: by how many layers it runs and
+    how many tensors they share, and per input and output beyond the first (the simulated counterpart of
+    :class:`.overhead.CallOverhead`).
 
-    The fixed cost is that of a call whose layers hand tensors on to one another, as a model's and most
-    bricks' do: onnxruntime then also sets up, each call, the memory those tensors share. A call of one
-    layer alone does not, and cannot stand for it: taken off every brick, its cost left the composed
-    instructions of chains of two-layer bricks over the whole model's by twice that set-up per cut.
+    A call's own cost depends on what it runs, not on its inputs and outputs alone: onnxruntime sets up, each
+    call, the memory its layers' tensors share, and that set-up steps up from one layer to two and from two to
+    three, then grows slowly. One fixed cost, taken off every brick of two layers and counted once for a model
+    of six, left the sample mlp's composed instructions 5% over the whole model's. A chain of ``k`` layers on
+    one number (``chains``) shares ``k - 1`` tensors; a call of ``layers`` layers sharing ``shared`` tensors (a
+    brick's first layer's output may also leave it, a view's shares its input's memory) is counted as the chain
+    sharing as many and, for its other layers, a long chain's cost a layer. Composition takes each brick's call
+    off it and adds the model's; as a model's bricks hold each of its layers once, the trivial layers cancel.
     """
 
-    fixed: SimulatedCost
+    chains: dict[int, SimulatedCost]
     per_input: SimulatedCost
     per_output: SimulatedCost
 
     @classmethod
-    def from_costs(cls, costs: Mapping[str, SimulatedCost]) -> CallCosts:
-        """From the costs of the :data:`CALL_MODELS`: a layer is the three-layer chain less the two-layer one;
-        the fixed cost the two-layer chain less two layers; what two chains side by side cost beyond one chain
-        of all their layers (the two-layer one and two layers), half on inputs, half on outputs, none where
-        they cost less (with outputs bound, inputs and outputs cost about nothing; the brick store, as for
-        times, would also refuse a cost below zero)."""
-        two, three, pair = (costs[name] for name in CALL_MODELS)
-        layer = three.minus(two)
-        fixed = two.plus(layer, -2)
-        each = _half_or_none(pair.minus(two).plus(layer, -2))
-        return cls(fixed, each, each)
+    def taken_from(cls, costs: dict[str, SimulatedCost]) -> CallCosts | None:
+        """The call costs counted among ``costs`` (by job name), taken out of it; None if one of the chains of
+        :data:`LAYER_CHAINS` or :data:`PAIR` is missing. Inputs and outputs: what the pair costs beyond the chain
+        of four, half on inputs, half on outputs, none where it costs less (with outputs bound they cost about
+        nothing; the brick store, as for times, would also refuse a cost below zero)."""
+        calls = {name: costs.pop(name) for name in list(costs) if name.startswith(CALL_PREFIX)}
+        pair = calls.pop(PAIR, None)
+        chains = {int(name.removeprefix(CALL_PREFIX).split()[0]): cost for name, cost in calls.items()}
+        if pair is None or any(layers not in chains for layers in LAYER_CHAINS):
+            return None
+        each = _half_or_none(pair.minus(chains[4]))
+        return cls(chains, each, each)
 
-    def of(self, inputs: int, outputs: int) -> SimulatedCost:
-        return (
-            NO_COST.plus(self.fixed).plus(self.per_input, max(inputs - 1, 0)).plus(self.per_output, max(outputs - 1, 0))
-        )
+    def of(self, layers: int, shared: int, inputs: int, outputs: int) -> SimulatedCost | None:
+        """What a call of ``layers`` layers sharing ``shared`` tensors, with these many inputs and outputs, costs,
+        as many trivial layers' work included; None if no chain sharing as many was counted."""
+        chain = self.chains.get(shared + 1)
+        if chain is None:
+            return None
+        others = chain.plus(self.layer, layers - shared - 1)
+        return others.plus(self.per_input, max(inputs - 1, 0)).plus(self.per_output, max(outputs - 1, 0))
+
+    @property
+    def layer(self) -> SimulatedCost:
+        """What one more trivial layer costs a long chain: its work and its dispatch."""
+        shorter, longer = LAYER_CHAINS[-2:]
+        return NO_COST.plus(self.chains[longer].minus(self.chains[shorter]), 1 / (longer - shorter))
+
+    def fixed(self, layers: int) -> SimulatedCost:
+        """One cost for every call of ``layers`` layers, their work aside, as composition of times takes off each
+        brick (it knows no length): the chain's less that many trivial layers."""
+        return self.chains[layers].plus(self.layer, -layers)
 
 
 def _half_or_none(cost: SimulatedCost) -> SimulatedCost:

@@ -20,9 +20,11 @@ from ..core.cycle_model import SimulatedCost
 from ..core.errors import ModelError
 from ..core.runtime import session_options
 from ..core.synthetic import SynthesisError
+from ..cut.bricks import BrickSpec
 from ..cut.cutting import ModelPlan
 from ..estimating.validation import Validation
 from ..reporting.entries import BrickResult
+from ..simulating.brick_edges import outputs_with_views_inside, shared_tensors, with_views_inside
 from ..simulating.simulated_costs import Simulation
 from ..simulating.simulation import SimulationError, SimulationJob, call_jobs, calls_for, save_job
 from ..timing.synthesis import brick_feeds, build_brick_model
@@ -68,14 +70,15 @@ def brick_cost(run: DLBricksRun, signature: str, wanted: Iterable[str]) -> Simul
         def make_jobs(folder: Path) -> list[SimulationJob]:
             jobs = [job for s in todo if (job := _brick_job(run, simulation, s, folder)) is not None]
             if simulation.call is None:
-                jobs += call_jobs(folder, session_options(run.settings).graph_optimization_level.name)
+                level = session_options(run.settings).graph_optimization_level.name
+                jobs += call_jobs(folder, level, _call_lengths(run, simulation))
             return jobs
 
         simulation.count(make_jobs)
         if run.overhead is None:
             # A call cost kept in the store is the one its bricks were composed with: counted again, it could move
             # unchanged models by the little counts move between processes.
-            run.overhead = simulation.call_overhead()
+            run.overhead = simulation.call_overhead(run.settings.granularity)
     return simulation.cost(signature)
 
 
@@ -91,6 +94,23 @@ def model_cost(run: DLBricksRun, plan: ModelPlan, wanted: Iterable[ModelPlan]) -
     return simulation.cost(plan.path, model=True)
 
 
+def _call_lengths(run: DLBricksRun, simulation: Simulation) -> set[int]:
+    """The lengths of the chains whose cost composition takes off or adds (see :class:`.simulation.CallCosts`):
+    sharing as many tensors as every brick's call and every model's, and of the granularity's length (see
+    :meth:`.Simulation.call_overhead`)."""
+    for signature, brick in run.bricks.items():
+        simulation.calls.setdefault(signature, _call_shape(brick))
+    models = [call for plan in run.plans if (call := simulation.model_call(plan)) is not None]
+    return {*(call[1] + 1 for call in [*simulation.calls.values(), *models]), run.settings.granularity}
+
+
+def _call_shape(brick: BrickSpec) -> tuple[int, int, int, int]:
+    """A brick's call as composition takes it off (see :attr:`.Simulation.calls`), its views inside."""
+    names = [name for name, _ in (*brick.outputs, *brick.non_tensor_outputs)]
+    shared = shared_tensors(brick.nodes, outputs_with_views_inside(brick.nodes, names))
+    return len(brick.nodes), shared, len(brick.inputs), brick.output_count
+
+
 def _simulation(run: DLBricksRun) -> Simulation:
     assert run.simulation is not None, "simulated items are made only in simulated mode"
     return run.simulation
@@ -99,15 +119,15 @@ def _simulation(run: DLBricksRun) -> Simulation:
 def _brick_job(run: DLBricksRun, simulation: Simulation, signature: str, folder: Path) -> SimulationJob | None:
     brick = run.bricks[signature]
     try:
-        model = build_brick_model(brick).SerializeToString()
+        model = with_views_inside(build_brick_model(brick))
         feeds = brick_feeds(brick)
     except (SynthesisError, ValueError) as error:
         simulation.errors[signature] = f"cannot be built: {error}"
         return None
-    simulation.io[signature] = (len(brick.inputs), brick.output_count)
+    simulation.calls[signature] = _call_shape(brick)
     level = session_options(run.settings, optimized=run.already_optimized(signature)).graph_optimization_level.name
     work = run.expected_cost(signature)
-    return save_job(folder, signature, model, feeds, calls_for(work), level, work=work)
+    return save_job(folder, signature, model.SerializeToString(), feeds, calls_for(work), level, work=work)
 
 
 def _model_job(run: DLBricksRun, simulation: Simulation, plan: ModelPlan, folder: Path) -> SimulationJob | None:
