@@ -33,8 +33,9 @@ from pytest_dlbricks.simulating.simulation import (
     save_job,
     simulate,
     simulator_problem,
+    worker_env,
 )
-from pytest_dlbricks.simulating.simulation_worker import claim_job
+from pytest_dlbricks.simulating.simulation_worker import claim_job, worker_tasks
 from pytest_dlbricks.wiring.simulated import StepClock, exact_stats
 
 #: Why the tests that run valgrind are skipped, where they are.
@@ -178,6 +179,20 @@ def test_each_job_is_taken_by_one_worker_only(tmp_path: Path) -> None:
     jobs_file = tmp_path / "jobs.json"
     assert claim_job(jobs_file, 0) and claim_job(jobs_file, 1)
     assert not claim_job(jobs_file, 0), "taken already"
+
+
+def test_a_worker_forks_for_every_job_whichever_it_takes() -> None:
+    """The worker's steps between forks must not depend on which jobs the other worker took first: it forks for
+    every job, and the child claims it."""
+    spec = {"each": [{"name": "light"}], "jobs": [{"name": "heavy"}, {"name": "light"}]}
+    tasks = [(key, job["name"], index) for key, job, index in worker_tasks(spec, worker=1)]
+    assert tasks == [("repeat1", "light", None), ("0", "heavy", 0), ("1", "light", 1)]
+
+
+def test_workers_run_without_onnxruntime_telemetry_and_with_fixed_hashing() -> None:
+    env = worker_env()
+    assert env["ORT_DISABLE_TELEMETRY"] == "1"
+    assert (env["PYTHONHASHSEED"], env["OMP_NUM_THREADS"]) == ("0", "1")
 
 
 def test_pytest_benchmark_reads_exactly_the_simulated_time() -> None:

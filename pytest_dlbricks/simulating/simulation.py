@@ -200,9 +200,15 @@ def _start(jobs_file: Path, worker: int) -> subprocess.Popen[str]:
         *(f"--callgrind-out-file={out}", "-q", sys.executable, "-m", "pytest_dlbricks.simulating.simulation_worker"),
         *(str(jobs_file), str(worker)),
     ]
-    # One thread everywhere, and the same hashing in every run: counts then repeat from run to run.
-    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=worker_env())
+
+
+def worker_env() -> dict[str, str]:
+    """The environment of a worker: one thread everywhere, and the same hashing in every run, so that counts repeat
+    from run to run; and onnxruntime's telemetry disabled by its variable. Otherwise it starts threads at import
+    that collect and upload, and one that wakes on wall-clock timers: valgrind runs them between the worker's own
+    steps as often as time allows, and the state the worker forks its children from then depends on the load."""
+    return {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "ORT_DISABLE_TELEMETRY": "1"}
 
 
 #: Lengths of the chains counted in every run besides those of its bricks and models: a trivial layer's own cost is

@@ -8,14 +8,18 @@ switch instrumentation on around the child's counted calls only (zeroing the cou
 Every child starts from the same state of the worker, whatever jobs were counted before it or beside it:
 the heap that one job's sessions leave (glibc's, Python's, onnxruntime's arenas) moved the next job's counts
 by up to a quarter when one process counted job after job. onnxruntime's telemetry, which sends events when
-enough wall-clock time has passed, is switched off: it ran inside the counted calls of some runs only.
+enough wall-clock time has passed, is switched off: it ran inside the counted calls of some runs only; so are
+its threads, by the variable the worker is started with (see :func:`.simulation.worker_env`). The worker's own
+steps between two forks are the same whichever jobs the other worker took: it forks a child for every job of
+the list, and the child claims the job or ends. A call's cost depends on the heap it starts from wherever it
+makes Python objects, so calls make none beyond their own (see :func:`_bound_call`).
 
 Before the first fork the worker creates and calls a session of the tiny model it is told to warm up with:
 the code every session runs is then translated by valgrind once, in the worker, not again in
 each child (a tiny brick's child took half the processor time).
 
-The workers of one simulation take jobs from one list, each job taken once by creating its claim file,
-so that a worker idles only when no job is left. A job listed under ``each`` is counted by every worker
+The workers of one simulation take jobs from one list, each job taken once by the child that first creates
+its claim file, so that a worker idles only when no job is left. A job listed under ``each`` is counted by every worker
 first, to show how far counts of one job repeat between processes. Each child writes its result beside
 the jobs file (its process id, whose callgrind dump holds its counts, or its error).
 
@@ -54,28 +58,35 @@ def main(jobs_file: Path, worker: int) -> None:
     # No collection at a moment that earlier allocations decide: the children start with it off.
     gc.collect()
     gc.disable()
-    for key, job in _tasks(jobs_file, spec, worker):
-        result = jobs_file.with_name(f"result.{key}.json")
+    # The worker's steps between two forks are the same whichever jobs the other worker took: a child is forked
+    # for every job of the list, and the child claims it (see :func:`worker_tasks`).
+    for key, job, index in worker_tasks(spec, worker):
         child = os.fork()
         if child == 0:
-            try:
-                _count(job, ort, np, hooks, instrument)
-                entry: dict[str, Any] = {"pid": os.getpid()}
-            except Exception as error:  # onnxruntime's exception types are not part of its API
-                entry = {"error": f"{type(error).__name__}: {error}"}
-            result.write_text(json.dumps(entry), encoding="utf-8")
+            if index is None or claim_job(jobs_file, index):
+                _count_to_file(job, jobs_file.with_name(f"result.{key}.json"), ort, np, hooks, instrument)
             os._exit(0)
         os.waitpid(child, 0)
 
 
-def _tasks(jobs_file: Path, spec: dict[str, Any], worker: int) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The jobs this worker counts, each with the key of its result: every job of ``each``, then each job of
-    the list that no other worker has taken, taken one at a time."""
+def worker_tasks(spec: dict[str, Any], worker: int) -> Iterator[tuple[str, dict[str, Any], int | None]]:
+    """Every job this worker may count, with the key of its result and the index it is claimed by (None for a
+    job of ``each``, which every worker counts): every job of ``each``, then every job of the list."""
     for job in spec["each"]:
-        yield f"repeat{worker}", job
+        yield f"repeat{worker}", job, None
     for index, job in enumerate(spec["jobs"]):
-        if claim_job(jobs_file, index):
-            yield str(index), job
+        yield str(index), job, index
+
+
+def _count_to_file(job: dict[str, Any], result: Path, ort: Any, np: Any, hooks: Any, instrument: Any) -> None:
+    """Count a job (see :func:`_count`) and write its result: this process's id, whose dump holds its counts,
+    or its error."""
+    try:
+        _count(job, ort, np, hooks, instrument)
+        entry: dict[str, Any] = {"pid": os.getpid()}
+    except Exception as error:  # onnxruntime's exception types are not part of its API
+        entry = {"error": f"{type(error).__name__}: {error}"}
+    result.write_text(json.dumps(entry), encoding="utf-8")
 
 
 def claim_job(jobs_file: Path, index: int) -> bool:
@@ -121,8 +132,15 @@ def _bound_call(session: Any, feeds: dict[str, Any], ort: Any) -> Callable[[], o
     this process does not import, to start sooner), or where a second bound call fails (a model whose outputs
     do not have the shapes it declares refuses the first call's outputs as the second's)."""
 
+    # Run options given, never None, with the graph id onnxruntime's Python layer reads from them (its default):
+    # pybind11 takes None for them only after a lookup that raises and clears an AttributeError, and without the
+    # entry that layer raises and catches a RuntimeError; either way every call made and freed Python objects,
+    # 2,000 instructions whose count moved with the heap the child was forked from.
+    options = ort.RunOptions()
+    options.add_run_config_entry("gpu_graph_id", "0")
+
     def unbound() -> object:
-        return session.run(None, feeds)
+        return session.run(None, feeds, options)
 
     kinds = [output.type for output in session.get_outputs()]
     if any(array.dtype.kind in "OSU" for array in feeds.values()) or not all(
@@ -136,7 +154,7 @@ def _bound_call(session: Any, feeds: dict[str, Any], ort: Any) -> Callable[[], o
         binding.bind_output(output.name, "cpu")
 
     def bound() -> object:
-        return session.run_with_iobinding(binding)
+        return session.run_with_iobinding(binding, options)
 
     try:
         bound()
