@@ -210,7 +210,8 @@ def test_the_estimate_follows_the_sample_data(pytester: pytest.Pytester) -> None
     write_npz(model.with_suffix(".npz"), rate_values(8000))
     light = only_model(estimate(pytester))
     assert (heavy["inputs"], light["inputs"]) == ("test_data_set_0", "vad.npz")
-    assert heavy["sequential_s"] > 4 * light["sequential_s"], (heavy["sequential_s"], light["sequential_s"])
+    # Ten times the work, timed: twice is a margin a loaded machine keeps (at four, one run under load fell short).
+    assert heavy["sequential_s"] > 2 * light["sequential_s"], (heavy["sequential_s"], light["sequential_s"])
 
 
 def test_the_hook_wins_and_data_dependent_sizes_follow_it(pytester: pytest.Pytester) -> None:

@@ -19,6 +19,7 @@ from conftest import SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks.core.cycle_model import CLOCK_HZ, L1_MISS_CYCLES, LL_MISS_CYCLES, NO_COST, SimulatedCost
 from pytest_dlbricks.core.graph import MIN_IR_VERSION
 from pytest_dlbricks.core.identity import differences, identify
+from pytest_dlbricks.core.runtime import new_options
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.cut.cutting import ModelPlan
 from pytest_dlbricks.simulating.brick_edges import with_views_inside
@@ -154,7 +155,8 @@ def test_a_brick_gives_the_tensor_its_views_are_made_of() -> None:
     model = with_views_inside(_views_model())
     assert [node.op_type for node in model.graph.node] == ["Reshape", "Neg", "Reshape", "Squeeze", "Abs"]
     assert [output.name for output in model.graph.output] == ["negated", "z"]
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    # new_options: a global thread pool set by an earlier run in this process is taken.
+    session = ort.InferenceSession(model.SerializeToString(), new_options(), providers=["CPUExecutionProvider"])
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     negated, absolute = session.run(None, {"x": x})
     np.testing.assert_array_equal(negated, -x.reshape(1, 8))
