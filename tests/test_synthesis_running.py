@@ -18,7 +18,8 @@ import tiny_models
 from conftest import plan_of, runtime_ops
 from pytest_dlbricks.core.errors import ModelError
 from pytest_dlbricks.core.graph import MIN_IR_VERSION, TensorSpec
-from pytest_dlbricks.core.runtime import create_session, input_rewriter, run_reference, session_options
+from pytest_dlbricks.core.placement import placement_of
+from pytest_dlbricks.core.runtime import create_session, input_rewriter, profile, run_reference, session_options
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.core.synthetic import SharedWeights, SynthesisError, model_feeds, synthetic_array
 from pytest_dlbricks.cut.bricks import BrickSpec
@@ -704,6 +705,26 @@ def test_optimized_loading_cuts_what_onnxruntime_runs(tmp_path: Path, settings: 
     for brick in plan_model(optimized, 1, path.name).bricks:
         assert isinstance(brick, BrickSpec)
         BrickRunner(brick, settings).check()
+
+
+@pytest.mark.parametrize("granularity", [1, 2, 3])
+def test_bricks_of_a_channels_last_network_run_the_kernels_its_file_runs(
+    tmp_path: Path, settings: Settings, granularity: int
+) -> None:
+    """The Casts and layout changes around a channels-last network's convolutions are onnxruntime's to remove
+    or rewrite: cut from the graph it runs, its bricks run the kernels the file runs (no Transpose or Cast
+    back at a brick's edge, a layout reorder wherever the model has one), whatever onnxruntime makes of it."""
+    path = tiny_models.channels_last_cnn(tmp_path)
+    file, feeds = whole_model(path, {})
+    assert isinstance(file, Path)
+    in_file = sorted(node.op for node in placement_of(profile(onnx.load(str(file)), settings, feeds)).nodes)
+    in_bricks = []
+    for brick in plan_model(load_model(path, optimize=settings), granularity, path.name).bricks:
+        assert isinstance(brick, BrickSpec)
+        events = profile(build_brick_model(brick), settings, brick_feeds(brick), optimized=True)
+        in_bricks += [node.op for node in placement_of(events).nodes]
+    assert sorted(in_bricks) == in_file
+    assert "Cast" not in in_file
 
 
 def test_optimized_loading_of_old_ir_weights_built_at_run_time(tmp_path: Path, settings: Settings) -> None:

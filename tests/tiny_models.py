@@ -618,3 +618,35 @@ def growing_concats(directory: Path, *, layers: int = 60) -> Path:
         directory,
         "growing_concats.onnx",
     )
+
+
+def channels_last_cnn(directory: Path, *, blocks: int = 2, channels: int = 16, size: int = 16) -> Path:
+    """A channels-last network as a PyTorch port of a Keras model exports it: each Conv between a Transpose
+    to NCHW and one back, float-to-float Casts around them, batch norm as Sub, Mul and Add over the last
+    axis, then Relu. onnxruntime removes the Casts, cancels the Transposes and may convert the Convs to its
+    blocked layout with reorders between them and the elementwise layers."""
+    rng = np.random.default_rng(0)
+    nodes, weights, value = [], [], "x"
+    for block in range(blocks):
+        cin = 3 if block == 0 else channels
+        steps: list[tuple[str, dict[str, Any]]] = [
+            ("Transpose", {"perm": [0, 3, 1, 2]}),
+            ("Cast", {"to": FLOAT}),
+            ("Conv", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+            ("Cast", {"to": FLOAT}),
+            ("Transpose", {"perm": [0, 2, 3, 1]}),
+            ("Sub", {}),
+            ("Mul", {}),
+            ("Add", {}),
+            ("Relu", {}),
+        ]
+        for step, (op, attributes) in enumerate(steps):
+            inputs, output = [value], f"b{block}_{op.lower()}{step}"
+            if op in ("Conv", "Sub", "Mul", "Add"):
+                shape = (channels, cin, 3, 3) if op == "Conv" else (channels,)
+                weights.append(array(f"{output}_w", rng.standard_normal(shape).astype(np.float32)))
+                inputs.append(weights[-1].name)
+            nodes.append(helper.make_node(op, inputs, [output], **attributes))
+            value = output
+    model = finish(nodes, [tensor("x", [1, size, size, 3])], [tensor(value, [1, size, size, channels])], weights)
+    return save(model, directory, "channels_last.onnx")
