@@ -22,6 +22,7 @@ from pytest_dlbricks.core.identity import differences, identify
 from pytest_dlbricks.core.runtime import new_options
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.cut.cutting import ModelPlan
+from pytest_dlbricks.simulating import simulation_worker
 from pytest_dlbricks.simulating.brick_edges import with_views_inside
 from pytest_dlbricks.simulating.callgrind_output import CallgrindOutputError, read_part
 from pytest_dlbricks.simulating.simulated_costs import Simulation
@@ -191,6 +192,51 @@ def test_a_worker_forks_for_every_job_whichever_it_takes() -> None:
     assert tasks == [("repeat1", "light", None), ("0", "heavy", 0), ("1", "light", 1)]
 
 
+class _Hooks:
+    """pytest-codspeed's instrumentation hooks as the worker calls them, writing down each call."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def instrument_hooks_start_benchmark(self, instrument: object) -> None:
+        self.events.append("start")
+
+    def instrument_hooks_stop_benchmark(self, instrument: object) -> None:
+        self.events.append("stop")
+
+    def instrument_hooks_set_executed_benchmark(self, instrument: object, pid: int, name: bytes) -> None:
+        self.events.append("dump")
+
+
+def _count_with(monkeypatch: pytest.MonkeyPatch, calls: int, bound_works: int) -> list[str]:
+    """What the worker does counting a job of ``calls`` calls whose bound call fails after ``bound_works`` calls."""
+    events: list[str] = []
+
+    def bound() -> None:
+        if events.count("bound") == bound_works:
+            raise RuntimeError("the outputs do not have the shapes the model declares")
+        events.append("bound")
+
+    monkeypatch.setattr(simulation_worker, "_session", lambda job, ort, np: (None, {}))
+    monkeypatch.setattr(simulation_worker, "_calls", lambda session, feeds, ort: (bound, lambda: events.append("run")))
+    simulation_worker._count({"name": "job", "calls": calls}, None, None, _Hooks(events), None)
+    return events
+
+
+def test_a_heavy_job_is_warmed_by_one_call_and_a_light_one_by_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    heavy = _count_with(monkeypatch, calls=1, bound_works=99)
+    assert heavy == ["bound", "start", "bound", "stop", "dump"]
+    light = _count_with(monkeypatch, calls=3, bound_works=99)
+    warm = simulation_worker.WARM_CALLS
+    assert light == ["bound"] * warm + ["start"] + ["bound"] * 3 + ["stop", "dump"]
+
+
+def test_a_binding_that_fails_at_its_second_call_is_counted_through_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the only warm call of a heavy job passed, the counted one fails: counted again through ``run()``."""
+    events = _count_with(monkeypatch, calls=1, bound_works=1)
+    assert events == ["bound", "start", "stop", "run", "start", "run", "stop", "dump"]
+
+
 def test_workers_run_without_onnxruntime_telemetry_and_with_fixed_hashing() -> None:
     env = worker_env()
     assert env["ORT_DISABLE_TELEMETRY"] == "1"
@@ -267,8 +313,8 @@ def test_a_missing_valgrind_is_a_usage_error_naming_the_package(
 
 @needs_simulator
 def test_a_simulated_run_counts_each_brick_and_the_whole_model(pytester: pytest.Pytester) -> None:
-    """The sample mlp's three bricks and the call cost in one batch of workers, then the model whole in another;
-    its composed instructions stay within :data:`COMPOSITION_BOUND` of the whole model's."""
+    """The sample mlp's three bricks, the call cost and the model whole in one batch of workers; its composed
+    instructions stay within :data:`COMPOSITION_BOUND` of the whole model's."""
     shutil.copy(SAMPLE_MODELS / "mlp.onnx", pytester.path)
     args = ("--dlbricks-granularity=2", "--dlbricks-cost=simulated", "--dlbricks-validate", "--dlbricks-json=r.json")
     result = run_dlbricks(pytester, *args, "--benchmark-json=b.json", "mlp.onnx")
@@ -277,6 +323,7 @@ def test_a_simulated_run_counts_each_brick_and_the_whole_model(pytester: pytest.
     report = json.loads((pytester.path / "r.json").read_text())
     simulation = report["simulation"]
     assert simulation["cost"] == "simulated" and simulation["errors"] == {}
+    assert simulation["worker_starts"] == 2
     assert "AVX2" in simulation["cycle_model"]["machine"]
     (model,) = report["models"]
     entry = simulation["models"][model["path"]]

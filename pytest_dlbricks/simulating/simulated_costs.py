@@ -48,16 +48,18 @@ class Simulation:
         """Whether a brick or model was simulated already, or failed to be."""
         return name in self.bricks or name in self.models or name in self.errors
 
-    def count(self, make_jobs: Callable[[Path], list[SimulationJob]], *, models: bool = False) -> None:
-        """Simulate the jobs ``make_jobs`` saves in the folder it is given (bricks, or with ``models`` whole
-        models) and keep their costs or errors; the folder is removed after."""
+    def count(self, make_jobs: Callable[[Path], tuple[list[SimulationJob], list[SimulationJob]]]) -> None:
+        """Simulate the jobs ``make_jobs`` saves in the folder it is given, bricks' and whole models', in one batch of
+        workers, and keep their costs or errors; the folder is removed after. A run's whole models share the bricks'
+        workers: started apart, a model of the heaviest held one worker long after the other had ended."""
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="dlbricks-simulation-") as folder:
-            jobs = make_jobs(Path(folder))
+            bricks, models = make_jobs(Path(folder))
+            jobs = [*bricks, *models]
             if not jobs:
                 return
             try:
-                counts = simulate(jobs, Path(folder), repeat=not models)
+                counts = simulate(jobs, Path(folder), repeat=bool(bricks))
             except SimulationError as error:
                 counts = SimulationCounts({}, {job.name: str(error) for job in jobs})
         costs, errors = counts.costs, counts.errors
@@ -66,7 +68,9 @@ class Simulation:
         self.wall_s += time.perf_counter() - start
         self.worker_starts += min(len(jobs), WORKERS)
         self.call = CallCosts.taken_from(costs) or self.call
-        (self.models if models else self.bricks).update(costs)
+        whole = {job.name for job in models}
+        self.models.update({name: cost for name, cost in costs.items() if name in whole})
+        self.bricks.update({name: cost for name, cost in costs.items() if name not in whole})
         self.errors.update(errors)
 
     def call_overhead(self, granularity: int) -> CallOverhead | None:

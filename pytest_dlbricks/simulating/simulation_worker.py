@@ -12,7 +12,7 @@ enough wall-clock time has passed, is switched off: it ran inside the counted ca
 its threads, by the variable the worker is started with (see :func:`.simulation.worker_env`). The worker's own
 steps between two forks are the same whichever jobs the other worker took: it forks a child for every job of
 the list, and the child claims the job or ends. A call's cost depends on the heap it starts from wherever it
-makes Python objects, so calls make none beyond their own (see :func:`_bound_call`).
+makes Python objects, so calls make none beyond their own (see :func:`_calls`).
 
 Before the first fork the worker creates and calls a session of the tiny model it is told to warm up with:
 the code every session runs is then translated by valgrind once, in the worker, not again in
@@ -38,8 +38,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-#: Calls of each job before counting: the first call allocates, the second finds the arena warm.
-WARM_CALLS = 2
+#: Calls of each job before counting: the first call allocates, the next find the arena warm; a light job's
+#: instructions a call still moved by 0.7% with two warm calls instead of four. A job counted in one call (a heavy
+#: one, see :func:`.simulation.calls_for`) gets one: an uncounted call under valgrind takes nearly as long as a
+#: counted one: the light ResNet-50 whole spent 873 s in four warm calls and 238 s in its counted call.
+WARM_CALLS = 4
 
 
 def main(jobs_file: Path, worker: int) -> None:
@@ -99,15 +102,30 @@ def claim_job(jobs_file: Path, index: int) -> bool:
 
 
 def _count(job: dict[str, Any], ort: Any, np: Any, hooks: Any, instrument: Any) -> None:
-    """One job's warm calls, then its counted calls between the hooks, dumped as this process's counts."""
-    call = _bound_call(*_session(job, ort, np), ort)
-    for _ in range(WARM_CALLS):
+    """One job's warm calls, then its counted calls between the hooks, dumped as this process's counts: through an
+    I/O binding, or ``run()`` where the binding fails (see :func:`_calls`)."""
+    session, feeds = _session(job, ort, np)
+    warm = 1 if job["calls"] == 1 else WARM_CALLS
+    bound, unbound = _calls(session, feeds, ort)
+    try:
+        _count_calls(bound, warm, job["calls"], hooks, instrument)
+    except Exception:  # onnxruntime's exception types are not part of its API
+        if bound is unbound:
+            raise
+        _count_calls(unbound, warm, job["calls"], hooks, instrument)  # the counts start again from zero
+    hooks.instrument_hooks_set_executed_benchmark(instrument, os.getpid(), job["name"].encode())
+
+
+def _count_calls(call: Callable[[], object], warm: int, calls: int, hooks: Any, instrument: Any) -> None:
+    """``warm`` calls, then ``calls`` calls with instrumentation on (its start zeroes the counts)."""
+    for _ in range(warm):
         call()
     hooks.instrument_hooks_start_benchmark(instrument)
-    for _ in range(job["calls"]):
-        call()
-    hooks.instrument_hooks_stop_benchmark(instrument)
-    hooks.instrument_hooks_set_executed_benchmark(instrument, os.getpid(), job["name"].encode())
+    try:
+        for _ in range(calls):
+            call()
+    finally:
+        hooks.instrument_hooks_stop_benchmark(instrument)
 
 
 def _session(job: dict[str, Any], ort: Any, np: Any) -> tuple[Any, dict[str, Any]]:
@@ -126,11 +144,12 @@ def _session(job: dict[str, Any], ort: Any, np: Any) -> tuple[Any, dict[str, Any
         return session, {name: arrays[f"arr_{i}"] for i, name in enumerate(job["inputs"])}
 
 
-def _bound_call(session: Any, feeds: dict[str, Any], ort: Any) -> Callable[[], object]:
-    """One inference with the inputs bound in place and the outputs left in onnxruntime's memory; ``run()`` where
-    onnxruntime cannot bind them (strings, sequences of tensors: the rule of :func:`..core.runtime.bind`, which
-    this process does not import, to start sooner), or where a second bound call fails (a model whose outputs
-    do not have the shapes it declares refuses the first call's outputs as the second's)."""
+def _calls(session: Any, feeds: dict[str, Any], ort: Any) -> tuple[Callable[[], object], Callable[[], object]]:
+    """One inference with the inputs bound in place and the outputs left in onnxruntime's memory, and the same
+    through ``run()``; ``run()`` alone (twice) where onnxruntime cannot bind them (strings, sequences of tensors:
+    the rule of :func:`..core.runtime.bind`, which this process does not import, to start sooner). A bound call
+    can also fail from the second call on (a model whose outputs do not have the shapes it declares refuses the
+    first call's outputs as the second's): the caller then counts ``run()``."""
 
     # Run options given, never None, with the graph id onnxruntime's Python layer reads from them (its default):
     # pybind11 takes None for them only after a lookup that raises and clears an AttributeError, and without the
@@ -146,7 +165,7 @@ def _bound_call(session: Any, feeds: dict[str, Any], ort: Any) -> Callable[[], o
     if any(array.dtype.kind in "OSU" for array in feeds.values()) or not all(
         kind.startswith(("tensor(", "seq(map(")) and "string" not in kind for kind in kinds
     ):
-        return unbound
+        return unbound, unbound
     binding = session.io_binding()
     for name, array in feeds.items():
         binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array))
@@ -156,12 +175,7 @@ def _bound_call(session: Any, feeds: dict[str, Any], ort: Any) -> Callable[[], o
     def bound() -> object:
         return session.run_with_iobinding(binding, options)
 
-    try:
-        bound()
-        bound()
-    except Exception:  # onnxruntime's exception types are not part of its API
-        return unbound
-    return bound
+    return bound, unbound
 
 
 if __name__ == "__main__":

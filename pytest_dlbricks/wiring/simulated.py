@@ -60,19 +60,19 @@ def exact_stats(seconds: float) -> dict[str, float]:
     }
 
 
-def brick_cost(run: DLBricksRun, signature: str, wanted: Iterable[str]) -> SimulatedCost:
-    """A brick's cost, simulating first every brick of ``wanted`` the run has not simulated yet; raises
-    :class:`SimulationError` when the brick could not be simulated."""
+def brick_cost(run: DLBricksRun, signature: str, wanted: Iterable[str], models: Iterable[ModelPlan]) -> SimulatedCost:
+    """A brick's cost, simulating first every brick of ``wanted`` and every whole model of ``models`` the run has
+    not simulated yet; raises :class:`SimulationError` when the brick could not be simulated."""
     simulation = _simulation(run)
     if not simulation.known(signature):
         todo = dict.fromkeys(s for s in (signature, *wanted) if not simulation.known(s))
 
-        def make_jobs(folder: Path) -> list[SimulationJob]:
+        def make_jobs(folder: Path) -> tuple[list[SimulationJob], list[SimulationJob]]:
             jobs = [job for s in todo if (job := _brick_job(run, simulation, s, folder)) is not None]
             if simulation.call is None:
                 level = session_options(run.settings).graph_optimization_level.name
                 jobs += call_jobs(folder, level, _call_lengths(run, simulation))
-            return jobs
+            return jobs, _model_jobs(run, simulation, models, folder)
 
         simulation.count(make_jobs)
         if run.overhead is None:
@@ -83,15 +83,20 @@ def brick_cost(run: DLBricksRun, signature: str, wanted: Iterable[str]) -> Simul
 
 
 def model_cost(run: DLBricksRun, plan: ModelPlan, wanted: Iterable[ModelPlan]) -> SimulatedCost:
-    """The whole model's cost, simulating first every model of ``wanted`` not simulated yet."""
+    """The whole model's cost, simulating first every model of ``wanted`` not simulated yet (where no brick item
+    simulated them with its bricks)."""
     simulation = _simulation(run)
     if not simulation.known(plan.path):
-        todo = {p.path: p for p in (plan, *wanted) if not simulation.known(p.path)}
-        simulation.count(
-            lambda folder: [job for p in todo.values() if (job := _model_job(run, simulation, p, folder)) is not None],
-            models=True,
-        )
+        simulation.count(lambda folder: ([], _model_jobs(run, simulation, (plan, *wanted), folder)))
     return simulation.cost(plan.path, model=True)
+
+
+def _model_jobs(
+    run: DLBricksRun, simulation: Simulation, plans: Iterable[ModelPlan], folder: Path
+) -> list[SimulationJob]:
+    """Jobs of the whole models of ``plans`` not simulated yet, each once."""
+    todo = {plan.path: plan for plan in plans if not simulation.known(plan.path)}
+    return [job for plan in todo.values() if (job := _model_job(run, simulation, plan, folder)) is not None]
 
 
 def _call_lengths(run: DLBricksRun, simulation: Simulation) -> set[int]:
@@ -142,6 +147,14 @@ def _model_job(run: DLBricksRun, simulation: Simulation, plan: ModelPlan, folder
     return save_job(folder, plan.path, data, feeds, calls_for(work), level, data_dir=data_dir, work=work)
 
 
+def _wanted(request: pytest.FixtureRequest, attribute: str) -> list[Any]:
+    """What the session's simulated items of one kind stand for (``dlbricks_signature``: bricks, ``dlbricks_plan``:
+    whole models), in their order."""
+    return [
+        wanted for item in request.session.items if (wanted := getattr(getattr(item, "obj", None), attribute, None))
+    ]
+
+
 def _benchmark_exactly(request: pytest.FixtureRequest, seconds: float, extra_info: dict[str, Any]) -> None:
     """One pytest-benchmark round of exactly ``seconds``, on a clock that moves by that much, so that
     histories and comparisons hold the simulated time."""
@@ -157,13 +170,8 @@ def simulated_brick_test(run: DLBricksRun, signature: str) -> Callable[..., None
 
     def test_brick(request: pytest.FixtureRequest) -> None:
         brick = run.bricks[signature]
-        wanted = [
-            s
-            for item in request.session.items
-            if (s := getattr(getattr(item, "obj", None), "dlbricks_signature", None))
-        ]
         try:
-            cost = brick_cost(run, signature, wanted)
+            cost = brick_cost(run, signature, _wanted(request, "dlbricks_signature"), _wanted(request, "dlbricks_plan"))
         except SimulationError as error:
             raise pytest.fail.Exception(f"brick {brick.label}: cannot be simulated: {error}", pytrace=False) from None
         extra = {"signature": signature, "ops": list(brick.ops), "models": run.models_using(signature)}
@@ -178,11 +186,8 @@ def simulated_model_test(run: DLBricksRun, plan: ModelPlan) -> Callable[..., Non
     """The test function of a whole model in simulated mode: the model counted as its bricks are."""
 
     def test_model(request: pytest.FixtureRequest) -> None:
-        wanted = [
-            p for item in request.session.items if (p := getattr(getattr(item, "obj", None), "dlbricks_plan", None))
-        ]
         try:
-            cost = model_cost(run, plan, wanted)
+            cost = model_cost(run, plan, _wanted(request, "dlbricks_plan"))
         except SimulationError as error:
             raise pytest.fail.Exception(f"{plan.path}: cannot be simulated whole: {error}", pytrace=False) from None
         _benchmark_exactly(request, cost.seconds, {"model": plan.path, "executor": "sequential", **cost.as_json()})
