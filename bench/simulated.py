@@ -2,8 +2,9 @@
 
 Runs the plugin as a user would, ``--dlbricks-store=none --dlbricks-validate`` at one granularity, ``--runs``
 times one after the other on ``sample_models/``, the onnx wheel's 9 CNNs (or both), or the models of a folder
-(``--zoo DIR``, every ``.onnx`` below it, at their own sizes; with ``--models none``, those alone), and reads
-each JSON report. Prints, per model:
+(``--zoo DIR``, every ``.onnx`` below it, at their own sizes; with ``--models none``, those alone), or the
+zoo of ``bench/zoo/build.py`` (``--manifest DIR``, its ``--subset``, default ``ci``, each model where it lies at
+its manifest's dimensions), and reads each JSON report. Prints, per model:
 
 * repeatability: its simulated sequential estimate in every run and the largest distance of one from their
   median (counts do not depend on load: runs identical in all but time should agree exactly);
@@ -13,7 +14,8 @@ each JSON report. Prints, per model:
 then each run's wall time and the simulation's own. Run it from the repository root, in the environment
 where pytest-dlbricks is installed with its ``simulated`` extra and valgrind is on the ``PATH``::
 
-    python bench/simulated.py [--runs 2] [--models samples|light|both|none] [--zoo DIR] [--granularity 2]
+    python bench/simulated.py [--runs 2] [--models samples|light|both|none] [--zoo DIR]
+                              [--manifest DIR [--subset ci|all]] [--granularity 2]
 """
 
 from __future__ import annotations
@@ -35,27 +37,57 @@ SAMPLE_MODELS = Path(__file__).resolve().parent.parent / "sample_models"
 SAMPLE_DIMS = ("--dlbricks-dim=batch=1", "--dlbricks-dim=seq=16")
 
 
-def run_once(models: Path, report: Path, granularity: int, dims: tuple[str, ...]) -> tuple[dict, float]:
-    """One simulated, validated run of the plugin on ``models``: its report read back, and its wall time."""
+def run_once(
+    models: list[Path], root: Path, report: Path, granularity: int, dims: tuple[str, ...]
+) -> tuple[dict, float]:
+    """One simulated, validated run of the plugin on ``models`` (files or folders) under ``root``: its report
+    read back, and its wall time."""
+    ini = report.with_suffix(".ini")
+    ini.write_text("[pytest]\n")
     command = [
-        *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={models.parent}"),
+        *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ini), f"--rootdir={root}"),
         *(f"--dlbricks-granularity={granularity}", "--dlbricks-store=none", "--dlbricks-cost=simulated"),
-        *("--dlbricks-validate", f"--dlbricks-json={report}", "--benchmark-disable", *dims, str(models)),
+        *("--dlbricks-validate", f"--dlbricks-json={report}", "--benchmark-disable", *dims, *map(str, models)),
     ]
     start = time.perf_counter()
-    subprocess.run(command, check=False, capture_output=True, cwd=models.parent)
+    subprocess.run(command, check=False, capture_output=True, cwd=report.parent)
     return json.loads(report.read_text()), time.perf_counter() - start
 
 
-def study(name: str, source: Path, pattern: str, dims: tuple[str, ...], args: argparse.Namespace) -> None:
+def manifest_models(cache: Path, subset: str) -> tuple[list[Path], tuple[str, ...]]:
+    """The models of the zoo's manifest under ``cache`` in ``subset``, where they lie (with their sample inputs
+    and external data), and the options giving each its own dimensions, as ``bench/zoo.py`` runs them."""
+    manifest = cache / "zoo.json"
+    if not manifest.exists():
+        sys.exit(f"{manifest} not found: build the zoo first with python bench/zoo/build.py")
+    entries = [m for m in json.loads(manifest.read_text())["models"] if subset in m["subsets"]]
+    dims = tuple(
+        f"--dlbricks-dim={Path(m['path']).parent.name}/{Path(m['path']).name}: "
+        + " ".join(f"{name}={value}" for name, value in m["dims"].items())
+        for m in entries
+        if m["dims"]
+    )
+    return [cache / m["path"] for m in entries], dims
+
+
+def study(
+    name: str, source: Path, pattern: str, dims: tuple[str, ...], args: argparse.Namespace, *, in_place: bool = False
+) -> None:
+    """Run ``--runs`` times on the models below ``source`` matching ``pattern`` (copied into one folder), or with
+    ``in_place`` on the manifest's models where they lie, and print what the reports say."""
     with tempfile.TemporaryDirectory() as folder:
-        models = Path(folder) / "models"
-        models.mkdir()
-        for path in sorted(source.glob(pattern)):
-            shutil.copy(path, models / str(path.relative_to(source)).replace("/", "_"))
+        if in_place:
+            models, own_dims = manifest_models(source, args.subset)
+            dims, root = (*dims, *own_dims), source
+        else:
+            root = Path(folder)
+            (root / "models").mkdir()
+            for path in sorted(source.glob(pattern)):
+                shutil.copy(path, root / "models" / str(path.relative_to(source)).replace("/", "_"))
+            models = [root / "models"]
         reports = []
         for number in range(args.runs):
-            report, wall_s = run_once(models, Path(folder) / f"run{number}.json", args.granularity, dims)
+            report, wall_s = run_once(models, root, Path(folder) / f"run{number}.json", args.granularity, dims)
             simulated_s = report.get("simulation", {}).get("wall_s", 0.0)
             print(f"{name} run {number + 1}: {wall_s:.0f} s wall, {simulated_s:.0f} s of it simulating", flush=True)
             reports.append(report)
@@ -89,6 +121,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--models", choices=("samples", "light", "both", "none"), default="samples")
     parser.add_argument("--zoo", type=Path, metavar="DIR", help="also every .onnx model below DIR")
+    parser.add_argument("--manifest", type=Path, metavar="DIR", help="also the zoo of bench/zoo/build.py in DIR")
+    parser.add_argument("--subset", choices=("ci", "all"), default="ci", help="the zoo's models (default: %(default)s)")
     parser.add_argument("--granularity", type=int, default=2)
     args = parser.parse_args()
     if args.models in ("samples", "both"):
@@ -97,6 +131,8 @@ def main() -> int:
         study("light CNNs", LIGHT_MODELS, "*.onnx", (), args)
     if args.zoo:
         study("zoo", args.zoo, "**/*.onnx", (), args)
+    if args.manifest:
+        study(f"zoo ({args.subset} subset)", args.manifest.expanduser(), "", (), args, in_place=True)
     return 0
 
 

@@ -95,6 +95,29 @@ def test_a_loaded_run_says_so_in_its_verdict(
     assert report["verdict"]["margin"] is None and report["verdict"]["trusted"] is False
 
 
+def test_a_run_loaded_a_little_on_a_pool_of_threads_is_not_trusted(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timing thread on its core 80% of the time on 2 cores, at onnxruntime's threads (one a core): a pool thread
+    off its core holds up every parallel layer, so no margin (one thread keeps one: see test_verdict.py)."""
+    from pytest_dlbricks.timing import load
+    from pytest_dlbricks.wiring import run_state
+
+    class MostOfTheTime(load.LoadMeter):
+        def readings(self) -> load.Readings:
+            return load.Readings(max(self.wall_s, 1.0), max(self.wall_s, 1.0) * 0.8, 2.5, 2)
+
+    monkeypatch.setattr(run_state, "LoadMeter", MostOfTheTime)
+    result = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-store=none")
+    result.stdout.fnmatch_lines(
+        [
+            "dlbricks verdict: estimates not trusted: the timing thread was on a core 80% of its rounds' time"
+            " (load average 2.5 on 2 cores), with 2 intra-op threads, whose layers wait for any of them that lost"
+            " its core; to tighten: a quieter machine, one intra-op thread (--dlbricks-threads=1)*"
+        ]
+    )
+
+
 def test_collection_names_each_model_on_a_terminal_only(
     pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

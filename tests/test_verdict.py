@@ -44,13 +44,32 @@ def test_without_estimate_margins_the_bricks_part_is_half_the_noise() -> None:
     assert line.endswith("not measured: machine speed, load")
 
 
-def test_a_loaded_run_widens_its_margin_by_the_time_its_thread_lost() -> None:
+def test_a_loaded_run_on_one_thread_widens_its_margin_by_the_time_its_thread_lost() -> None:
     load = {"core_share": 0.8, "loaded": True, "trusted": True, "load_average": 2.7, "cpus": 2}
-    verdict = judge(precisions=[0.01], noise=None, speed_spread=0.01, load=load, threads=0)
+    verdict = judge(precisions=[0.01], noise=None, speed_spread=0.01, load=load, threads=1)
     assert verdict.sources["load"] == pytest.approx(0.25)
     assert verdict.margin == pytest.approx(math.sqrt(0.01**2 + 0.01**2 + 0.25**2))
-    assert verdict.advice[:2] == ["a quieter machine", "one intra-op thread (--dlbricks-threads=1)"]
+    assert verdict.advice == ["a quieter machine", "run again"]
     assert verdict.reason == "the timing thread was on a core 80% of its rounds' time (load average 2.7 on 2 cores)"
+
+
+@pytest.mark.parametrize(("threads", "cpus", "pool"), [(0, 2, 2), (4, 2, 4), (0, None, 2)])
+def test_a_loaded_run_on_a_pool_of_threads_is_not_trusted(threads: int, cpus: int | None, pool: int) -> None:
+    # A pool thread off its core holds up every parallel layer: the time the timing thread lost bounds nothing.
+    load = {"core_share": 0.8, "loaded": True, "trusted": True, "load_average": 2.7, "cpus": cpus}
+    verdict = judge(precisions=[0.01], noise=None, speed_spread=0.01, load=load, threads=threads)
+    assert verdict.margin is None and not verdict.trusted
+    assert verdict.reason is not None and verdict.reason.endswith(
+        f"with {pool} intra-op threads, whose layers wait for any of them that lost its core"
+    )
+    assert verdict.advice[:2] == ["a quieter machine", "one intra-op thread (--dlbricks-threads=1)"]
+
+
+def test_an_unloaded_run_on_a_pool_of_threads_and_a_loaded_one_on_one_core_keep_their_margin() -> None:
+    assert judge(precisions=[0.01], noise=None, speed_spread=0.01, load=QUIET, threads=0).trusted
+    one_core = {"core_share": 0.8, "loaded": True, "trusted": True, "load_average": 1.5, "cpus": 1}
+    verdict = judge(precisions=[0.01], noise=None, speed_spread=0.01, load=one_core, threads=0)
+    assert verdict.trusted and verdict.margin == pytest.approx(math.sqrt(0.01**2 + 0.01**2 + 0.25**2))
 
 
 def test_a_run_whose_thread_lost_its_core_most_of_the_time_is_not_trusted() -> None:
