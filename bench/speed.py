@@ -34,8 +34,8 @@ The split is learned by this file acting as a pytest plugin inside every pytest 
 (``-p speed``): it wraps the functions named above with timers and writes what it saw to a JSON file.
 
 Models come from the zoo of ``bench/zoo/build.py`` (its manifest gives each model's symbolic
-dimensions; models run together where those agree, else in sessions of their own, as in
-``bench/zoo.py``), or with ``--light`` from the 9 CNNs of the onnx wheel.
+dimensions; all models run in one session, each given its own by a pattern, as in ``bench/zoo.py``), or
+with ``--light`` from the 9 CNNs of the onnx wheel.
 
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
 
@@ -265,7 +265,7 @@ class Process:
 
 @dataclass
 class Run:
-    """One side of a scenario: the pytest processes it took (one per group of models)."""
+    """One side of a scenario: the pytest processes it took (one per run, one per commit in a history)."""
 
     processes: list[Process] = field(default_factory=list)
 
@@ -471,57 +471,44 @@ def _sample_inputs(file: Path) -> bool:
     return (file.is_dir() and file.name.startswith("test_data_set_")) or file.suffix == ".npz"
 
 
-def groups(models: list[Model]) -> list[list[Model]]:
-    """Models split into as few sessions as their dimension values allow (each session gives every name one value)."""
-    sessions: list[list[Model]] = []
-    for model in models:
-        for group in sessions:
-            if all(other.dims.get(name, size) == size for other in group for name, size in model.dims.items()):
-                group.append(model)
-                break
-        else:
-            sessions.append([model])
-    return sessions
-
-
 def run_plugin(args: argparse.Namespace, work: Path, models: list[Model], store: Path, swept: str | None) -> Run:
+    """The plugin on ``models`` in one pytest process, each model given its own dimensions by a pattern (as a
+    user gives models of different sizes theirs), ``swept`` at ``--sizes`` for all."""
     run = Run()
     report = work / "report.json"
-    for group in groups(models):
-        dims = {name: value for model in group for name, value in model.dims.items()}
-        if swept is not None:
-            dims[swept] = args.sizes
-        command = [
-            *[str(model.path) for model in group],
-            f"--dlbricks-granularity={args.granularity}",
-            f"--dlbricks-precision={args.precision}",
-            f"--dlbricks-store={store}",
-            f"--dlbricks-json={report}",
-            *[f"--dlbricks-dim={name}={value}" for name, value in dims.items()],
-        ]
-        report.unlink(missing_ok=True)
-        process = run_pytest(args, work, command)
-        if report.exists():  # the run's noise, and the margin of error each estimate reached
-            written = json.loads(report.read_text())
-            process.figures["noise"] = written["summary"].get("noise")
-            process.figures["margins"] = [m.get("precision") for m in written["models"] if "sequential_s" in m]
-        run.processes.append(process)
+    dims = [
+        f"--dlbricks-dim={model.path.parent.name}/{model.path.name}: "
+        + " ".join(f"{name}={value}" for name, value in model.dims.items() if name != swept)
+        for model in models
+        if any(name != swept for name in model.dims)
+    ]
+    command = [
+        *[str(model.path) for model in models],
+        f"--dlbricks-granularity={args.granularity}",
+        f"--dlbricks-precision={args.precision}",
+        f"--dlbricks-store={store}",
+        f"--dlbricks-json={report}",
+        *dims,
+        *([f"--dlbricks-dim={swept}={args.sizes}"] if swept is not None else []),
+    ]
+    report.unlink(missing_ok=True)
+    process = run_pytest(args, work, command)
+    if report.exists():  # the run's noise, and the margin of error each estimate reached
+        written = json.loads(report.read_text())
+        process.figures["noise"] = written["summary"].get("noise")
+        process.figures["margins"] = [m.get("precision") for m in written["models"] if "sequential_s" in m]
+    run.processes.append(process)
     return run
 
 
 def run_baseline(args: argparse.Namespace, work: Path, models: list[Model], swept: str | None) -> Run:
     run = Run()
     sizes = [int(size) for size in args.sizes.split(",")] if swept else [None]
-    for number, group in enumerate(groups(models)):
-        test = work / f"baseline_{number}.py"
-        listed = [(str(model.path), model.dims) for model in group]
-        test.write_text(BASELINE_TEST.format(models=listed, sizes=sizes).replace("SWEPT", repr(swept)))
-        command = [
-            str(test),
-            f"--benchmark-precision={args.precision}",
-            f"--benchmark-confidence={CONFIDENCE}",
-        ]
-        run.processes.append(run_pytest(args, work, command))
+    test = work / "baseline.py"
+    listed = [(str(model.path), model.dims) for model in models]
+    test.write_text(BASELINE_TEST.format(models=listed, sizes=sizes).replace("SWEPT", repr(swept)))
+    command = [str(test), f"--benchmark-precision={args.precision}", f"--benchmark-confidence={CONFIDENCE}"]
+    run.processes.append(run_pytest(args, work, command))
     return run
 
 

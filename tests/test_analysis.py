@@ -15,7 +15,7 @@ from conftest import light_models
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.cut.cutting import ModelPlan, plan_model
 from pytest_dlbricks.cut.loading import load_model
-from pytest_dlbricks.estimating.analysis import TOP_BRICKS, BrickWork, LayerWork, plan_work, split_time
+from pytest_dlbricks.estimating.analysis import TOP_BRICKS, BrickAnalysis, BrickWork, LayerWork, plan_work, split_time
 from pytest_dlbricks.reporting.entries import FailedModel
 from pytest_dlbricks.reporting.report import build_report
 from pytest_dlbricks.timing.overhead import CallOverhead
@@ -248,3 +248,13 @@ def test_the_call_overhead_is_taken_off_bricks_and_counted_once_per_model(tmp_pa
     (model,) = report["models"]
     assert sum(model["op_time_s"].values()) + model["call_s"] == pytest.approx(model["sequential_s"])
     assert conv["flops_per_s"] == pytest.approx(CONV_FLOPS / 4e-6), "its throughput as it was timed"
+
+
+def test_a_bricks_analysis_in_json_is_a_copy_of_its_fields() -> None:
+    analysis = BrickAnalysis("Conv+Relu-0a1b2c3d", 1000, 400, ["Loop"], 1e9, 0.5, {"Conv": 2e-6, "Relu": 1e-7}, 2.1e-6)
+    entry = analysis.as_json()
+    assert entry == dataclasses.asdict(analysis)
+    entry["op_time_s"]["Conv"] = 0.0
+    entry["unknown_flops_ops"].append("If")
+    assert analysis.op_time_s == {"Conv": 2e-6, "Relu": 1e-7} and analysis.unknown_flops_ops == ["Loop"]
+    assert BrickAnalysis(None, None, None, [], None, None, None, None).as_json()["op_time_s"] is None
