@@ -15,7 +15,7 @@ then each run's wall time and the simulation's own. Run it from the repository r
 where pytest-dlbricks is installed with its ``simulated`` extra and valgrind is on the ``PATH``::
 
     python bench/simulated.py [--runs 2] [--models samples|light|both|none] [--zoo DIR]
-                              [--manifest DIR [--subset ci|all]] [--granularity 2]
+                              [--manifest DIR [--subset ci|all | --only NAMES]] [--granularity 2]
 """
 
 from __future__ import annotations
@@ -54,13 +54,18 @@ def run_once(
     return json.loads(report.read_text()), time.perf_counter() - start
 
 
-def manifest_models(cache: Path, subset: str) -> tuple[list[Path], tuple[str, ...]]:
-    """The models of the zoo's manifest under ``cache`` in ``subset``, where they lie (with their sample inputs
-    and external data), and the options giving each its own dimensions, as ``bench/zoo.py`` runs them."""
+def manifest_models(cache: Path, subset: str, only: str | None) -> tuple[list[Path], tuple[str, ...]]:
+    """The models of the zoo's manifest under ``cache`` in ``subset`` (or named in ``only``, comma-separated),
+    where they lie (with their sample inputs and external data), and the options giving each its own
+    dimensions, as ``bench/zoo.py`` runs them."""
     manifest = cache / "zoo.json"
     if not manifest.exists():
         sys.exit(f"{manifest} not found: build the zoo first with python bench/zoo/build.py")
-    entries = [m for m in json.loads(manifest.read_text())["models"] if subset in m["subsets"]]
+    entries = json.loads(manifest.read_text())["models"]
+    names = set(only.split(",")) if only else None
+    if names and (missing := names - {m["name"] for m in entries}):
+        sys.exit(f"not in {manifest}: {', '.join(sorted(missing))}")
+    entries = [m for m in entries if (m["name"] in names if names else subset in m["subsets"])]
     dims = tuple(
         f"--dlbricks-dim={Path(m['path']).parent.name}/{Path(m['path']).name}: "
         + " ".join(f"{name}={value}" for name, value in m["dims"].items())
@@ -77,7 +82,7 @@ def study(
     ``in_place`` on the manifest's models where they lie, and print what the reports say."""
     with tempfile.TemporaryDirectory() as folder:
         if in_place:
-            models, own_dims = manifest_models(source, args.subset)
+            models, own_dims = manifest_models(source, args.subset, args.only)
             dims, root = (*dims, *own_dims), source
         else:
             root = Path(folder)
@@ -123,6 +128,7 @@ def main() -> int:
     parser.add_argument("--zoo", type=Path, metavar="DIR", help="also every .onnx model below DIR")
     parser.add_argument("--manifest", type=Path, metavar="DIR", help="also the zoo of bench/zoo/build.py in DIR")
     parser.add_argument("--subset", choices=("ci", "all"), default="ci", help="the zoo's models (default: %(default)s)")
+    parser.add_argument("--only", help="comma-separated names of the zoo's models (instead of --subset)")
     parser.add_argument("--granularity", type=int, default=2)
     args = parser.parse_args()
     if args.models in ("samples", "both"):
