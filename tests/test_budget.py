@@ -81,6 +81,23 @@ def test_times_the_store_knows_count_in_a_model_s_known_part(tmp_path: Path) -> 
     assert run.brick_precision(first, 1e-6, 0.02, stored=False) > 0.02, "a brick reused in this run counts"
 
 
+def test_a_brick_s_precision_follows_the_call_cost_once_it_changes(tmp_path: Path) -> None:
+    """Call costs are reckoned once per brick, and again for a call overhead measured or read later."""
+    model = Path(shutil.copy(SAMPLE_MODELS / "mlp.onnx", tmp_path / "mlp.onnx"))
+    overhead = CallOverhead(fixed_s=9e-6, per_input_s=1e-6, per_output_s=1e-6, timing_s=1e-7)
+    runs = [DLBricksRun(Settings(granularity=2, dims={"batch": 1}), time.perf_counter) for _ in range(2)]
+    signatures = [brick.signature for brick in runs[0].add_model(model, "mlp.onnx")[1]]
+    runs[1].add_model(model, "mlp.onnx")
+    late, known = runs
+    known.assume_overhead(overhead)
+    for run in runs:
+        run.know_time(signatures[1], 1e-4)
+    assert late.brick_precision(signatures[0], 1e-5, 0.02) != known.brick_precision(signatures[0], 1e-5, 0.02)
+    late.assume_overhead(overhead)
+    for signature in signatures:
+        assert late.brick_precision(signature, 1e-5, 0.02) == known.brick_precision(signature, 1e-5, 0.02)
+
+
 class _Item:
     """What :func:`items._budget_rounds` reads of a brick item: its benchmark mark and pytest's options."""
 

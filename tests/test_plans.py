@@ -43,6 +43,7 @@ def assert_same_brick(found: object, expected: object) -> None:
     for name, value in expected.values.items():
         assert found.values[name].dtype == value.dtype and found.values[name].shape == value.shape
         np.testing.assert_array_equal(found.values[name], value)
+        assert found.values[name].flags.writeable, "a value read back is an array like any other"
 
 
 BUILDERS: list[Callable[[Path], Path]] = [
@@ -150,6 +151,30 @@ def test_a_plan_with_numbers_no_cut_makes_is_a_miss(tmp_path: Path, damage: str)
         data["edges"] = []
     saved.write_text(json.dumps(data))
     assert cache.get(path, "chain.onnx") is None
+    assert cache.discarded == 1
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        ["<i8", [2], "AAAA"],
+        ["|O", [1], "AAAAAAAAAAA="],
+        ["<i8", [-1], "AAAAAAAAAAA="],
+        ["<i8", [3], "AAAAAAAAAAA="],
+        "AAAA",
+    ],
+    ids=["short", "objects", "negative", "wrong_shape", "not_a_list"],
+)
+def test_a_plan_whose_values_disagree_with_their_type_and_shape_is_a_miss(tmp_path: Path, damage: object) -> None:
+    path = tiny_models.computed_reshape(tmp_path)
+    cache = PlanCache(tmp_path / "plans", SETTINGS)
+    cache.put(path, ONE_POINT, cut(path))
+    (saved,) = (tmp_path / "plans").iterdir()
+    data = json.loads(saved.read_text())
+    brick = next(brick for brick in data["bricks"] if brick.get("values"))
+    brick["values"][next(iter(brick["values"]))] = damage
+    saved.write_text(json.dumps(data))
+    assert cache.get(path, "reshape.onnx") is None
     assert cache.discarded == 1
 
 

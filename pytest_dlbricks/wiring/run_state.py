@@ -74,6 +74,10 @@ class RunState:
         #: :meth:`_uses`), kept up to date as times become known, for the call overhead it was counted with.
         self._tallies: dict[tuple[int, bool], _Tally] = {}
         self._tallied_overhead: CallOverhead | None = None
+        #: Each distinct brick's call cost, for the call overhead it was reckoned with: sizing the bricks of a
+        #: re-run of 42 models asked for it 22,000 times.
+        self._call_costs: dict[str, float] = {}
+        self._costed_overhead: CallOverhead | None = None
         #: Validations by model path and executor.
         self.validations: dict[tuple[str, str], Validation] = {}
         #: Cost of one inference call on this machine, measured before the first timing.
@@ -220,8 +224,16 @@ class RunState:
         return largest_share(seconds, self._uses(signature))
 
     def _call_cost(self, signature: str) -> float:
-        brick = self.bricks[signature]
-        return (self.overhead or NO_OVERHEAD).of_brick(len(brick.inputs), brick.output_count)
+        if self._costed_overhead is not self.overhead:
+            self._call_costs.clear()
+            self._costed_overhead = self.overhead
+        cost = self._call_costs.get(signature)
+        if cost is None:
+            brick = self.bricks[signature]
+            cost = self._call_costs[signature] = (self.overhead or NO_OVERHEAD).of_brick(
+                len(brick.inputs), brick.output_count
+            )
+        return cost
 
     def _uses(self, signature: str, *, stored: bool = True) -> list[Use]:
         """The brick's place in each model using it (see :class:`.budget.Use`): the model's tally less the
