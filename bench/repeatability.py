@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
+from zoo_manifest import dim_options, read_manifest
 
 LIGHT_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 SAMPLE_MODELS = Path(__file__).resolve().parent.parent / "sample_models"
@@ -58,17 +59,9 @@ def run_once(models: list[Path], root: Path, report: Path, args: argparse.Namesp
 
 def zoo_models(cache: Path) -> tuple[list[Path], list[str]]:
     """Every model of the zoo's manifest under ``cache``, and the options giving each its own dimensions."""
-    manifest = cache / "zoo.json"
-    if not manifest.exists():
-        sys.exit(f"{manifest} not found: build the zoo first with python bench/zoo/build.py")
-    entries = json.loads(manifest.read_text())["models"]
-    dims = [
-        f"--dlbricks-dim={Path(m['path']).parent.name}/{Path(m['path']).name}: "
-        + " ".join(f"{name}={value}" for name, value in m["dims"].items())
-        for m in entries
-        if m["dims"]
-    ]
-    return [cache / m["path"] for m in entries], dims
+    manifest, entries = read_manifest(cache)
+    paths = [manifest.parent / m["path"] for m in entries]
+    return paths, [option for m, path in zip(entries, paths) for option in dim_options(path, m["dims"])]
 
 
 @contextlib.contextmanager

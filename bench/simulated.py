@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import onnx
+from zoo_manifest import dim_options, read_manifest, select
 
 LIGHT_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 SAMPLE_MODELS = Path(__file__).resolve().parent.parent / "sample_models"
@@ -58,21 +59,10 @@ def manifest_models(cache: Path, subset: str, only: str | None) -> tuple[list[Pa
     """The models of the zoo's manifest under ``cache`` in ``subset`` (or named in ``only``, comma-separated),
     where they lie (with their sample inputs and external data), and the options giving each its own
     dimensions, as ``bench/zoo.py`` runs them."""
-    manifest = cache / "zoo.json"
-    if not manifest.exists():
-        sys.exit(f"{manifest} not found: build the zoo first with python bench/zoo/build.py")
-    entries = json.loads(manifest.read_text())["models"]
-    names = set(only.split(",")) if only else None
-    if names and (missing := names - {m["name"] for m in entries}):
-        sys.exit(f"not in {manifest}: {', '.join(sorted(missing))}")
-    entries = [m for m in entries if (m["name"] in names if names else subset in m["subsets"])]
-    dims = tuple(
-        f"--dlbricks-dim={Path(m['path']).parent.name}/{Path(m['path']).name}: "
-        + " ".join(f"{name}={value}" for name, value in m["dims"].items())
-        for m in entries
-        if m["dims"]
-    )
-    return [cache / m["path"] for m in entries], dims
+    manifest, entries = read_manifest(cache)
+    chosen = select(manifest, entries, subset, only)
+    paths = [manifest.parent / m["path"] for m in chosen]
+    return paths, tuple(option for m, path in zip(chosen, paths) for option in dim_options(path, m["dims"]))
 
 
 def study(

@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from zoo_manifest import dim_options, read_manifest, select
 
 DEFAULT_CACHE = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
 #: Environment variable naming the file the plugin part of this script writes its figures to.
@@ -381,17 +382,9 @@ def select_models(args: argparse.Namespace, folder: Path) -> list[Model]:
         light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
         sources = [(path.stem, path, {}) for path in sorted(light.glob("*.onnx"))]
     else:
-        manifest_path = args.cache.expanduser() / "zoo.json"
-        if not manifest_path.exists():
-            sys.exit(f"{manifest_path} not found: build the zoo with python bench/zoo/build.py, or pass --light")
-        manifest = json.loads(manifest_path.read_text())
-        entries = [m for m in manifest["models"] if args.subset in m["subsets"]]
-        if args.only:
-            names = args.only.split(",")
-            entries = [m for m in manifest["models"] if m["name"] in names]
-            if missing := set(names) - {m["name"] for m in entries}:
-                sys.exit(f"not in {manifest_path}: {', '.join(sorted(missing))}")
-        sources = [(m["name"], manifest_path.parent / m["path"], m["dims"]) for m in entries]
+        manifest_path, entries = read_manifest(args.cache)
+        chosen = select(manifest_path, entries, args.subset, args.only)
+        sources = [(m["name"], manifest_path.parent / m["path"], m["dims"]) for m in chosen]
     models = []
     for name, source, dims in sources:
         target = folder / name
@@ -476,12 +469,7 @@ def run_plugin(args: argparse.Namespace, work: Path, models: list[Model], store:
     user gives models of different sizes theirs), ``swept`` at ``--sizes`` for all."""
     run = Run()
     report = work / "report.json"
-    dims = [
-        f"--dlbricks-dim={model.path.parent.name}/{model.path.name}: "
-        + " ".join(f"{name}={value}" for name, value in model.dims.items() if name != swept)
-        for model in models
-        if any(name != swept for name in model.dims)
-    ]
+    dims = [option for model in models for option in dim_options(model.path, model.dims, skip=swept)]
     command = [
         *[str(model.path) for model in models],
         f"--dlbricks-granularity={args.granularity}",

@@ -56,6 +56,8 @@ import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
+from zoo_manifest import dim_options, read_manifest, select
+
 from pytest_dlbricks.estimating.calibration import MIN_MODELS, Calibration, CalibrationRecord, fit, record_of
 from pytest_dlbricks.estimating.composition import ParallelExecutor, compose_calls, model_costs
 from pytest_dlbricks.estimating.validation import accuracy
@@ -86,21 +88,13 @@ def main() -> None:
     )
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments, after --")
     args = parser.parse_args()
-    manifest_path = args.cache.expanduser() / "zoo.json"
-    if not manifest_path.exists():
-        sys.exit(f"{manifest_path} not found: build the zoo first with python bench/zoo/build.py")
-    manifest = json.loads(manifest_path.read_text())
-    models = [m for m in manifest["models"] if args.subset in m["subsets"]]
-    if args.only:
-        names = set(args.only.split(","))
-        models = [m for m in manifest["models"] if m["name"] in names]
-        if missing := names - {m["name"] for m in models}:
-            sys.exit(f"not in {manifest_path}: {', '.join(sorted(missing))}")
+    manifest_path, entries = read_manifest(args.cache)
+    models = select(manifest_path, entries, args.subset, args.only)
     cache = manifest_path.parent
     calibration_models = (
         args.calibration_models.split(",")
         if args.calibration_models
-        else [m["name"] for m in manifest["models"] if m["name"].startswith("light_")]
+        else [m["name"] for m in entries if m["name"].startswith("light_")]
     )
     validations = {"both": (False, True), "on": (True,), "off": (False,)}[args.validate]
     results: dict[tuple[int, bool], dict[str, dict]] = {}
@@ -148,12 +142,6 @@ def _session(
 ) -> tuple[dict[str, dict], float | None]:
     """One pytest session of the plugin on some models; per model name its row, and the noise figure."""
     report, junit, store = kept / f"{label}.json", kept / f"{label}.xml", Path(tempfile.mkdtemp(dir=kept))
-    dims = [
-        f"{Path(model['path']).parent.name}/{Path(model['path']).name}: "
-        + " ".join(f"{name}={value}" for name, value in model["dims"].items())
-        for model in models
-        if model["dims"]
-    ]
     command = [
         sys.executable,
         "-m",
@@ -172,7 +160,7 @@ def _session(
         f"--dlbricks-precision={args.precision}",
         f"--benchmark-max-time={args.max_time}",
         f"--junitxml={junit}",
-        *[f"--dlbricks-dim={entry}" for entry in dims],
+        *[option for model in models for option in dim_options(cache / model["path"], model["dims"])],
         *(["--dlbricks-validate", "--dlbricks-executor=parallel"] if validate else []),
         *args.pytest_args,
     ]

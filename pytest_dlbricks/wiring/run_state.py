@@ -73,11 +73,11 @@ class RunState:
         #: What each model's bricks are known to add, by plan index and whether stored times count (see
         #: :meth:`_uses`), kept up to date as times become known, for the call overhead it was counted with.
         self._tallies: dict[tuple[int, bool], _Tally] = {}
-        self._tallied_overhead: CallOverhead | None = None
         #: Each distinct brick's call cost, for the call overhead it was reckoned with: sizing the bricks of a
         #: re-run of 42 models asked for it 22,000 times.
         self._call_costs: dict[str, float] = {}
-        self._costed_overhead: CallOverhead | None = None
+        #: The call overhead the tallies and call costs were reckoned with (see :meth:`_follow_overhead`).
+        self._reckoned_overhead: CallOverhead | None = None
         #: Validations by model path and executor.
         self.validations: dict[tuple[str, str], Validation] = {}
         #: Cost of one inference call on this machine, measured before the first timing.
@@ -223,10 +223,15 @@ class RunState:
         other bricks counted at the times known so far."""
         return largest_share(seconds, self._uses(signature))
 
-    def _call_cost(self, signature: str) -> float:
-        if self._costed_overhead is not self.overhead:
+    def _follow_overhead(self) -> None:
+        """Forget what was reckoned with another call overhead than the run's now: the tallies, the call costs."""
+        if self._reckoned_overhead is not self.overhead:
+            self._tallies.clear()
             self._call_costs.clear()
-            self._costed_overhead = self.overhead
+            self._reckoned_overhead = self.overhead
+
+    def _call_cost(self, signature: str) -> float:
+        self._follow_overhead()
         cost = self._call_costs.get(signature)
         if cost is None:
             brick = self.bricks[signature]
@@ -249,9 +254,7 @@ class RunState:
 
     def _tally(self, index: int, stored: bool) -> _Tally:
         """What all the bricks of plan ``index`` are known to add (see :meth:`_part`), counted once."""
-        if self._tallied_overhead is not self.overhead:
-            self._tallies.clear()
-            self._tallied_overhead = self.overhead
+        self._follow_overhead()
         key = (index, stored)
         if key not in self._tallies:
             tally = _Tally()
@@ -277,8 +280,7 @@ class RunState:
 
     def _learn(self, signature: str, change: Callable[[], None]) -> None:
         """Make ``change`` to what is known of a brick's time, and to the tallies of the models using it."""
-        if self._tallied_overhead is not self.overhead:
-            self._tallies.clear()
+        self._follow_overhead()
         counted = [
             (index, stored)
             for index in self._plans_using.get(signature, ())
