@@ -80,6 +80,7 @@ from pytest_dlbricks.cut.loading import load_model, whole_model
 from pytest_dlbricks.cut.samples import find_samples
 from pytest_dlbricks.estimating.analysis import plan_work
 from pytest_dlbricks.estimating.composition import compose
+from pytest_dlbricks.timing.caches import CacheFlusher, cache_sizes, flush_bytes, read_bytes
 from pytest_dlbricks.timing.overhead import CallOverhead, measure_call_overhead
 from pytest_dlbricks.timing.running import BrickRunner, ModelRunner
 from pytest_dlbricks.timing.synthesis import brick_feeds, build_brick_model
@@ -178,7 +179,20 @@ def breakdown(
     file, feeds = whole_model(path, dims, sample=sample)
     file_runner = ModelRunner(file, feeds, settings, data_dir=None if isinstance(file, Path) else path.parent)
     model_runner = BrickRunner(whole, settings, optimized=True)
-    runners = {signature: BrickRunner(brick, settings, optimized=True) for signature, brick in distinct.items()}
+    work = plan_work(graph, plan)
+    # Weights pushed out of the caches as the plugin's items push them (see pytest_dlbricks.timing.caches).
+    sizes, flusher = cache_sizes(), CacheFlusher()
+    model_read = sum(read_bytes(brick) for brick, _ in windows)
+    flushes = {
+        signature: flush_bytes(brick, work[signature].flops, [model_read], sizes)
+        for signature, brick in distinct.items()
+    }
+    runners = {
+        signature: BrickRunner(
+            brick, settings, optimized=True, flush=flusher.reader(flushes[signature]) if flushes[signature] else None
+        )
+        for signature, brick in distinct.items()
+    }
     sized = _sized_file(path, feeds) if isinstance(file, Path) else None
     models = {"file": file_runner, "model": model_runner}
     if sized is not None:
@@ -223,7 +237,6 @@ def breakdown(
         gap_bricks += times[brick.signature] - sum(kernels.values()) * scale
     brick_calls = sum(overhead.of(len(b.inputs), len(b.outputs)) for b, _ in windows)
     model_call = overhead.of(*plan.io)
-    work = plan_work(graph, plan)
     layer_work = [layer for brick, _ in windows for layer in work[brick.signature].layers]
     return Breakdown(
         name=name,
@@ -294,7 +307,7 @@ def _timed_again(runner: BrickRunner) -> float:
 
 
 def _timed(runner: BrickRunner) -> float:
-    runner.rewrite_inputs()
+    runner.prepare_call()
     start = time.perf_counter()
     runner()
     return time.perf_counter() - start

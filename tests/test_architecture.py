@@ -36,7 +36,7 @@ STAGES: dict[str, set[str]] = {
     "synthesize": {"timing", "timing.synthesis"},
     "run": {
         *("timing.running", "timing.overhead", "timing.probes", "timing.speed_trace", "timing.load"),
-        *("timing.sharding", "timing.retiming"),
+        *("timing.sharding", "timing.retiming", "timing.caches"),
     },
     "simulate": {
         *("simulating", "simulating.callgrind_output", "simulating.simulation", "simulating.simulation_worker"),

@@ -23,6 +23,7 @@ from pytest_dlbricks.core.runtime import (
     create_session,
     new_options,
     run_watched,
+    session_options,
     use_thread_pool,
 )
 from pytest_dlbricks.core.settings import Settings
@@ -45,6 +46,16 @@ def test_sharing_sizes_the_pool_once_and_sessions_then_use_it(pool_sizes: list[t
     use_thread_pool("shared", 2)
     assert pool_sizes == [(2, 0)]
     assert not new_options().use_per_session_threads
+
+
+def test_sessions_on_the_shared_pool_are_given_no_size_of_their_own(pool_sizes: list[tuple[int, int]]) -> None:
+    """The shared pool has the run's size; a size given a session there makes onnxruntime print a warning
+    at every session (40 of them in a run of the samples on the parallel executor)."""
+    settings = Settings(granularity=1, intra_op_threads=1)
+    assert session_options(settings).intra_op_num_threads == 1
+    use_thread_pool("shared", 1)
+    assert session_options(settings).intra_op_num_threads == 0
+    assert pool_sizes == [(1, 0)]
 
 
 def test_per_session_pools_leave_onnxruntime_alone(pool_sizes: list[tuple[int, int]]) -> None:

@@ -98,6 +98,14 @@ def test_a_brick_keeps_the_times_it_was_timed_beside_and_older_records_lack_them
     assert getattr(older_record(shelf, field), field) is None
 
 
+def test_a_brick_keeps_the_bytes_read_before_its_calls_and_older_records_lack_them(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put(replace(brick(), cache_flush_bytes=56 << 20))
+    stored = shelf.get(SIGNATURE)
+    assert stored is not None and stored.cache_flush_bytes == 56 << 20
+    assert older_record(shelf, "cache_flush_bytes").cache_flush_bytes is None
+
+
 def test_reference_times_are_those_of_the_bricks_that_have_one() -> None:
     timed = replace(brick(), reference_s=2.1e-5)
     assert references_of({"a" * 64: timed, SIGNATURE: brick()}) == {"a" * 64: 2.1e-5}
@@ -167,6 +175,9 @@ def test_old_records_are_not_reused(tmp_path: Path) -> None:
         json.dumps({**brick().to_json(), "probe_s": "1e-5"}),
         json.dumps({**brick().to_json(), "reference_s": 0}),
         json.dumps({**brick().to_json(), "reference_s": [2e-5]}),
+        json.dumps({**brick().to_json(), "cache_flush_bytes": 0}),
+        json.dumps({**brick().to_json(), "cache_flush_bytes": 1.5e6}),
+        json.dumps({**brick().to_json(), "cache_flush_bytes": True}),
         b"\xff\xfe random bytes".decode("latin-1"),
     ],
 )

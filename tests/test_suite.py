@@ -26,6 +26,7 @@ from pytest_dlbricks.reporting.suite import (
     brick_file_name,
     check_export_folder,
     export_suite,
+    exported_reads,
     read_brick,
     read_manifest,
 )
@@ -281,3 +282,21 @@ def test_a_manifest_or_map_nested_deeper_than_json_is_read_is_an_error_naming_it
     (tmp_path / "model.map.json").write_text(deep)
     with pytest.raises(MapError, match=r"model\.map\.json is not JSON"):
         read_json(tmp_path / "model.map.json")
+
+
+@pytest.mark.parametrize(
+    ("entry", "reads"),
+    [
+        ({"flops": 524288, "rest_of_model_bytes": 3 << 20}, (524288.0, 3 << 20)),
+        ({"flops": None, "rest_of_model_bytes": 3 << 20}, (None, 3 << 20)),
+        ({}, (None, 0)),  # a suite exported before manifests gave them
+        ({"flops": -1, "rest_of_model_bytes": 7}, (None, 7)),
+        ({"flops": float("nan"), "rest_of_model_bytes": 7}, (None, 7)),
+        ({"flops": True, "rest_of_model_bytes": 7}, (None, 7)),
+        ({"flops": 10, "rest_of_model_bytes": -7}, (None, 0)),
+        ({"flops": 10, "rest_of_model_bytes": 7.5}, (None, 0)),
+        ({"flops": 10, "rest_of_model_bytes": "7"}, (None, 0)),
+    ],
+)
+def test_a_manifest_entry_gives_what_decides_a_bricks_cache_flush_or_nothing(entry: dict, reads: tuple) -> None:
+    assert exported_reads(entry) == reads

@@ -16,6 +16,7 @@ import pytest
 import tiny_models
 
 from conftest import plan_of, runtime_ops
+from pytest_dlbricks.core import runtime
 from pytest_dlbricks.core.errors import ModelError
 from pytest_dlbricks.core.graph import MIN_IR_VERSION, TensorSpec
 from pytest_dlbricks.core.placement import placement_of
@@ -314,8 +315,8 @@ def test_rewriting_inputs_writes_them_in_place_unchanged(tmp_path: Path, setting
     runner()
     (before,) = runner.outputs()
     inputs = {name: array.copy() for name, array in runner.feeds.items()}
-    runner.rewrite_inputs()
-    runner.rewrite_inputs()
+    runner.prepare_call()
+    runner.prepare_call()
     assert all(np.array_equal(runner.feeds[name], array) for name, array in inputs.items())
     runner()
     np.testing.assert_array_equal(runner.outputs()[0], before)
@@ -399,7 +400,8 @@ def test_inputs_are_rewritten_through_onnxruntime(tmp_path: Path, settings: Sett
     assert not _rewritable(np.ones((4, 4), np.float32)[:, 1])
 
 
-def test_session_options_follow_the_settings() -> None:
+def test_session_options_follow_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "_shared_threads", None)  # sessions with pools of their own
     options = session_options(Settings(granularity=1, intra_op_threads=3, optimization="disable"))
     assert options.intra_op_num_threads == 3
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL

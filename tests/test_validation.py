@@ -48,7 +48,7 @@ class Recorded:
         self.calls.append(self.name)
         self.clock.now += self.seconds
 
-    def rewrite_inputs(self) -> None:
+    def prepare_call(self) -> None:
         self.calls.append(f"{self.name} inputs")
         self.clock.now += 1.0  # never on a brick's clock
 

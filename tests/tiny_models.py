@@ -650,3 +650,17 @@ def channels_last_cnn(directory: Path, *, blocks: int = 2, channels: int = 16, s
             value = output
     model = finish(nodes, [tensor("x", [1, size, size, 3])], [tensor(value, [1, size, size, channels])], weights)
     return save(model, directory, "channels_last.onnx")
+
+
+def projections(directory: Path, *, layers: int = 3, width: int = 512) -> Path:
+    """A decoder step's projections: ``layers`` MatMuls of a single row by a ``width`` square matrix, then a
+    Relu; each MatMul reads a weight of ``width**2`` floats to do two FLOPs per element of it."""
+    rng = np.random.default_rng(0)
+    nodes, weights, current = [], [], "x"
+    for layer in range(layers):
+        weights.append(array(f"w{layer}", (rng.standard_normal((width, width)) * 0.03).astype(np.float32)))
+        nodes.append(helper.make_node("MatMul", [current, f"w{layer}"], [f"h{layer}"]))
+        current = f"h{layer}"
+    nodes.append(helper.make_node("Relu", [current], ["y"]))
+    model = finish(nodes, [tensor("x", [1, width])], [tensor("y", [1, width])], weights)
+    return save(model, directory, "projections.onnx")

@@ -24,7 +24,7 @@ class PausableClock:
     """pytest-benchmark's own timer, less the time spent in :meth:`untimed`.
 
     pytest-benchmark times a loop of calls; each brick call first writes its inputs again (see
-    :meth:`~pytest_dlbricks.timing.running.BrickRunner.rewrite_inputs`), which is not the brick's time.
+    :meth:`~pytest_dlbricks.timing.running.BrickRunner.prepare_call`), which is not the brick's time.
     Brick items hand it to pytest-benchmark through the ``benchmark`` mark's ``timer`` option.
     """
 

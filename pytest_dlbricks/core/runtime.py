@@ -203,7 +203,9 @@ def session_options(
     """
     options = new_options()
     if settings is not None:
-        options.intra_op_num_threads = settings.intra_op_threads
+        if options.use_per_session_threads:
+            # On the shared pool the size is the pool's: onnxruntime warns of a size given a session there.
+            options.intra_op_num_threads = settings.intra_op_threads
         options.graph_optimization_level = _OPTIMIZATION_LEVELS[settings.optimization]
     if optimized:
         options.graph_optimization_level = _OPTIMIZATION_LEVELS["disable"]

@@ -46,7 +46,7 @@ class TimedBrick(Protocol):
 
     def __call__(self) -> object: ...
 
-    def rewrite_inputs(self) -> None: ...
+    def prepare_call(self) -> None: ...
 
 
 @dataclass
@@ -76,14 +76,14 @@ class BrickRounds:
             warm(run)
             calls = []
             for _ in range(CALLS_PER_ROUND):
-                run.rewrite_inputs()
+                run.prepare_call()
                 start = time.perf_counter()
                 run()
                 calls.append(time.perf_counter() - start)
             times[signature] = statistics.median(calls)
         self.rounds.append(times)
         warm(self.model)
-        self.model.rewrite_inputs()
+        self.model.prepare_call()
 
 
 def warm(run: TimedBrick) -> None:

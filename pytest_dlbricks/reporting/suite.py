@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -103,13 +104,22 @@ def _domains(graph: onnx.GraphProto) -> set[str]:
 
 
 def manifest_entry(
-    brick: BrickSpec, file_name: str, model: onnx.ModelProto, activations: bool = False
+    brick: BrickSpec,
+    file_name: str,
+    model: onnx.ModelProto,
+    activations: bool = False,
+    reads: tuple[float | None, int] = (None, 0),
 ) -> dict[str, object]:
     """What the manifest says of one brick, written to ``file_name`` as ``model``: ``real_values`` are the
-    kept values the file carries, described in ``kept_values``; ``withheld_values``, the activations it does not."""
+    kept values the file carries, described in ``kept_values``; ``withheld_values``, the activations it does not;
+    ``flops`` and ``rest_of_model_bytes`` (``reads``), what decides whether and how far its weights are pushed out
+    of the caches before its calls wherever it is timed (see :mod:`.caches`)."""
     shipped = shipped_values(brick, activations)
     specs = dict((*brick.inputs, *brick.weights))
+    flops, rest = reads
     return {
+        "flops": flops,
+        "rest_of_model_bytes": rest,
         "file": file_name,
         "signature": brick.signature,
         "ops": list(brick.ops),
@@ -137,10 +147,16 @@ def _tensor(name: str, spec: TensorSpec) -> dict[str, object]:
 
 
 def export_suite(
-    folder: Path, bricks: Iterable[BrickSpec], settings: Mapping[str, object], *, activations: bool = False
+    folder: Path,
+    bricks: Iterable[BrickSpec],
+    settings: Mapping[str, object],
+    *,
+    activations: bool = False,
+    reads: Mapping[str, tuple[float | None, int]] | None = None,
 ) -> int:
     """Write the suite of ``bricks`` to ``folder``; returns how many bricks it holds. ``activations``
-    writes the kept activations too (see the module's description).
+    writes the kept activations too (see the module's description); ``reads`` gives, by signature, a brick's
+    FLOPs and what the rest of the largest model using it reads in a call (see :func:`manifest_entry`).
 
     Brick files come first and the manifest last (atomically), so the manifest only ever lists
     files that are complete. Files a previous export listed and this one does not are removed; a
@@ -155,7 +171,7 @@ def export_suite(
         name = brick_file_name(brick)
         model = suite_model(brick, activations)
         write_bytes(folder / name, model.SerializeToString())
-        entries.append(manifest_entry(brick, name, model, activations))
+        entries.append(manifest_entry(brick, name, model, activations, (reads or {}).get(brick.signature, (None, 0))))
     manifest = {
         "kind": KIND,
         "version": SUITE_VERSION,
@@ -270,3 +286,14 @@ def _declared(value: onnx.ValueInfoProto, listed: Mapping[str, Any]) -> TensorSp
     if not value.type.HasField("tensor_type") or any(not dim.HasField("dim_value") for dim in tensor_type.shape.dim):
         raise ValueError(f"{value.name} is not a tensor of fixed shape")
     return TensorSpec(tensor_type.elem_type, dims)
+
+
+def exported_reads(entry: Mapping[str, Any]) -> tuple[float | None, int]:
+    """A manifest entry's FLOPs and the bytes the rest of the brick's model reads (see :func:`manifest_entry`);
+    (None, 0) where the entry lacks them (a suite of an older version) or holds what no export writes."""
+    flops, rest = entry.get("flops"), entry.get("rest_of_model_bytes")
+    if type(rest) is not int or rest < 0:
+        return None, 0
+    if not isinstance(flops, int | float) or isinstance(flops, bool) or not math.isfinite(flops) or flops < 0:
+        return None, rest
+    return float(flops), rest

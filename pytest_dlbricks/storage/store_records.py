@@ -41,6 +41,9 @@ class StoredBrick:
     #: The reference call's time around the brick's timing, to which its call cost is scaled (see
     #: :meth:`.overhead.CallOverhead.of_brick`); None in older records, composed with the cost as measured.
     reference_s: float | None = None
+    #: Bytes read before each timed call to push the brick's weights out of the caches (see :mod:`.caches`);
+    #: None when none were (or the record is older).
+    cache_flush_bytes: int | None = None
 
     def age_s(self, now: datetime) -> float:
         return (now - self.measured_at).total_seconds()
@@ -70,6 +73,7 @@ class StoredBrick:
             "timed_out_s": self.timed_out_s,
             "probe_s": self.probe_s,
             "reference_s": self.reference_s,
+            "cache_flush_bytes": self.cache_flush_bytes,
         }
 
     @classmethod
@@ -84,6 +88,9 @@ class StoredBrick:
             raise TypeError("stats is not a table of statistics")
         precision, timed_out_s = data.get("precision"), data.get("timed_out_s")
         probe_s, reference_s = data.get("probe_s"), data.get("reference_s")
+        flushed = data.get("cache_flush_bytes")
+        if flushed is not None and (type(flushed) is not int or flushed <= 0):
+            raise ValueError(f"cache flush of {flushed!r} bytes")
         return cls(
             signature=_text(data["signature"]),
             label=_text(data["label"]),
@@ -94,6 +101,7 @@ class StoredBrick:
             timed_out_s=None if timed_out_s is None else _seconds(timed_out_s, positive=False),
             probe_s=None if probe_s is None else _seconds(probe_s, positive=True),
             reference_s=None if reference_s is None else _seconds(reference_s, positive=True),
+            cache_flush_bytes=flushed,
         )
 
 

@@ -35,13 +35,15 @@ def retime(
     rounds: int = ROUNDS,
     block_s: float = BLOCK_S,
     timer: Callable[[], float] = time.perf_counter,
+    flushes: Mapping[str, Callable[[], None]] | None = None,
 ) -> dict[str, list[float]]:
     """Seconds per call of each brick of ``signatures`` in each of ``rounds`` interleaved rounds; bricks
-    that cannot be built or run here are left out."""
+    that cannot be built or run here are left out. ``flushes``: what pushes a brick's weights out of the
+    caches before its calls, as when its item timed it (see :mod:`.caches`)."""
     runners: dict[str, BrickRunner] = {}
     for signature in dict.fromkeys(signatures):
         try:
-            runner = BrickRunner(bricks[signature], settings)
+            runner = BrickRunner(bricks[signature], settings, flush=(flushes or {}).get(signature))
             runner.check()
         except (BrickError, KeyError):
             continue
@@ -67,11 +69,11 @@ def _block(runner: BrickRunner, calls: int, timer: Callable[[], float]) -> float
     timed in their items, and after :data:`WARMUP_CALLS` untimed calls: the first call after another brick
     ran waits for onnxruntime's threads to wake up, sometimes for milliseconds on a busy machine."""
     for _ in range(WARMUP_CALLS):
-        runner.rewrite_inputs()
+        runner.prepare_call()
         runner()
     times = []
     for _ in range(calls):
-        runner.rewrite_inputs()
+        runner.prepare_call()
         start = timer()
         runner()
         times.append(timer() - start)

@@ -36,7 +36,8 @@ class BrickRunner:
 
     ``optimized`` marks a brick cut from the graph onnxruntime optimized for ``settings``: onnxruntime
     runs it as it is, without optimizing it again. ``shared`` gives the synthetic weights of a run's
-    bricks (see :class:`~.synthetic.SharedWeights`).
+    bricks (see :class:`~.synthetic.SharedWeights`). ``flush``, for a brick that waits on reading its
+    weights, pushes them out of the caches as the rest of its model does (see :mod:`.caches`).
     """
 
     def __init__(
@@ -47,8 +48,10 @@ class BrickRunner:
         parallel: bool = False,
         optimized: bool = False,
         shared: SharedWeights | None = None,
+        flush: Callable[[], None] | None = None,
     ) -> None:
         self.brick = brick
+        self.flush = flush
         try:
             feeds = brick_feeds(brick)
             model, weights = brick_model_and_weights(brick, shared)
@@ -115,14 +118,18 @@ class BrickRunner:
             return []
         return self._outputs if self._binding is None else list(self._binding.copy_outputs_to_cpu())
 
-    def rewrite_inputs(self) -> None:
-        """Write the inputs again, in place, on onnxruntime's threads; not part of the brick's time.
+    def prepare_call(self) -> None:
+        """Leave the caches as the model leaves them for the brick; not part of the brick's time.
 
         Inside the model, the layer before a brick has just written its inputs on the thread pool,
         so they sit in the caches of the cores that wrote them. Called again and again on the same
         inputs, a brick would find them in its own core's cache instead, and run faster than it
-        does in the model (see docs/method.rst, *Bricks timed as they run in the model*).
+        does in the model (see docs/method.rst, *Bricks timed as they run in the model*). So the
+        inputs are written again, in place, on onnxruntime's threads; for a brick given ``flush``,
+        after its weights were pushed out of the caches (see :mod:`.caches`).
         """
+        if self.flush is not None:
+            self.flush()
         if self._rewrites is None:
             self._rewrites = [input_rewriter(array) for array in self.feeds.values() if _rewritable(array)]
         for rewrite in self._rewrites:
@@ -175,6 +182,7 @@ class ModelRunner(BrickRunner):
         data_dir: Path | None = None,
         parallel: bool = False,
     ) -> None:
+        self.flush = None
         self._open(model, feeds, settings, parallel, views={}, what="model", data_dir=data_dir)
 
     def check(self) -> None:

@@ -257,7 +257,12 @@ class Baselines:
             # A model whose bricks changed is judged on them timed again, interleaved with its references; simulated
             # costs have no noise to wait out, and are judged as they are.
             retimed = {
-                model.path: retime(self.run.bricks, [*model.changed, *model.references], self.settings)
+                model.path: retime(
+                    self.run.bricks,
+                    [*model.changed, *model.references],
+                    self.settings,
+                    flushes=self.run.flushes([*model.changed, *model.references]),
+                )
                 for model in (suspects(first) if self.run.simulation is None else [])
             }
             self.comparison = (

@@ -74,12 +74,14 @@ class DLBricksRun(RunState):
             return {"error": str(manifest)}
         return None if manifest is None else manifest.get(path.name)
 
-    def add_exported_brick(self, brick: BrickSpec) -> bool:
-        """Register a brick read from a suite file; False when the same brick was met before."""
+    def add_exported_brick(self, brick: BrickSpec, reads: tuple[float | None, int] = (None, 0)) -> bool:
+        """Register a brick read from a suite file, with its FLOPs and what the rest of its model reads (see
+        :func:`.suite.exported_reads`); False when the same brick was met before."""
         if brick.signature in self.bricks:
             return False
         self.bricks[brick.signature] = brick
         self.exported.add(brick.signature)
+        self.exported_reads[brick.signature] = reads
         return True
 
     def use_plan_cache(self, cache: PlanCache) -> None:
@@ -186,6 +188,7 @@ class DLBricksRun(RunState):
             self.settings,
             optimized=self.already_optimized(signature),
             shared=self.shared_weights,
+            flush=self.flushes([signature]).get(signature),
         )
 
     def whole_model_runner(self, plan: ModelPlan, *, parallel: bool) -> ModelRunner:
@@ -370,7 +373,11 @@ class DLBricksRun(RunState):
         assert suite is not None and maps is not None
         try:
             bricks = export_suite(
-                suite, self.bricks.values(), self.settings.describe(), activations=self.settings.export_activations
+                suite,
+                self.bricks.values(),
+                self.settings.describe(),
+                activations=self.settings.export_activations,
+                reads={signature: self.reads(signature) for signature in self.bricks},
             )
             models = write_maps(maps, report, self.plans)
         except OSError as error:

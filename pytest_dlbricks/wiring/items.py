@@ -103,7 +103,7 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
         clock = run.clock
 
         def call() -> None:
-            clock.untimed(runner.rewrite_inputs)
+            clock.untimed(runner.prepare_call)
             runner()
 
         probe_s = _budget_rounds(request.node, run, signature, call)
@@ -112,6 +112,8 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
         benchmark.extra_info.update(
             {"signature": signature, "ops": list(brick.ops), "models": run.models_using(signature)}
         )
+        if runner.flush is not None:
+            benchmark.extra_info["cache_flush_bytes"] = run.flush_bytes(signature)
         # The machine's speed right around the timing: the call cost taken off the brick follows it.
         before = run.speed.now() if benchmark.enabled else None
         run.load.around(lambda: benchmark(call))

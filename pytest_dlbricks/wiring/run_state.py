@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,12 @@ from ..reporting.report import RunReport
 from ..simulating.simulated_costs import Simulation
 from ..storage.plans import PlanCache
 from ..storage.store_records import StoredRun
+from ..timing.caches import FLOPS_PER_BYTE, CacheFlusher, cache_sizes, flush_bytes, read_bytes
 from ..timing.load import LoadMeter
 from ..timing.overhead import NO_OVERHEAD, REFERENCE, CallOverhead, reference_call
 from ..timing.probes import ExecutorDetection, Peak
 from ..timing.sharding import assign, brick_cost
 from ..timing.speed_trace import SpeedTrace
-
-#: FLOPs a CPU core computes in the time it moves a byte from memory, roughly (peak FLOP/s over memory bandwidth).
-FLOPS_PER_BYTE = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +138,15 @@ class RunState:
         self.calibration: list[CalibrationRecord] = []
         #: Synthetic weights every brick of the run reads (see :class:`~.synthetic.SharedWeights`).
         self.shared_weights = SharedWeights()
+        #: A core's cache and the last-level cache, in bytes, and what reads bricks' weights out of them
+        #: before their calls (see :mod:`.caches`).
+        self.cache_sizes = cache_sizes()
+        self.flusher = CacheFlusher()
+        #: Bytes each model reads in a call (its layers' weights and outputs), by plan path.
+        self._model_bytes: dict[str, int] = {}
+        #: The FLOPs of each brick of an exported suite, and what the rest of its largest model reads in a call,
+        #: as the suite's manifest gives them: its models are not here to tell.
+        self.exported_reads: dict[str, tuple[float | None, int]] = {}
         #: What the simulation counted, in simulated cost mode (see :mod:`.simulated`); None when bricks are timed.
         self.simulation = Simulation() if settings.cost == "simulated" else None
 
@@ -206,6 +213,41 @@ class RunState:
         work = self.work.get(signature)
         flops = work.flops if work is not None else None
         return max(float(flops or 0), FLOPS_PER_BYTE * brick_cost(self.bricks[signature]))
+
+    def flush_bytes(self, signature: str) -> int:
+        """Bytes to read before each timed call of a brick that waits on reading its weights (see
+        :func:`.caches.flush_bytes`): what the rest of the largest model using it reads in a call; 0 for any
+        other brick, and in simulated cost, which no cache of this machine's moves."""
+        if self.simulation is not None:
+            return 0
+        flops, rest = self.reads(signature)
+        brick = self.bricks[signature]
+        return flush_bytes(brick, flops, [rest + read_bytes(brick)], self.cache_sizes)
+
+    def reads(self, signature: str) -> tuple[float | None, int]:
+        """A brick's FLOPs (None when unknown) and the bytes the rest of the largest model using it reads in a
+        call, which decide whether and how far its weights are pushed out of the caches (see :mod:`.caches`)."""
+        if signature in self.exported_reads:
+            return self.exported_reads[signature]
+        work, brick = self.work.get(signature), self.bricks[signature]
+        plans = [self.plans[index] for index in self._plans_using.get(signature, ())]
+        rest = max((self._read_by(plan) - read_bytes(brick) for plan in plans), default=0)
+        return (work.flops if work is not None else None), max(rest, 0)
+
+    def flushes(self, signatures: Iterable[str]) -> dict[str, Callable[[], None]]:
+        """What pushes each brick's weights out of the caches before its calls, for those of ``signatures``
+        that wait on reading them (see :meth:`flush_bytes`)."""
+        sizes = {signature: self.flush_bytes(signature) for signature in signatures if signature in self.bricks}
+        return {signature: self.flusher.reader(size) for signature, size in sizes.items() if size}
+
+    def _read_by(self, plan: ModelPlan) -> int:
+        if plan.path not in self._model_bytes:
+            self._model_bytes[plan.path] = sum(
+                count * read_bytes(self.bricks[signature])
+                for signature, count in plan.signatures.items()
+                if signature in self.bricks
+            )
+        return self._model_bytes[plan.path]
 
     def shard_assignment(self, shards: int) -> dict[str, int]:
         """The shard (from 1) of every distinct brick, balanced by their expected cost."""

@@ -131,6 +131,8 @@ class Tracking(Baselines):
             or (limit is not None and stored.timed_out_within(limit))
         ):
             return False
+        if stored.cache_flush_bytes is None and self.run.flush_bytes(signature):
+            return False  # timed with its weights in the caches, before they were pushed out (see :mod:`.caches`)
         self.run.record_result(
             signature,
             BrickResult(
@@ -176,6 +178,7 @@ class Tracking(Baselines):
                 _timed_out(item, reached),
                 result.probe_s,
                 result.reference_s,
+                self.run.flush_bytes(signature) or None,
             )
             self.shelf.put(brick)
             self._save_overhead(self.shelf)

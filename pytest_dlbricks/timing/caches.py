@@ -1,0 +1,106 @@
+"""A brick's weights out of the caches before each timed call, as far as the rest of its model pushes them out.
+
+Inside a model, a layer's weights were last read one inference ago: every other layer's weights and
+activations went through the caches since. A brick called again and again finds its weights where its
+last call left them. For a layer bound by reading its weights (a matrix times a vector: a classifier, a
+decoder's projections at batch 1) that is the gap between memory and cache. A chain of 16 MatMuls of
+1024x1024 at batch 1 (64 MiB of weights) read 0.41 of its measured time from bricks timed so, and 1.03
+with as many bytes read before each call as the rest of the chain reads; a chain of 512x512 (16 MiB,
+within this machine's 32 MiB last-level cache) 0.62, and 1.07 (``bench/breakdown.py``, one thread).
+Reading more than the rest of the model reads over-shoots: the 512x512 chain read 1.37 after 64 MiB.
+
+Only such bricks are treated so: where the arithmetic outlasts the reading (a convolution reads its
+weights once for thousands of outputs), the caches move the time little, and reading tens of MiB before
+every call of every brick made the onnx wheel's CNNs' first run 1.4x longer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+from ..cut.bricks import BrickSpec
+
+#: Where Linux describes the first CPU's caches (``level``, ``size`` in each ``index*`` folder).
+CACHE_FOLDER = Path("/sys/devices/system/cpu/cpu0/cache")
+#: A core's own cache and the last-level cache where the system does not say (a common x86 server core).
+DEFAULT_CORE_CACHE = 1 << 20
+DEFAULT_LAST_LEVEL_CACHE = 32 << 20
+#: Bytes read before a call at most: twice the last-level cache pushes out all it held, and no more is
+#: allocated than this on a machine whose last-level cache is very large.
+MAX_FLUSH_BYTES = 256 << 20
+#: FLOPs a core computes in the time it reads a byte from memory, roughly (peak FLOP/s over memory
+#: bandwidth): a brick doing fewer per byte of its weights waits on reading them.
+FLOPS_PER_BYTE = 8
+
+
+def cache_sizes(folder: Path = CACHE_FOLDER) -> tuple[int, int]:
+    """The bytes of a core's second-level cache and of the last-level cache, as the system describes them;
+    the defaults above for what it does not say."""
+    sizes: dict[int, int] = {}
+    try:
+        for index in folder.glob("index*"):
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level, size = int((index / "level").read_text()), _size((index / "size").read_text())
+            if size:
+                sizes[level] = max(size, sizes.get(level, 0))
+    except (OSError, ValueError):
+        sizes = {}
+    last = max(sizes) if sizes else None
+    core = sizes.get(2, DEFAULT_CORE_CACHE)
+    return core, sizes[last] if last is not None and last > 2 else DEFAULT_LAST_LEVEL_CACHE
+
+
+def _size(text: str) -> int:
+    """``32768K``, ``1M`` or a plain count of bytes, as sysfs writes a cache's size."""
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+def flush_bytes(brick: BrickSpec, flops: float | None, models_read: Iterable[int], sizes: tuple[int, int]) -> int:
+    """Bytes to read before each call of ``brick`` (its layers' ``flops``, None when unknown), used by models
+    that read ``models_read`` bytes in a call (see :func:`read_bytes`), on a machine of cache ``sizes`` (see
+    :func:`cache_sizes`): what the rest of the largest of them reads, at most twice the last-level cache (and
+    :data:`MAX_FLUSH_BYTES`), for a brick that waits on reading its weights: more of them than a core's
+    cache holds, and fewer FLOPs than :data:`FLOPS_PER_BYTE` for each of their bytes; 0 for any other."""
+    core_cache, last_level_cache = sizes
+    weights = weight_bytes(brick)
+    if flops is None or weights <= core_cache or flops >= FLOPS_PER_BYTE * weights:
+        return 0
+    rest = max((read - read_bytes(brick) for read in models_read), default=0)
+    return max(0, min(rest, 2 * last_level_cache, MAX_FLUSH_BYTES))
+
+
+def weight_bytes(brick: BrickSpec) -> int:
+    return sum(spec.nbytes for _, spec in brick.weights)
+
+
+def read_bytes(brick: BrickSpec) -> int:
+    """What a call of the brick brings into the caches: its weights and what it writes (its inputs were
+    written by the layers before); summed over a model's bricks, what a call of the model reads."""
+    return weight_bytes(brick) + sum(spec.nbytes for _, spec in brick.outputs)
+
+
+class CacheFlusher:
+    """Reads the first bytes of one buffer, allocated at the size the largest request needs, so that what
+    was in the caches before is pushed out as far as that many bytes push it."""
+
+    def __init__(self) -> None:
+        self._buffer = np.zeros(0, np.uint64)
+
+    def reader(self, nbytes: int) -> Callable[[], None]:
+        """A call that reads ``nbytes`` of the buffer (rounded down to its 8-byte elements)."""
+        elements = nbytes // self._buffer.itemsize
+        if elements > self._buffer.size:
+            # Written once, so that every page is there: reading never-written pages reads one shared zero page.
+            self._buffer = np.ones(elements, np.uint64)
+        view = self._buffer[:elements]
+
+        def read() -> None:
+            view.max()
+
+        return read

@@ -1,0 +1,169 @@
+"""Unit tests of pushing a brick's weights out of the caches as the rest of its model does: which bricks,
+how many bytes, the machine's cache sizes, and a run that times such bricks so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tiny_models
+
+from conftest import QUICK_TIMING
+from pytest_dlbricks.core.graph import TensorSpec
+from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.cut.bricks import BrickSpec
+from pytest_dlbricks.cut.cutting import plan_model
+from pytest_dlbricks.cut.loading import load_model
+from pytest_dlbricks.timing import caches
+from pytest_dlbricks.timing.caches import CacheFlusher, cache_sizes, flush_bytes, read_bytes
+from pytest_dlbricks.timing.running import BrickRunner
+from pytest_dlbricks.wiring import run_state
+
+KIB, MIB = 1 << 10, 1 << 20
+#: A core's cache and the last-level cache of the machine these tests pretend to run on.
+SIZES = (512 * KIB, 32 * MIB)
+
+
+def write_cache(folder: Path, index: int, level: int, kind: str, size: str) -> None:
+    entry = folder / f"index{index}"
+    entry.mkdir(parents=True)
+    (entry / "level").write_text(f"{level}\n")
+    (entry / "type").write_text(f"{kind}\n")
+    (entry / "size").write_text(f"{size}\n")
+
+
+def test_cache_sizes_are_read_as_linux_describes_them(tmp_path: Path) -> None:
+    write_cache(tmp_path, 0, 1, "Data", "32K")
+    write_cache(tmp_path, 1, 1, "Instruction", "32K")
+    write_cache(tmp_path, 2, 2, "Unified", "512K")
+    write_cache(tmp_path, 3, 3, "Unified", "32768K")
+    assert cache_sizes(tmp_path) == (512 * KIB, 32 * MIB)
+
+
+def test_cache_sizes_unknown_or_damaged_are_the_defaults(tmp_path: Path) -> None:
+    defaults = (caches.DEFAULT_CORE_CACHE, caches.DEFAULT_LAST_LEVEL_CACHE)
+    assert cache_sizes(tmp_path / "absent") == defaults
+    write_cache(tmp_path, 0, 2, "Unified", "lots")
+    assert cache_sizes(tmp_path) == defaults
+    only_core = tmp_path / "core"
+    write_cache(only_core, 0, 2, "Unified", "2M")
+    assert cache_sizes(only_core) == (2 * MIB, caches.DEFAULT_LAST_LEVEL_CACHE), "no level beyond the core's"
+
+
+def brick(weight_shape: tuple[int, ...], output_shape: tuple[int, ...] = (1, 1024)) -> BrickSpec:
+    float32 = 1  # onnx.TensorProto.FLOAT
+    return BrickSpec(
+        nodes=(),
+        inputs=(("i0", TensorSpec(float32, (1, weight_shape[0]))),),
+        weights=(("w0", TensorSpec(float32, weight_shape)),),
+        outputs=(("o0", TensorSpec(float32, output_shape)),),
+        values={},
+        opset_imports={"": 17},
+        ir_version=8,
+        functions=(),
+        signature="s",
+    )
+
+
+def test_a_brick_reading_its_weights_for_little_arithmetic_is_flushed_as_far_as_the_rest_of_its_model_reads() -> None:
+    projection = brick((1024, 1024))  # 4 MiB of weights, 2 FLOPs for each of their 4-byte elements
+    flops = 2 * 1024 * 1024
+    own = read_bytes(projection)
+    assert own == 4 * MIB + 4 * KIB
+    assert flush_bytes(projection, flops, [own + 10 * MIB], SIZES) == 10 * MIB
+    assert flush_bytes(projection, flops, [own + 10 * MIB, own + 20 * MIB], SIZES) == 20 * MIB, "the largest model"
+    assert flush_bytes(projection, flops, [own + 500 * MIB], SIZES) == 64 * MIB, "twice the last-level cache"
+    assert flush_bytes(projection, flops, [own + 500 * MIB], (512 * KIB, 1 << 30)) == caches.MAX_FLUSH_BYTES
+    assert flush_bytes(projection, flops, [own], SIZES) == 0, "nothing else in the model"
+
+
+def test_other_bricks_are_not_flushed() -> None:
+    projection = brick((1024, 1024))
+    big_model = [500 * MIB]
+    assert flush_bytes(projection, 8 * 4 * MIB, big_model, SIZES) == 0, "arithmetic outlasting the reading"
+    assert flush_bytes(projection, None, big_model, SIZES) == 0, "unknown FLOPs"
+    small = brick((256, 256))  # 256 KiB: stays in a core's cache of 512 KiB
+    assert flush_bytes(small, 2 * 256 * 256, big_model, SIZES) == 0
+
+
+def test_the_flusher_reads_one_buffer_grown_to_the_largest_request() -> None:
+    flusher = CacheFlusher()
+    small, large = flusher.reader(1 * MIB), flusher.reader(2 * MIB)
+    small()
+    large()
+    assert flusher._buffer.nbytes == 2 * MIB
+    assert flusher.reader(1 * MIB) is not None and flusher._buffer.nbytes == 2 * MIB, "no smaller buffer"
+
+
+def test_a_runner_flushes_before_writing_its_inputs_again(tmp_path: Path) -> None:
+    path = tiny_models.projections(tmp_path, layers=1, width=16)
+    settings = Settings(granularity=2)
+    spec = plan_model(load_model(path, {}, settings), 2, path.name).bricks[0]
+    assert isinstance(spec, BrickSpec)
+    flushes: list[str] = []
+    runner = BrickRunner(spec, settings, flush=lambda: flushes.append("flush"))
+    (inputs,) = runner.feeds.values()
+    before = inputs.copy()
+    runner.prepare_call()
+    assert flushes == ["flush"]
+    assert np.array_equal(inputs, before), "the inputs are written again with their own values"
+
+
+def test_a_run_times_the_projections_with_their_weights_pushed_out(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a machine with a core's cache of 256 KiB and a last-level cache of 1 MiB, each 512x512 projection
+    (1 MiB) is timed after reading what the two others and the Relu read (2 MiB and two rows), at most
+    twice the last-level cache; the Relu, which has no weights, is not."""
+    monkeypatch.setattr(run_state, "cache_sizes", lambda: (256 * KIB, 1 * MIB))
+    tiny_models.projections(pytester.path)
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", *QUICK_TIMING, "--dlbricks-granularity=1", "--benchmark-json=bench.json"
+    )
+    result.assert_outcomes(passed=2)  # the three projections are one distinct brick
+    benchmarks = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
+    bricks = [b["extra_info"] for b in benchmarks if "signature" in b["extra_info"]]  # not the models' entries
+    flushed = {tuple(brick["ops"]): brick.get("cache_flush_bytes") for brick in bricks}
+    assert flushed == {("MatMul",): 2 * MIB, ("Relu",): None}
+
+
+def test_a_stored_time_taken_with_the_weights_in_the_caches_is_taken_again(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A brick store written before weights were pushed out of the caches holds such bricks' times as
+    timed with their weights in cache: they are timed again, and the other bricks reused."""
+    monkeypatch.setattr(run_state, "cache_sizes", lambda: (256 * KIB, 1 * MIB))
+    tiny_models.projections(pytester.path)
+    arguments = ("-p", "no:cacheprovider", *QUICK_TIMING, "--dlbricks-granularity=1")
+    pytester.runpytest(*arguments).assert_outcomes(passed=2)
+    pytester.runpytest(*arguments).assert_outcomes(deselected=2)
+    records = list(pytester.path.glob(".benchmarks/dlbricks/**/bricks/*.json"))
+    assert len(records) == 2
+    for record in records:
+        data = json.loads(record.read_text())
+        assert (data["cache_flush_bytes"] is not None) == (data["label"].startswith("MatMul"))
+        data.pop("cache_flush_bytes")  # as written before
+        record.write_text(json.dumps(data))
+    pytester.runpytest(*arguments).assert_outcomes(passed=1, deselected=1)
+
+
+def test_a_suite_timed_elsewhere_pushes_the_weights_out_as_far_as_its_manifest_says(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whoever times an exported suite has no model to measure: the manifest gives each brick's FLOPs and what
+    the rest of its model reads, and their machine's caches decide the rest."""
+    monkeypatch.setattr(run_state, "cache_sizes", lambda: (256 * KIB, 1 * MIB))
+    tiny_models.projections(pytester.path)
+    export = ("-p", "no:cacheprovider", *QUICK_TIMING, "--dlbricks-granularity=1", "--dlbricks-store=none")
+    pytester.runpytest(*export, "projections.onnx", "--dlbricks-export=suite").assert_outcomes(passed=2)
+    entries = json.loads((pytester.path / "suite" / "manifest.json").read_text())["bricks"]
+    matmul = next(entry for entry in entries if entry["ops"] == ["MatMul"])
+    assert matmul["flops"] == 2 * 512 * 512
+    assert matmul["rest_of_model_bytes"] == 2 * (1 * MIB + 2 * KIB) + 2 * KIB  # two projections and the Relu
+    timed = pytester.runpytest(*export, "suite", "--benchmark-json=bench.json")
+    timed.assert_outcomes(passed=2)
+    benchmarks = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
+    flushed = {tuple(b["extra_info"]["ops"]): b["extra_info"].get("cache_flush_bytes") for b in benchmarks}
+    assert flushed == {("MatMul",): 2 * MIB, ("Relu",): None}
