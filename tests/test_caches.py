@@ -97,6 +97,20 @@ def test_the_flusher_reads_one_buffer_grown_to_the_largest_request() -> None:
     assert flusher.reader(1 * MIB) is not None and flusher._buffer.nbytes == 2 * MIB, "no smaller buffer"
 
 
+def test_the_flusher_times_its_reads_and_sums_them_up_as_the_speed_trace_does() -> None:
+    ticks = iter([0.0, 1e-3, 1.0, 1.002, 2.0, 2.001, 3.0, 3.001, 4.0, 4.001])
+    flusher = CacheFlusher(clock=lambda: next(ticks))
+    read = flusher.reader(1 * MIB)
+    for _ in range(4):
+        read()
+    assert flusher.summary(0.5) is None, "too few reads to tell"
+    read()
+    summary = flusher.summary(0.5)
+    assert summary is not None and summary["samples"] == 5 and summary["share"] == 0.5
+    assert summary["median_bytes_per_s"] == pytest.approx(1 * MIB / 1e-3)
+    assert summary["swing"] == pytest.approx((1 - 0.7) / 2, abs=0.01), "one read at half the speed of the rest"
+
+
 def test_a_runner_flushes_before_writing_its_inputs_again(tmp_path: Path) -> None:
     path = tiny_models.projections(tmp_path, layers=1, width=16)
     settings = Settings(granularity=2)
@@ -120,9 +134,18 @@ def test_a_run_times_the_projections_with_their_weights_pushed_out(
     monkeypatch.setattr(run_state, "cache_sizes", lambda: (256 * KIB, 1 * MIB))
     tiny_models.projections(pytester.path)
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", *QUICK_TIMING, "--dlbricks-granularity=1", "--benchmark-json=bench.json"
+        "-p",
+        "no:cacheprovider",
+        *QUICK_TIMING,
+        "--dlbricks-granularity=1",
+        "--benchmark-json=bench.json",
+        "--dlbricks-json=report.json",
     )
     result.assert_outcomes(passed=2)  # the three projections are one distinct brick
+    report = json.loads((pytester.path / "report.json").read_text())
+    memory = report["summary"]["memory"]
+    assert memory["samples"] >= 5 and 0.5 < memory["share"] < 1, "the projections, not the Relu"
+    assert report["verdict"]["sources"]["memory"] == pytest.approx(memory["swing"] * memory["share"])
     benchmarks = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
     bricks = [b["extra_info"] for b in benchmarks if "signature" in b["extra_info"]]  # not the models' entries
     flushed = {tuple(brick["ops"]): brick.get("cache_flush_bytes") for brick in bricks}

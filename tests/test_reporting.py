@@ -77,6 +77,7 @@ def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
         "noise": None,  # no brick has the rounds to show a spread
         "high_noise": False,
         "speed": None,  # no trace was given
+        "memory": None,  # no brick was timed with its weights out of the caches
         "load": None,  # nor any load
         "reused_from": None,  # nor was any brick reused
     }

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_dlbricks.core.verdict import judge, judge_report, load_margin, verdict_line
+from pytest_dlbricks.core.verdict import judge, judge_report, load_margin, memory_margin, verdict_line
 
 QUIET = {"core_share": 0.98, "loaded": False, "trusted": True, "load_average": 0.3, "cpus": 2}
 
@@ -117,6 +117,25 @@ def test_a_report_s_verdict_reads_its_complete_models_and_summary() -> None:
     report["summary"]["speed"]["swing"] = 0.3
     swung = judge_report(report)
     assert swung is not None and swung.sources["speed"] == 0.3, "how far apart the machine's states lay"
+
+
+def test_memory_s_speed_counts_for_the_part_of_a_model_that_waits_on_it() -> None:
+    """Bricks timed with their weights out of the caches move with memory's speed, which the reference call
+    does not see: the swing of the run's reads of memory, times the largest part such bricks make of a model."""
+    report: dict[str, Any] = {
+        "settings": {"intra_op_threads": 1},
+        "summary": {"speed": {"swing": 0.05}, "memory": {"swing": 0.2, "share": 0.5}},
+        "models": [{"path": "a.onnx", "complete": True, "precision": 0.01, "ratio": 1.1}],
+    }
+    verdict = judge_report(report)
+    assert verdict is not None and verdict.sources["memory"] == pytest.approx(0.1)
+    assert verdict.margin == pytest.approx(math.sqrt(0.01**2 + 0.05**2 + 0.1**2))
+    assert "memory speed +-10%" in verdict_line(verdict.as_json())
+    for damaged in ({"swing": -0.1, "share": 0.5}, {"swing": 0.2, "share": 1.5}, {"swing": "x", "share": 0.5}, []):
+        report["summary"]["memory"] = damaged
+        judged = judge_report(report)
+        assert judged is not None and "memory" not in judged.sources and "memory" not in judged.unmeasured
+    assert memory_margin(None) is None, "no brick read memory so"
 
 
 def test_a_damaged_report_s_figures_count_as_unmeasured() -> None:

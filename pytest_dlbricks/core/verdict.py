@@ -12,6 +12,10 @@ by the run itself and each read as a relative margin:
   time may have met the machine's other speed state, and be off by as much. Half the interquartile
   range fell short: three first runs of the onnx wheel's CNNs minutes apart moved a model up to 24%
   from its median where it read 8% to 10%;
+- memory's speed, for bricks timed with their weights pushed out of the caches (see :mod:`.caches`): how
+  far apart the times of reading memory lay through the run (``swing``, as the speed trace's), times the
+  largest part such bricks make of a model's estimate. Those bricks wait on memory, whose speed moves with
+  whatever else reads it on the machine, and the reference call, bound by dispatch, does not see it;
 - load: the share of its rounds' wall time the timing thread spent off its core (see :mod:`.load`),
   as the time the estimates may hold beyond the work's; below :data:`.load.UNTRUSTED_BELOW` no margin
   is given at all, nor for a loaded run on more than one intra-op thread: a pool thread that loses its
@@ -37,9 +41,15 @@ from typing import Any
 
 #: A margin this small needs nothing done about it.
 TIGHT = 0.05
-BRICKS, SPEED, LOAD, REPEAT = "bricks", "speed", "load", "repeat"
+BRICKS, SPEED, MEMORY, LOAD, REPEAT = "bricks", "speed", "memory", "load", "repeat"
 #: How each source reads in the verdict's line.
-SOURCE_NAMES = {BRICKS: "bricks' spread", SPEED: "machine speed", LOAD: "load", REPEAT: "counts' repeat"}
+SOURCE_NAMES = {
+    BRICKS: "bricks' spread",
+    SPEED: "machine speed",
+    MEMORY: "memory speed",
+    LOAD: "load",
+    REPEAT: "counts' repeat",
+}
 #: What a simulated run's times are, as its verdict says.
 SIMULATED_TIMES = "simulated times are an AVX2 machine's under the cycle model of the report, not wall-clock time"
 
@@ -100,11 +110,13 @@ def judge(
     threads: int,
     ratios: Iterable[float] = (),
     earlier: Mapping[str, Any] | None = None,
+    memory: float | None = None,
 ) -> Verdict:
     """The run's verdict from its models' estimate margins, its noise, its speed trace's spread, its load
     summary (see :func:`.load.load_summary`), its intra-op ``threads`` (0: onnxruntime's choice), when
-    validated its models' estimate-over-measured ``ratios``, and what the runs that timed its reused bricks
-    found (``earlier``: their largest ``speed`` and ``load`` parts, see :attr:`.entries.Summary.reused_from`)."""
+    validated its models' estimate-over-measured ``ratios``, what the runs that timed its reused bricks
+    found (``earlier``: their largest ``speed`` and ``load`` parts, see :attr:`.entries.Summary.reused_from`),
+    and the memory part (see :func:`memory_margin`; None: no brick was timed with its weights out of cache)."""
     earlier = earlier or {}
     earlier_speed, earlier_load = _number(earlier.get("speed")), _number(earlier.get("load"))
     sources: dict[str, float] = {}
@@ -119,6 +131,8 @@ def judge(
         sources[SPEED] = max(speeds)
     else:
         unmeasured[SPEED] = "too few samples of the reference call"
+    if memory is not None:
+        sources[MEMORY] = memory
     loaded = load is not None and bool(load.get("loaded"))
     loads = [part for part in (earlier_load, None if load is None else _own_load(load)) if part is not None]
     if loads:
@@ -222,7 +236,19 @@ def judge_report(report: Mapping[str, Any]) -> Verdict | None:
         threads=int((report.get("settings") or {}).get("intra_op_threads") or 0),
         ratios=[ratio for model in complete if (ratio := _number(model.get("ratio"))) is not None],
         earlier=summary.get("reused_from") if isinstance(summary.get("reused_from"), Mapping) else None,
+        memory=memory_margin(summary.get("memory")),
     )
+
+
+def memory_margin(reads: object) -> float | None:
+    """The memory part of a run's summary (see :meth:`.caches.CacheFlusher.summary`): its reads' ``swing`` times
+    the ``share`` of a model's estimate that follows it; None where the run read none, or the entry is damaged."""
+    if not isinstance(reads, Mapping):
+        return None
+    swing, share = _number(reads.get("swing")), _number(reads.get("share"))
+    if swing is None or share is None or swing < 0 or not 0 <= share <= 1:
+        return None
+    return swing * share
 
 
 def speed_margin(trace: object) -> float | None:

@@ -175,6 +175,10 @@ class Summary:
     #: How fast the machine ran through the run (see :meth:`.speed_trace.SpeedTrace.summary`); None when
     #: the run took too few samples.
     speed: dict[str, Any] | None = None
+    #: How fast memory was read before the calls of the bricks timed with their weights out of the caches, and
+    #: the largest part those bricks make of a model's estimate (see :meth:`.caches.CacheFlusher.summary`); None
+    #: when the run timed no such brick, or too few of their calls to tell.
+    memory: dict[str, Any] | None = None
     #: Whether the run's timing thread got its core through the timed rounds (see :func:`.load.load_summary`);
     #: None when too little was timed to tell.
     load: dict[str, Any] | None = None

@@ -163,7 +163,7 @@ def compose_from_maps(
             "maps": [document["model"] for document in maps],
         },
     )
-    for name in ("noise", "high_noise", "speed", "load"):
+    for name in ("noise", "high_noise", "speed", "memory", "load"):
         report["summary"][name] = results["summary"].get(name)
     warnings = []
     for name in TIMING_SETTINGS:

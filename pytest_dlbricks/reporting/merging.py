@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..core.verdict import speed_margin
+from ..core.verdict import memory_margin, speed_margin
 from ..estimating.composition import is_number
 from ..timing.overhead import CallOverhead, parallel_ceiling
 from .recomposition import (
@@ -90,6 +90,13 @@ def merge_reports(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> Report:
         if (margin := speed_margin(trace := report["summary"].get("speed"))) is not None
     ]
     merged["summary"]["speed"] = max(traces, key=lambda pair: pair[0], default=(None, None))[1]
+    # ... and the shard whose memory's speed moved its estimates most.
+    reads = [
+        (margin, entry)
+        for _, report in reports
+        if (margin := memory_margin(entry := report["summary"].get("memory"))) is not None
+    ]
+    merged["summary"]["memory"] = max(reads, key=lambda pair: pair[0], default=(None, None))[1]
     # The shard whose timing thread kept its core least.
     loads = [
         load for _, report in reports if (load := report["summary"].get("load")) and is_number(load.get("core_share"))

@@ -113,6 +113,7 @@ def build_report(
     speed: dict[str, Any] | None = None,
     load: dict[str, Any] | None = None,
     reused_from: dict[str, Any] | None = None,
+    memory: dict[str, Any] | None = None,
 ) -> RunReport:
     """The report of a run.
 
@@ -126,7 +127,8 @@ def build_report(
     the calibration models kept for this machine, to which a run that calibrates adds its validated ones;
     ``speed`` is the run's speed trace (see :mod:`.speed_trace`) and ``load`` whether its timing thread got
     its core (see :mod:`.load`); ``reused_from`` what the runs that timed the reused bricks found of the
-    machine (see :attr:`.entries.Summary.reused_from`).
+    machine (see :attr:`.entries.Summary.reused_from`); ``memory`` how fast memory was read for the bricks
+    timed with their weights out of the caches (see :attr:`.entries.Summary.memory`).
     """
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
     references = {signature: result.reference_s for signature, result in results.items() if result.reference_s}
@@ -236,6 +238,7 @@ def build_report(
             noise=noise,
             high_noise=noise is not None and noise > HIGH_NOISE,
             speed=speed,
+            memory=memory,
             load=load,
             reused_from=reused_from,
         ),

@@ -16,12 +16,15 @@ every call of every brick made the onnx wheel's CNNs' first run 1.4x longer.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..cut.bricks import BrickSpec
+from .speed_trace import MIN_SAMPLES
 
 #: Where Linux describes the first CPU's caches (``level``, ``size`` in each ``index*`` folder).
 CACHE_FOLDER = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -87,10 +90,17 @@ def read_bytes(brick: BrickSpec) -> int:
 
 class CacheFlusher:
     """Reads the first bytes of one buffer, allocated at the size the largest request needs, so that what
-    was in the caches before is pushed out as far as that many bytes push it."""
+    was in the caches before is pushed out as far as that many bytes push it.
 
-    def __init__(self) -> None:
+    Each read is timed: how fast memory was read through the run. Bricks that wait on reading their weights
+    follow it, and it moves with whatever else reads memory on the machine, which the speed trace's
+    reference call, bound by dispatch, does not see (see :meth:`summary`)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._buffer = np.zeros(0, np.uint64)
+        self.clock = clock
+        #: Bytes per second of each read.
+        self.samples: list[float] = []
 
     def reader(self, nbytes: int) -> Callable[[], None]:
         """A call that reads ``nbytes`` of the buffer (rounded down to its 8-byte elements)."""
@@ -101,6 +111,27 @@ class CacheFlusher:
         view = self._buffer[:elements]
 
         def read() -> None:
+            start = self.clock()
             view.max()
+            seconds = self.clock() - start
+            if seconds > 0:
+                self.samples.append(view.nbytes / seconds)
 
         return read
+
+    def summary(self, share: float) -> dict[str, Any] | None:
+        """How fast memory was read through the run, for the report and the verdict: the reads' median and
+        10th and 90th percentiles in bytes per second, and ``swing``, half the distance between those two over
+        the median, as the speed trace gives it; ``share``, the largest part the bricks read so make of a
+        model's estimate, which that swing moves. None with fewer than :data:`MIN_SAMPLES` reads."""
+        if len(self.samples) < MIN_SAMPLES:
+            return None
+        p10, median, p90 = (float(value) for value in np.percentile(self.samples, [10, 50, 90]))
+        return {
+            "samples": len(self.samples),
+            "median_bytes_per_s": median,
+            "p10_bytes_per_s": p10,
+            "p90_bytes_per_s": p90,
+            "swing": (p90 - p10) / (2 * median),
+            "share": share,
+        }

@@ -297,12 +297,34 @@ class DLBricksRun(RunState):
             speed=self.speed.summary() if any(not result.reused for result in self.results.values()) else None,
             load=load_summary(self.load.readings()),
             reused_from=self._reused_from(),
+            memory=self._memory_reads(),
         )
         if self.simulation is not None:
             self.composed = dataclasses.replace(self.composed, simulation=self.simulation.report(self.plans))
             self.messages.append((self.simulation.summary(), False))
         self.report = self.composed.as_json()
         return self.report
+
+    def _memory_reads(self) -> dict[str, Any] | None:
+        """How fast memory was read before the calls of the bricks this run timed with their weights out of the
+        caches, with the largest part such bricks make of a model's estimate (see :meth:`.CacheFlusher.summary`)."""
+        statistic = self.settings.statistic
+        flushed = {
+            signature for signature, result in self.results.items() if not result.reused and self.flush_bytes(signature)
+        }
+        if not flushed:
+            return None
+        share = 0.0
+        for plan in self.plans:
+            times = {
+                signature: count * self.results[signature].stats[statistic]
+                for signature, count in plan.signatures.items()
+                if signature in self.results
+            }
+            total = sum(times.values())
+            if total > 0:
+                share = max(share, sum(seconds for signature, seconds in times.items() if signature in flushed) / total)
+        return self.flusher.summary(share)
 
     def _reused_from(self) -> dict[str, Any] | None:
         """What the runs that timed the reused bricks found of the machine (see :attr:`.Summary.reused_from`)."""
