@@ -131,7 +131,13 @@ def test_memory_s_speed_counts_for_the_part_of_a_model_that_waits_on_it() -> Non
     assert verdict is not None and verdict.sources["memory"] == pytest.approx(0.1)
     assert verdict.margin == pytest.approx(math.sqrt(0.01**2 + 0.05**2 + 0.1**2))
     assert "memory speed +-10%" in verdict_line(verdict.as_json())
-    for damaged in ({"swing": -0.1, "share": 0.5}, {"swing": 0.2, "share": 1.5}, {"swing": "x", "share": 0.5}, []):
+    damaged_entries: list[object] = [
+        {"swing": -0.1, "share": 0.5},
+        {"swing": 0.2, "share": 1.5},
+        {"swing": "x", "share": 0.5},
+        [],
+    ]
+    for damaged in damaged_entries:
         report["summary"]["memory"] = damaged
         judged = judge_report(report)
         assert judged is not None and "memory" not in judged.sources and "memory" not in judged.unmeasured
