@@ -146,6 +146,13 @@ def test_a_run_times_the_projections_with_their_weights_pushed_out(
     memory = report["summary"]["memory"]
     assert memory["samples"] >= 5 and 0.5 < memory["share"] < 1, "the projections, not the Relu"
     assert report["verdict"]["sources"]["memory"] == pytest.approx(memory["swing"] * memory["share"])
+    # A re-run reusing the bricks says what the run that timed them found of memory's speed.
+    pytester.runpytest(
+        "-p", "no:cacheprovider", *QUICK_TIMING, "--dlbricks-granularity=1", "--dlbricks-json=again.json"
+    ).assert_outcomes(deselected=2)
+    again = json.loads((pytester.path / "again.json").read_text())
+    assert again["summary"]["reused_from"]["memory"] == pytest.approx(report["verdict"]["sources"]["memory"])
+    assert again["verdict"]["sources"]["memory"] == pytest.approx(report["verdict"]["sources"]["memory"])
     benchmarks = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
     bricks = [b["extra_info"] for b in benchmarks if "signature" in b["extra_info"]]  # not the models' entries
     flushed = {tuple(brick["ops"]): brick.get("cache_flush_bytes") for brick in bricks}

@@ -376,6 +376,14 @@ def test_the_runs_that_timed_bricks_are_kept_the_last_ones_only(
         shelf.put_run(kept)
     assert shelf.get_runs() == runs[1:]
     assert runs[1].covers(NOW + timedelta(minutes=1, seconds=10)) and not runs[1].covers(NOW)
+    older = json.loads((shelf.path / "runs.json").read_text())
+    assert all(run["memory"] is None for run in older["runs"])
+    shelf.put_run(replace(runs[2], memory=0.12))
+    assert shelf.get_runs()[-1].memory == 0.12
+    for run in older["runs"]:
+        del run["memory"]  # as written before runs kept their memory part
+    (shelf.path / "runs.json").write_text(json.dumps(older))
+    assert [run.memory for run in shelf.get_runs()] == [None, None]
     (shelf.path / "runs.json").write_text('{"version": 1, "runs": [{"first": "late", "last": "early"}]}')
     assert shelf.get_runs() == []
     assert shelf.discarded == {"run verdicts": 1}

@@ -119,6 +119,7 @@ def judge(
     and the memory part (see :func:`memory_margin`; None: no brick was timed with its weights out of cache)."""
     earlier = earlier or {}
     earlier_speed, earlier_load = _number(earlier.get("speed")), _number(earlier.get("load"))
+    memories = [part for part in (memory, _number(earlier.get("memory"))) if part is not None]
     sources: dict[str, float] = {}
     unmeasured: dict[str, str] = {}
     bricks = bricks_margin(precisions, noise)
@@ -131,8 +132,8 @@ def judge(
         sources[SPEED] = max(speeds)
     else:
         unmeasured[SPEED] = "too few samples of the reference call"
-    if memory is not None:
-        sources[MEMORY] = memory
+    if memories:
+        sources[MEMORY] = max(memories)
     loaded = load is not None and bool(load.get("loaded"))
     loads = [part for part in (earlier_load, None if load is None else _own_load(load)) if part is not None]
     if loads:
@@ -157,14 +158,15 @@ def _own_load(load: Mapping[str, Any]) -> float:
     return (load_margin(load.get("core_share")) or 0.0) if load.get("loaded") else 0.0
 
 
-def own_parts(report: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """The speed and load parts a report's own measurements give (not those of the runs it reused bricks of),
-    for the brick store to keep beside the bricks it timed."""
+def own_parts(report: Mapping[str, Any]) -> tuple[float | None, float | None, float | None]:
+    """The speed, load and memory parts a report's own measurements give (not those of the runs it reused bricks
+    of), for the brick store to keep beside the bricks it timed."""
     summary = report.get("summary") or {}
     load = summary.get("load")
+    speed, memory = speed_margin(summary.get("speed")), memory_margin(summary.get("memory"))
     if not isinstance(load, Mapping) or _number(load.get("core_share")) is None:
-        return speed_margin(summary.get("speed")), None
-    return speed_margin(summary.get("speed")), _own_load(load)
+        return speed, None, memory
+    return speed, _own_load(load), memory
 
 
 def _pool_threads(threads: int, load: Mapping[str, Any] | None) -> int:

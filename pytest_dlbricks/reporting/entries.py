@@ -184,5 +184,6 @@ class Summary:
     load: dict[str, Any] | None = None
     #: What the runs that timed the reused bricks found of the machine: ``{"bricks": reused bricks, "known": of
     #: them timed by a run the store remembers, "speed": the largest speed part of those runs' verdicts, "load":
-    #: the largest load part}`` (see :class:`.store_records.StoredRun`); None when no brick was reused.
+    #: the largest load part, "memory": the largest memory part}`` (see :class:`.store_records.StoredRun`); None
+    #: when no brick was reused.
     reused_from: dict[str, Any] | None = None

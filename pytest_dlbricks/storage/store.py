@@ -9,8 +9,8 @@ a reader, or a run interrupted at any point, never sees half a file::
         overhead.json           {"version", "method", "overhead"}: the inference call's cost composition takes off
         executor.json           {"version", "conditions", "measured_at", "detection"}: what the parallel
                                 executor does here (see :func:`.probes.detect_executor`)
-        runs.json               {"version", "runs"}: the machine's speed and load parts of the verdict of each of the
-                                last :data:`MAX_RUNS` runs that timed bricks here, with when they timed them
+        runs.json               {"version", "runs"}: the machine's speed, load and memory parts of the verdict of each
+                                of the last :data:`MAX_RUNS` runs that timed bricks here, with when they timed them
         peak.json               {"version", "measured_at", "peak"}: the GEMM FLOP/s and bandwidth this machine
                                 reaches with the shelf's settings (see :func:`.probes.measure_peak`)
         calibration/<key>.json  {"version", "path", "key", "granularity", "work_s", "bytes", "call_s", "measured_s",

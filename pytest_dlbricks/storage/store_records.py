@@ -255,13 +255,15 @@ class StoredPeak:
 
 @dataclass(frozen=True)
 class StoredRun:
-    """What a run that timed bricks found of the machine while it timed them (its verdict's speed and load parts,
-    see :mod:`.verdict`), and from when to when it timed them: a later run reusing those bricks says it too."""
+    """What a run that timed bricks found of the machine while it timed them (its verdict's speed, load and memory
+    parts, see :mod:`.verdict`), and from when to when it timed them: a later run reusing those bricks says it too."""
 
     first: datetime
     last: datetime
     speed: float | None
     load: float | None
+    #: None where the run timed no brick with its weights out of the caches, or the record is older.
+    memory: float | None = None
 
     def covers(self, when: datetime) -> bool:
         return self.first <= when <= self.last
@@ -272,17 +274,24 @@ class StoredRun:
             "last": self.last.isoformat(timespec="seconds"),
             "speed": self.speed,
             "load": self.load,
+            "memory": self.memory,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StoredRun:
         """The run a record holds; ``ValueError`` (or ``KeyError``, ``TypeError``) for anything a run cannot have
         written."""
-        speed, load = data["speed"], data["load"]
+        speed, load, memory = data["speed"], data["load"], data.get("memory")
         first, last = datetime.fromisoformat(_text(data["first"])), datetime.fromisoformat(_text(data["last"]))
         if last < first:
             raise ValueError("a run that ended before it began")
-        return cls(first, last, None if speed is None else _seconds(speed), None if load is None else _seconds(load))
+        return cls(
+            first,
+            last,
+            None if speed is None else _seconds(speed),
+            None if load is None else _seconds(load),
+            None if memory is None else _seconds(memory),
+        )
 
 
 def _text(value: object) -> str:

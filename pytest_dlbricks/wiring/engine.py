@@ -338,11 +338,13 @@ class DLBricksRun(RunState):
         known = [run for run in runs if run is not None]
         speeds = [run.speed for run in known if run.speed is not None]
         loads = [run.load for run in known if run.load is not None]
+        memories = [run.memory for run in known if run.memory is not None]
         return {
             "bricks": len(reused),
             "known": len(known),
             "speed": max(speeds, default=None),
             "load": max(loads, default=None),
+            "memory": max(memories, default=None),
         }
 
     def attach(self, **fields: Any) -> None:

@@ -275,8 +275,8 @@ class Tracking(Baselines):
             datetime.fromisoformat(r.measured_at) for r in self.run.results.values() if r.measured_at and not r.reused
         ]
         if stamps and self.run.report is not None:
-            speed, load = own_parts(self.run.report)
-            shelf.put_run(StoredRun(min(stamps), max(stamps), speed, load))
+            speed, load, memory = own_parts(self.run.report)
+            shelf.put_run(StoredRun(min(stamps), max(stamps), speed, load, memory))
 
     def _save_executor(self, shelf: Shelf) -> None:
         """Keep the parallel executor's detection this run made, for the next runs to use."""
