@@ -4,9 +4,9 @@ Inside a model, a layer's weights were last read one inference ago: every other 
 activations went through the caches since. A brick called again and again finds its weights where its
 last call left them. For a layer bound by reading its weights (a matrix times a vector: a classifier, a
 decoder's projections at batch 1) that is the gap between memory and cache. A chain of 16 MatMuls of
-1024x1024 at batch 1 (64 MiB of weights) read 0.41 of its measured time from bricks timed so, and 1.03
+1024x1024 at batch 1 (64 MiB of weights) read 0.41 of its measured time from bricks timed so, and 1.02
 with as many bytes read before each call as the rest of the chain reads; a chain of 512x512 (16 MiB,
-within this machine's 32 MiB last-level cache) 0.62, and 1.07 (``bench/breakdown.py``, one thread).
+within this machine's 32 MiB last-level cache) 0.62, and 0.93 (``bench/breakdown.py``, one thread).
 Reading more than the rest of the model reads over-shoots: the 512x512 chain read 1.37 after 64 MiB.
 
 Only such bricks are treated so: where the arithmetic outlasts the reading (a convolution reads its
