@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import tiny_models
+from onnx import helper
 
 from conftest import QUICK_TIMING
 from pytest_dlbricks.core.graph import TensorSpec
@@ -52,10 +54,14 @@ def test_cache_sizes_unknown_or_damaged_are_the_defaults(tmp_path: Path) -> None
     assert cache_sizes(only_core) == (2 * MIB, caches.DEFAULT_LAST_LEVEL_CACHE), "no level beyond the core's"
 
 
-def brick(weight_shape: tuple[int, ...], output_shape: tuple[int, ...] = (1, 1024)) -> BrickSpec:
+def brick(
+    weight_shape: tuple[int, ...],
+    output_shape: tuple[int, ...] = (1, 1024),
+    nodes: tuple[onnx.NodeProto, ...] = (helper.make_node("MatMul", ["i0", "w0"], ["o0"]),),
+) -> BrickSpec:
     float32 = 1  # onnx.TensorProto.FLOAT
     return BrickSpec(
-        nodes=(),
+        nodes=nodes,
         inputs=(("i0", TensorSpec(float32, (1, weight_shape[0]))),),
         weights=(("w0", TensorSpec(float32, weight_shape)),),
         outputs=(("o0", TensorSpec(float32, output_shape)),),
@@ -79,6 +85,16 @@ def test_a_brick_reading_its_weights_for_little_arithmetic_is_flushed_as_far_as_
     assert flush_bytes(projection, flops, [own], SIZES) == 0, "nothing else in the model"
 
 
+def test_an_embedding_table_read_a_few_rows_a_call_is_not_flushed() -> None:
+    """A Gather reads the rows its indices select; the same table read whole by a MatMul is flushed."""
+    lookup = brick((1024, 1024), nodes=(helper.make_node("Gather", ["w0", "i0"], ["o0"]),))
+    assert caches.weight_bytes(lookup) == 4 * MIB and caches.streamed_weight_bytes(lookup) == 0
+    assert flush_bytes(lookup, 2 * 1024, [500 * MIB], SIZES) == 0
+    projection = brick((1024, 1024), nodes=(helper.make_node("MatMul", ["i0", "w0"], ["o0"]),))
+    assert caches.streamed_weight_bytes(projection) == 4 * MIB
+    assert flush_bytes(projection, 2 * 1024 * 1024, [500 * MIB], SIZES) == 64 * MIB
+
+
 def test_other_bricks_are_not_flushed() -> None:
     projection = brick((1024, 1024))
     big_model = [500 * MIB]
@@ -98,17 +114,26 @@ def test_the_flusher_reads_one_buffer_grown_to_the_largest_request() -> None:
 
 
 def test_the_flusher_times_its_reads_and_sums_them_up_as_the_speed_trace_does() -> None:
-    ticks = iter([0.0, 1e-3, 1.0, 1.002, 2.0, 2.001, 3.0, 3.001, 4.0, 4.001])
-    flusher = CacheFlusher(clock=lambda: next(ticks))
-    read = flusher.reader(1 * MIB)
+    seconds = iter([1e-3, 2e-3, 1e-3, 1e-3, 1e-3, *[1e-5] * 5])
+    ticks: list[float] = [0.0]
+
+    def clock() -> float:
+        """A read takes the next of ``seconds`` (a second passes before each)."""
+        ticks.append(ticks[-1] + (1.0 if len(ticks) % 2 else next(seconds)))
+        return ticks[-1]
+
+    flusher = CacheFlusher(clock=clock)
+    large, small = flusher.reader(8 * MIB), flusher.reader(1 * MIB)
     for _ in range(4):
-        read()
+        large()
     assert flusher.summary(0.5) is None, "too few reads to tell"
-    read()
+    large()
+    for _ in range(5):
+        small()  # from the caches, a hundred times faster: no move of the machine's
     summary = flusher.summary(0.5)
-    assert summary is not None and summary["samples"] == 5 and summary["share"] == 0.5
-    assert summary["median_bytes_per_s"] == pytest.approx(1 * MIB / 1e-3)
-    assert summary["swing"] == pytest.approx((1 - 0.7) / 2, abs=0.01), "one read at half the speed of the rest"
+    assert summary is not None and summary["samples"] == 10 and summary["share"] == 0.5
+    assert summary["bytes"] == 8 * MIB and summary["median_bytes_per_s"] == pytest.approx(8 * MIB / 1e-3)
+    assert summary["swing"] == pytest.approx((1.1 - 1.0) / 2), "one read of ten at half the speed"
 
 
 def test_a_runner_flushes_before_writing_its_inputs_again(tmp_path: Path) -> None:

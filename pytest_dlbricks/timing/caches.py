@@ -37,6 +37,9 @@ MAX_FLUSH_BYTES = 256 << 20
 #: FLOPs a core computes in the time it reads a byte from memory, roughly (peak FLOP/s over memory
 #: bandwidth): a brick doing fewer per byte of its weights waits on reading them.
 FLOPS_PER_BYTE = 8
+#: Operators that read only the part of their data their indices or bounds select: an embedding table read
+#: by a Gather is a few rows a call, not a weight streamed whole.
+SELECTING_OPS = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Compress"})
 
 
 def cache_sizes(folder: Path = CACHE_FOLDER) -> tuple[int, int]:
@@ -69,9 +72,10 @@ def flush_bytes(brick: BrickSpec, flops: float | None, models_read: Iterable[int
     that read ``models_read`` bytes in a call (see :func:`read_bytes`), on a machine of cache ``sizes`` (see
     :func:`cache_sizes`): what the rest of the largest of them reads, at most twice the last-level cache (and
     :data:`MAX_FLUSH_BYTES`), for a brick that waits on reading its weights: more of them than a core's
-    cache holds, and fewer FLOPs than :data:`FLOPS_PER_BYTE` for each of their bytes; 0 for any other."""
+    cache holds, and fewer FLOPs than :data:`FLOPS_PER_BYTE` for each of their bytes (weights only selected
+    from, by :data:`SELECTING_OPS`, left out); 0 for any other."""
     core_cache, last_level_cache = sizes
-    weights = weight_bytes(brick)
+    weights = streamed_weight_bytes(brick)
     if flops is None or weights <= core_cache or flops >= FLOPS_PER_BYTE * weights:
         return 0
     rest = max((read - read_bytes(brick) for read in models_read), default=0)
@@ -80,6 +84,12 @@ def flush_bytes(brick: BrickSpec, flops: float | None, models_read: Iterable[int
 
 def weight_bytes(brick: BrickSpec) -> int:
     return sum(spec.nbytes for _, spec in brick.weights)
+
+
+def streamed_weight_bytes(brick: BrickSpec) -> int:
+    """The bytes of the weights the brick reads whole: those some operator other than a selecting one reads."""
+    read_whole = {name for node in brick.nodes if node.op_type not in SELECTING_OPS for name in node.input}
+    return sum(spec.nbytes for name, spec in brick.weights if name in read_whole)
 
 
 def read_bytes(brick: BrickSpec) -> int:
@@ -99,8 +109,8 @@ class CacheFlusher:
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._buffer = np.zeros(0, np.uint64)
         self.clock = clock
-        #: Bytes per second of each read.
-        self.samples: list[float] = []
+        #: Seconds of each read, by the bytes it read: reads of fewer bytes than the caches hold run from them.
+        self.samples: dict[int, list[float]] = {}
 
     def reader(self, nbytes: int) -> Callable[[], None]:
         """A call that reads ``nbytes`` of the buffer (rounded down to its 8-byte elements)."""
@@ -110,28 +120,37 @@ class CacheFlusher:
             self._buffer = np.ones(elements, np.uint64)
         view = self._buffer[:elements]
 
+        times = self.samples.setdefault(view.nbytes, [])
+
         def read() -> None:
             start = self.clock()
             view.max()
             seconds = self.clock() - start
             if seconds > 0:
-                self.samples.append(view.nbytes / seconds)
+                times.append(seconds)
 
         return read
 
     def summary(self, share: float) -> dict[str, Any] | None:
-        """How fast memory was read through the run, for the report and the verdict: the reads' median and
-        10th and 90th percentiles in bytes per second, and ``swing``, half the distance between those two over
-        the median, as the speed trace gives it; ``share``, the largest part the bricks read so make of a
-        model's estimate, which that swing moves. None with fewer than :data:`MIN_SAMPLES` reads."""
-        if len(self.samples) < MIN_SAMPLES:
+        """How fast memory was read through the run, for the report and the verdict: the speed of the reads of
+        the most bytes (median, 10th and 90th percentiles in bytes per second), and ``swing``, half the distance
+        from the 10th to the 90th percentile over the median, as the speed trace gives it, of every read's time
+        over the median of the reads of its size (a read that fits the caches runs from them, several times
+        faster: their mixture is no move of the machine's); ``share``, the largest part the bricks read so make
+        of a model's estimate, which that swing moves. None with fewer than :data:`MIN_SAMPLES` reads of a size."""
+        sizes = {nbytes: times for nbytes, times in self.samples.items() if len(times) >= MIN_SAMPLES}
+        if not sizes:
             return None
-        p10, median, p90 = (float(value) for value in np.percentile(self.samples, [10, 50, 90]))
+        relative = np.concatenate([np.asarray(times) / np.median(times) for times in sizes.values()])
+        p10, median, p90 = (float(value) for value in np.percentile(relative, [10, 50, 90]))
+        largest = max(sizes)
+        speeds = largest / np.asarray(sizes[largest])
         return {
-            "samples": len(self.samples),
-            "median_bytes_per_s": median,
-            "p10_bytes_per_s": p10,
-            "p90_bytes_per_s": p90,
+            "samples": int(relative.size),
+            "bytes": largest,
+            "median_bytes_per_s": float(np.median(speeds)),
+            "p10_bytes_per_s": float(np.percentile(speeds, 10)),
+            "p90_bytes_per_s": float(np.percentile(speeds, 90)),
             "swing": (p90 - p10) / (2 * median),
             "share": share,
         }
