@@ -3,7 +3,8 @@
 For each model, cut as the plugin cuts it (the graph onnxruntime runs, granularity G), the whole model
 (all its layers as one network, built by the same synthesis as its bricks, so weights and inputs are
 alike) and each distinct brick are timed as the plugin times them (shared thread pool, I/O binding,
-inputs written again before each call; a brick in a burst of calls as pytest-benchmark times it, the
+inputs written again before each call, the weights of a brick that waits on reading them pushed out of
+the caches first; a brick in a burst of calls as pytest-benchmark times it, the
 models right after the bricks, one untimed call then one timed, as validation times them), round by
 round, and then profiled. Every layer
 keeps its index as its node name, so each kernel's time inside the model is matched with its time
