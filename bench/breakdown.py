@@ -81,7 +81,7 @@ from pytest_dlbricks.cut.loading import load_model, whole_model
 from pytest_dlbricks.cut.samples import find_samples
 from pytest_dlbricks.estimating.analysis import plan_work
 from pytest_dlbricks.estimating.composition import compose
-from pytest_dlbricks.timing.caches import CacheFlusher, cache_sizes, flush_bytes, read_bytes
+from pytest_dlbricks.timing.caches import CacheFlusher, cache_sizes, flush_bytes, read_bytes, rest_of_model
 from pytest_dlbricks.timing.overhead import CallOverhead, measure_call_overhead
 from pytest_dlbricks.timing.running import BrickRunner, ModelRunner
 from pytest_dlbricks.timing.synthesis import brick_feeds, build_brick_model
@@ -185,7 +185,7 @@ def breakdown(
     sizes, flusher = cache_sizes(), CacheFlusher()
     model_read = sum(read_bytes(brick) for brick, _ in windows)
     flushes = {
-        signature: flush_bytes(brick, work[signature].flops, [model_read], sizes)
+        signature: flush_bytes(brick, work[signature].flops, rest_of_model(brick, [model_read]), sizes)
         for signature, brick in distinct.items()
     }
     runners = {

@@ -19,7 +19,7 @@ from pytest_dlbricks.cut.bricks import BrickSpec
 from pytest_dlbricks.cut.cutting import plan_model
 from pytest_dlbricks.cut.loading import load_model
 from pytest_dlbricks.timing import caches
-from pytest_dlbricks.timing.caches import CacheFlusher, cache_sizes, flush_bytes, read_bytes
+from pytest_dlbricks.timing.caches import CacheFlusher, cache_sizes, flush_bytes, read_bytes, rest_of_model
 from pytest_dlbricks.timing.running import BrickRunner
 from pytest_dlbricks.wiring import run_state
 
@@ -78,26 +78,27 @@ def test_a_brick_reading_its_weights_for_little_arithmetic_is_flushed_as_far_as_
     flops = 2 * 1024 * 1024
     own = read_bytes(projection)
     assert own == 4 * MIB + 4 * KIB
-    assert flush_bytes(projection, flops, [own + 10 * MIB], SIZES) == 10 * MIB
-    assert flush_bytes(projection, flops, [own + 10 * MIB, own + 20 * MIB], SIZES) == 20 * MIB, "the largest model"
-    assert flush_bytes(projection, flops, [own + 500 * MIB], SIZES) == 64 * MIB, "twice the last-level cache"
-    assert flush_bytes(projection, flops, [own + 500 * MIB], (512 * KIB, 1 << 30)) == caches.MAX_FLUSH_BYTES
-    assert flush_bytes(projection, flops, [own], SIZES) == 0, "nothing else in the model"
+    assert flush_bytes(projection, flops, rest_of_model(projection, [own + 10 * MIB]), SIZES) == 10 * MIB
+    assert rest_of_model(projection, [own + 10 * MIB, own + 20 * MIB]) == 20 * MIB, "the largest model"
+    assert rest_of_model(projection, [own]) == rest_of_model(projection, []) == 0, "nothing else in the model"
+    assert flush_bytes(projection, flops, 500 * MIB, SIZES) == 64 * MIB, "twice the last-level cache"
+    assert flush_bytes(projection, flops, 500 * MIB, (512 * KIB, 1 << 30)) == caches.MAX_FLUSH_BYTES
+    assert flush_bytes(projection, flops, 0, SIZES) == 0, "nothing else in the model"
 
 
 def test_an_embedding_table_read_a_few_rows_a_call_is_not_flushed() -> None:
     """A Gather reads the rows its indices select; the same table read whole by a MatMul is flushed."""
     lookup = brick((1024, 1024), nodes=(helper.make_node("Gather", ["w0", "i0"], ["o0"]),))
     assert caches.weight_bytes(lookup) == 4 * MIB and caches.streamed_weight_bytes(lookup) == 0
-    assert flush_bytes(lookup, 2 * 1024, [500 * MIB], SIZES) == 0
+    assert flush_bytes(lookup, 2 * 1024, 500 * MIB, SIZES) == 0
     projection = brick((1024, 1024), nodes=(helper.make_node("MatMul", ["i0", "w0"], ["o0"]),))
     assert caches.streamed_weight_bytes(projection) == 4 * MIB
-    assert flush_bytes(projection, 2 * 1024 * 1024, [500 * MIB], SIZES) == 64 * MIB
+    assert flush_bytes(projection, 2 * 1024 * 1024, 500 * MIB, SIZES) == 64 * MIB
 
 
 def test_other_bricks_are_not_flushed() -> None:
     projection = brick((1024, 1024))
-    big_model = [500 * MIB]
+    big_model = 500 * MIB
     assert flush_bytes(projection, 8 * 4 * MIB, big_model, SIZES) == 0, "arithmetic outlasting the reading"
     assert flush_bytes(projection, None, big_model, SIZES) == 0, "unknown FLOPs"
     small = brick((256, 256))  # 256 KiB: stays in a core's cache of 512 KiB

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..core.verdict import memory_margin, speed_margin
@@ -83,20 +83,9 @@ def merge_reports(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> Report:
     noises = [report["summary"].get("noise") for _, report in reports]
     merged["summary"]["noise"] = max((n for n in noises if n is not None), default=None)
     merged["summary"]["high_noise"] = any(report["summary"].get("high_noise") for _, report in reports)
-    # The shard whose machine's speed moved most, as the verdict reads a trace.
-    traces = [
-        (margin, trace)
-        for _, report in reports
-        if (margin := speed_margin(trace := report["summary"].get("speed"))) is not None
-    ]
-    merged["summary"]["speed"] = max(traces, key=lambda pair: pair[0], default=(None, None))[1]
-    # ... and the shard whose memory's speed moved its estimates most.
-    reads = [
-        (margin, entry)
-        for _, report in reports
-        if (margin := memory_margin(entry := report["summary"].get("memory"))) is not None
-    ]
-    merged["summary"]["memory"] = max(reads, key=lambda pair: pair[0], default=(None, None))[1]
+    # The shard whose machine's speed, and whose memory's, moved its estimates most, as the verdict reads them.
+    merged["summary"]["speed"] = _widest(reports, "speed", speed_margin)
+    merged["summary"]["memory"] = _widest(reports, "memory", memory_margin)
     # The shard whose timing thread kept its core least.
     loads = [
         load for _, report in reports if (load := report["summary"].get("load")) and is_number(load.get("core_share"))
@@ -236,3 +225,12 @@ def _load_times(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, f
             if is_number(entry.get("load_s")):
                 found.setdefault(entry["path"], []).append(float(entry["load_s"]))
     return {path: statistics.median_low(times) for path, times in found.items()}
+
+
+def _widest(
+    reports: Sequence[tuple[str, Mapping[str, Any]]], name: str, margin: Callable[[object], float | None]
+) -> Any:
+    """The summary entry ``name`` of the report whose ``margin`` of it is largest; None where no report has one."""
+    entries = [report["summary"].get(name) for _, report in reports]
+    known = [(part, entry) for entry in entries if (part := margin(entry)) is not None]
+    return max(known, key=lambda pair: pair[0], default=(None, None))[1]

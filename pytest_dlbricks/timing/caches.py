@@ -67,19 +67,24 @@ def _size(text: str) -> int:
     return int(text.rstrip("KMG")) * scale
 
 
-def flush_bytes(brick: BrickSpec, flops: float | None, models_read: Iterable[int], sizes: tuple[int, int]) -> int:
-    """Bytes to read before each call of ``brick`` (its layers' ``flops``, None when unknown), used by models
-    that read ``models_read`` bytes in a call (see :func:`read_bytes`), on a machine of cache ``sizes`` (see
-    :func:`cache_sizes`): what the rest of the largest of them reads, at most twice the last-level cache (and
-    :data:`MAX_FLUSH_BYTES`), for a brick that waits on reading its weights: more of them than a core's
+def flush_bytes(brick: BrickSpec, flops: float | None, rest: int, sizes: tuple[int, int]) -> int:
+    """Bytes to read before each call of ``brick`` (its layers' ``flops``, None when unknown), whose largest
+    model's other layers read ``rest`` bytes in a call (see :func:`read_bytes`), on a machine of cache ``sizes``
+    (see :func:`cache_sizes`): ``rest``, at most twice the last-level cache (and :data:`MAX_FLUSH_BYTES`), for
+    a brick that waits on reading its weights: more of them than a core's
     cache holds, and fewer FLOPs than :data:`FLOPS_PER_BYTE` for each of their bytes (weights only selected
     from, by :data:`SELECTING_OPS`, left out); 0 for any other."""
     core_cache, last_level_cache = sizes
     weights = streamed_weight_bytes(brick)
     if flops is None or weights <= core_cache or flops >= FLOPS_PER_BYTE * weights:
         return 0
-    rest = max((read - read_bytes(brick) for read in models_read), default=0)
     return max(0, min(rest, 2 * last_level_cache, MAX_FLUSH_BYTES))
+
+
+def rest_of_model(brick: BrickSpec, models_read: Iterable[int]) -> int:
+    """What the other layers of the largest of the models using ``brick`` read in a call, from what each model
+    reads (see :func:`read_bytes`)."""
+    return max(0, max((read - read_bytes(brick) for read in models_read), default=0))
 
 
 def weight_bytes(brick: BrickSpec) -> int:

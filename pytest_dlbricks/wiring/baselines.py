@@ -257,12 +257,7 @@ class Baselines:
             # A model whose bricks changed is judged on them timed again, interleaved with its references; simulated
             # costs have no noise to wait out, and are judged as they are.
             retimed = {
-                model.path: retime(
-                    self.run.bricks,
-                    [*model.changed, *model.references],
-                    self.settings,
-                    flushes=self.run.flushes([*model.changed, *model.references]),
-                )
+                model.path: self._retime([*model.changed, *model.references])
                 for model in (suspects(first) if self.run.simulation is None else [])
             }
             self.comparison = (
@@ -281,6 +276,10 @@ class Baselines:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             elif self.comparison.inconclusive:
                 session.exitstatus = INCONCLUSIVE_EXIT
+
+    def _retime(self, signatures: list[str]) -> dict[str, list[float]]:
+        """The bricks of ``signatures`` timed again, interleaved, each as its item timed it (see :func:`.retime`)."""
+        return retime(self.run.bricks, signatures, self.settings, flushes=self.run.flushes(signatures))
 
     def _covering(
         self, baseline: tuple[str, Mapping[str, Any]], report: Mapping[str, Any]

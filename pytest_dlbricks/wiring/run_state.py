@@ -25,7 +25,7 @@ from ..reporting.report import RunReport
 from ..simulating.simulated_costs import Simulation
 from ..storage.plans import PlanCache
 from ..storage.store_records import StoredRun
-from ..timing.caches import FLOPS_PER_BYTE, CacheFlusher, cache_sizes, flush_bytes, read_bytes
+from ..timing.caches import FLOPS_PER_BYTE, CacheFlusher, cache_sizes, flush_bytes, read_bytes, rest_of_model
 from ..timing.load import LoadMeter
 from ..timing.overhead import NO_OVERHEAD, REFERENCE, CallOverhead, reference_call
 from ..timing.probes import ExecutorDetection, Peak
@@ -221,18 +221,16 @@ class RunState:
         if self.simulation is not None:
             return 0
         flops, rest = self.reads(signature)
-        brick = self.bricks[signature]
-        return flush_bytes(brick, flops, [rest + read_bytes(brick)], self.cache_sizes)
+        return flush_bytes(self.bricks[signature], flops, rest, self.cache_sizes)
 
     def reads(self, signature: str) -> tuple[float | None, int]:
         """A brick's FLOPs (None when unknown) and the bytes the rest of the largest model using it reads in a
         call, which decide whether and how far its weights are pushed out of the caches (see :mod:`.caches`)."""
         if signature in self.exported_reads:
             return self.exported_reads[signature]
-        work, brick = self.work.get(signature), self.bricks[signature]
-        plans = [self.plans[index] for index in self._plans_using.get(signature, ())]
-        rest = max((self._read_by(plan) - read_bytes(brick) for plan in plans), default=0)
-        return (work.flops if work is not None else None), max(rest, 0)
+        work = self.work.get(signature)
+        models_read = [self._read_by(self.plans[index]) for index in self._plans_using.get(signature, ())]
+        return (work.flops if work is not None else None), rest_of_model(self.bricks[signature], models_read)
 
     def flushes(self, signatures: Iterable[str]) -> dict[str, Callable[[], None]]:
         """What pushes each brick's weights out of the caches before its calls, for those of ``signatures``
