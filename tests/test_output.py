@@ -65,6 +65,25 @@ def test_every_run_with_estimates_ends_with_its_verdict(pytester: pytest.Pyteste
     assert last.startswith(f"dlbricks verdict: estimates hold within +-{max(verdict['margin'], 0.01):.0%}")
 
 
+def test_a_validated_run_s_verdict_counts_its_bricks_timed_again(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    """The item estimates against the paired rounds' (the same bricks timed again beside each model) measure how
+    far the same command's estimates move, in a run too short for the speed trace; the store keeps it as that
+    run's speed, for the runs that reuse its bricks."""
+    args = ("--dlbricks-granularity=2", "--dlbricks-json=report.json", "models/mlp.onnx", "models/tiny_resnet.onnx")
+    result = run_dlbricks(pytester, "--dlbricks-validate", *args)
+    report = json.loads((pytester.path / "report.json").read_text())
+    drifts = [model["estimate_drift"] for model in report["models"]]
+    assert report["verdict"]["sources"]["drift"] == pytest.approx(max(max(d, 1 / d) - 1 for d in drifts))
+    said = " ".join(result.stdout.str().split())  # the line as read, wherever the terminal wrapped it
+    drift = report["verdict"]["sources"]["drift"]
+    assert drift < 0.005 or f"bricks timed again in validation +-{drift:.0%}" in said, "a part under 0.5% goes unsaid"
+    run_dlbricks(pytester, *args)
+    rerun = json.loads((pytester.path / "report.json").read_text())
+    assert rerun["summary"]["reused_from"]["speed"] >= report["verdict"]["sources"]["drift"] - 1e-12
+
+
 def test_a_run_without_estimates_has_no_verdict(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_plain="def test_nothing():\n    pass\n")
     result = run_dlbricks(pytester, "--dlbricks-granularity=2")

@@ -305,7 +305,7 @@ def test_collecting_only_leaves_no_model_in_the_stores_report(
     capsys.readouterr()
     assert main(["report", str(pytester.path / STORE)]) == 0
     (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("models/mlp.onnx ")]
-    assert row.endswith(" us")
+    assert row.endswith((" us", " ms")), "an estimate (microseconds, or more on a loaded machine)"
 
 
 def test_remeasure_and_the_age_limit(pytester: pytest.Pytester, sample_models: list[Path]) -> None:

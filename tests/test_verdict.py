@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from pytest_dlbricks.core.verdict import judge, judge_report, load_margin, memory_margin, verdict_line
+from pytest_dlbricks.core.verdict import (
+    drift_margin,
+    judge,
+    judge_report,
+    load_margin,
+    memory_margin,
+    own_parts,
+    verdict_line,
+)
 
 QUIET = {"core_share": 0.98, "loaded": False, "trusted": True, "load_average": 0.3, "cpus": 2}
 
@@ -194,3 +202,40 @@ def test_a_simulated_run_s_verdict_is_its_counts_repeat_and_what_its_times_are()
     unmeasured = judge_report(report)
     assert unmeasured is not None and unmeasured.margin is None and set(unmeasured.unmeasured) == {"repeat"}
     assert "counts' repeat not measured" in verdict_line(unmeasured.as_json())
+
+
+def test_bricks_timed_again_in_validation_count_as_far_as_their_estimate_moved() -> None:
+    """A short run's trace may take too few samples to say how the machine's speed moved; validation times the
+    same bricks again beside each model, and the estimate moving between the two moments measures it."""
+    verdict = judge(
+        precisions=[0.01], noise=None, speed_spread=None, load=QUIET, threads=0, ratios=[1.1], drifts=[0.8, 1.1]
+    )
+    assert verdict.sources["drift"] == pytest.approx(0.25), "the larger over the smaller: 0.8 is as far as 1.25"
+    assert verdict.margin == pytest.approx(math.hypot(0.01, 0.25)) and verdict.validated_within == (1, 1)
+    assert verdict.advice == ["one intra-op thread (--dlbricks-threads=1)", "run again"]
+    assert verdict_line(verdict.as_json()) == (
+        "dlbricks verdict: estimates hold within +-25% at the least (bricks' spread +-1%, bricks timed again in"
+        " validation +-25%); not measured: machine speed; 1/1 validated within it; to tighten: one intra-op thread"
+        " (--dlbricks-threads=1), run again"
+    )
+    assert "drift" not in judge(precisions=[0.01], noise=None, speed_spread=None, load=None, threads=1).sources
+
+
+def test_a_report_s_drifts_count_and_go_to_the_store_as_its_speed() -> None:
+    report: dict[str, Any] = {
+        "settings": {"intra_op_threads": 1},
+        "summary": {"speed": {"swing": 0.05}, "load": {"core_share": 0.95, "loaded": False}},
+        "models": [
+            {"path": "a.onnx", "complete": True, "precision": 0.01, "ratio": 1.0, "estimate_drift": 1.2},
+            {"path": "b.onnx", "complete": True, "precision": 0.01, "ratio": 1.0, "estimate_drift": "x"},
+            {"path": "c.onnx", "complete": False, "precision": 0.5, "ratio": 3.0, "estimate_drift": 3.0},
+        ],
+    }
+    verdict = judge_report(report)
+    assert verdict is not None and verdict.sources["drift"] == pytest.approx(0.2), "incomplete and damaged: not read"
+    assert own_parts(report) == (pytest.approx(0.2), 0.0, None), "a run reusing these bricks may be off as far"
+    report["summary"]["speed"]["swing"] = 0.3
+    assert own_parts(report)[0] == 0.3, "the larger of the trace's swing and the drift"
+    del report["models"][0]["estimate_drift"]
+    assert own_parts(report)[0] == 0.3 and "drift" not in (judge_report(report) or verdict).sources
+    assert drift_margin([None, float("nan"), -1.0, 0.0]) is None

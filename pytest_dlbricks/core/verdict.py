@@ -16,6 +16,13 @@ by the run itself and each read as a relative margin:
   far apart the times of reading memory lay through the run (``swing``, as the speed trace's), times the
   largest part such bricks make of a model's estimate. Those bricks wait on memory, whose speed moves with
   whatever else reads it on the machine, and the reference call, bound by dispatch, does not see it;
+- the bricks timed again in validation (``--dlbricks-validate``): each validated model's estimate from its
+  items against the estimate from the same bricks timed again in the rounds beside the model, minutes later
+  (``estimate_drift``); the larger of the two over the smaller, less one, for the model where they lie furthest
+  apart. The same command timed at those two moments gave estimates that far apart: a direct measurement of
+  what the speed trace bounds, and the one a short run has where the trace took too few samples (a run of a
+  few seconds of a GPT-2 read +-1% "at the least" beside estimates that moved 6% to 24% from items to
+  validation, in seven runs);
 - load: the share of its rounds' wall time the timing thread spent off its core (see :mod:`.load`),
   as the time the estimates may hold beyond the work's; below :data:`.load.UNTRUSTED_BELOW` no margin
   is given at all, nor for a loaded run on more than one intra-op thread: a pool thread that loses its
@@ -41,11 +48,12 @@ from typing import Any
 
 #: A margin this small needs nothing done about it.
 TIGHT = 0.05
-BRICKS, SPEED, MEMORY, LOAD, REPEAT = "bricks", "speed", "memory", "load", "repeat"
+BRICKS, SPEED, DRIFT, MEMORY, LOAD, REPEAT = "bricks", "speed", "drift", "memory", "load", "repeat"
 #: How each source reads in the verdict's line.
 SOURCE_NAMES = {
     BRICKS: "bricks' spread",
     SPEED: "machine speed",
+    DRIFT: "bricks timed again in validation",
     MEMORY: "memory speed",
     LOAD: "load",
     REPEAT: "counts' repeat",
@@ -93,6 +101,14 @@ def bricks_margin(precisions: Iterable[float | None], noise: float | None) -> fl
     return noise / 2 if noise is not None else None
 
 
+def drift_margin(drifts: Iterable[float | None]) -> float | None:
+    """The validation part: how far apart the item estimate and the paired rounds' estimate of a model lay (its
+    ``estimate_drift``, their ratio), the larger over the smaller less one, for the model where they lie furthest
+    apart; None where no model was validated (or every figure is damaged)."""
+    known = [drift for drift in drifts if drift is not None and math.isfinite(drift) and drift > 0]
+    return max(max(drift, 1 / drift) - 1 for drift in known) if known else None
+
+
 def load_margin(core_share: float | None) -> float | None:
     """The time estimates may hold beyond the work's when the timing thread was on its core only
     ``core_share`` of the time (0 for a share of 1; None when unknown)."""
@@ -109,12 +125,14 @@ def judge(
     load: Mapping[str, Any] | None,
     threads: int,
     ratios: Iterable[float] = (),
+    drifts: Iterable[float | None] = (),
     earlier: Mapping[str, Any] | None = None,
     memory: float | None = None,
 ) -> Verdict:
     """The run's verdict from its models' estimate margins, its noise, its speed trace's spread, its load
     summary (see :func:`.load.load_summary`), its intra-op ``threads`` (0: onnxruntime's choice), when
-    validated its models' estimate-over-measured ``ratios``, what the runs that timed its reused bricks
+    validated its models' estimate-over-measured ``ratios`` and item-over-paired estimate ``drifts`` (see
+    :func:`drift_margin`), what the runs that timed its reused bricks
     found (``earlier``: their largest ``speed`` and ``load`` parts, see :attr:`.entries.Summary.reused_from`),
     and the memory part (see :func:`memory_margin`; None: no brick was timed with its weights out of cache)."""
     earlier = earlier or {}
@@ -132,6 +150,9 @@ def judge(
         sources[SPEED] = max(speeds)
     else:
         unmeasured[SPEED] = "too few samples of the reference call"
+    drift = drift_margin(drifts)
+    if drift is not None:
+        sources[DRIFT] = drift
     if memories:
         sources[MEMORY] = max(memories)
     loaded = load is not None and bool(load.get("loaded"))
@@ -163,7 +184,10 @@ def own_parts(report: Mapping[str, Any]) -> tuple[float | None, float | None, fl
     of), for the brick store to keep beside the bricks it timed."""
     summary = report.get("summary") or {}
     load = summary.get("load")
-    speed, memory = speed_margin(summary.get("speed")), memory_margin(summary.get("memory"))
+    # Validation's bricks timed again saw the machine's speed move too: a run reusing these bricks may be off as far.
+    drifts = [_number(model.get("estimate_drift")) for model in report.get("models") or () if model.get("complete")]
+    speeds = [part for part in (speed_margin(summary.get("speed")), drift_margin(drifts)) if part is not None]
+    speed, memory = max(speeds, default=None), memory_margin(summary.get("memory"))
     if not isinstance(load, Mapping) or _number(load.get("core_share")) is None:
         return speed, None, memory
     return speed, _own_load(load), memory
@@ -197,7 +221,7 @@ def _advice(sources: Mapping[str, float], margin: float | None, trusted: bool, l
     advice = []
     if loaded or not trusted:
         advice.append("a quieter machine")
-    if threads != 1 and (loaded or sources.get(SPEED, 0.0) > TIGHT):
+    if threads != 1 and (loaded or max(sources.get(SPEED, 0.0), sources.get(DRIFT, 0.0)) > TIGHT):
         advice.append("one intra-op thread (--dlbricks-threads=1)")
     if sources.get(BRICKS, 0.0) > TIGHT:
         advice.append("a tighter --dlbricks-precision")
@@ -237,6 +261,7 @@ def judge_report(report: Mapping[str, Any]) -> Verdict | None:
         load=load if isinstance(load, Mapping) and _number(load.get("core_share")) is not None else None,
         threads=int((report.get("settings") or {}).get("intra_op_threads") or 0),
         ratios=[ratio for model in complete if (ratio := _number(model.get("ratio"))) is not None],
+        drifts=[_number(model.get("estimate_drift")) for model in complete],
         earlier=summary.get("reused_from") if isinstance(summary.get("reused_from"), Mapping) else None,
         memory=memory_margin(summary.get("memory")),
     )
