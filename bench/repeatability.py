@@ -9,6 +9,9 @@ verdict (``+-X%``) and whether every model's distance lies within the narrowest 
 printed. The verdict promises that much: a run whose estimates move further than it says is a verdict that
 does not hold.
 
+``--validate`` runs each with ``--dlbricks-validate``, whose verdict also counts how far the estimates moved when
+validation timed the same bricks again (the estimates compared stay the item estimates).
+
 ``--busy-runs N`` then runs the same command N more times while another process keeps one core busy (a
 Python loop), and sets each model's estimate in those runs against the median of the quiet runs: a busy
 run holds when every model lies within its own verdict's margin of the quiet median.
@@ -17,7 +20,7 @@ Run it from the repository root, in the environment where pytest-dlbricks is ins
 machine (another timing job beside it is load it would measure)::
 
     python bench/repeatability.py [--runs 3] [--models light|samples|zoo] [--cache DIR] [--busy-runs 0]
-                                  [--granularity 2] [--threads N] [--keep DIR]
+                                  [--granularity 2] [--threads N] [--validate] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ def run_once(models: list[Path], root: Path, report: Path, args: argparse.Namesp
         *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ini), f"--rootdir={root}"),
         *(f"--dlbricks-granularity={args.granularity}", "--dlbricks-store=none", f"--dlbricks-json={report}"),
         *((f"--dlbricks-threads={args.threads}",) if args.threads else ()),
+        *(("--dlbricks-validate",) if args.validate else ()),
         *dims,
         *map(str, models),
     ]
@@ -103,6 +107,9 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=Path("~/.cache/dlbricks-zoo"), help="the zoo's folder")
     parser.add_argument("--granularity", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="--dlbricks-threads (default: onnxruntime's)")
+    parser.add_argument(
+        "--validate", action="store_true", help="--dlbricks-validate: the verdict counts the bricks timed again"
+    )
     parser.add_argument("--keep", type=Path, help="keep every run's JSON report in this folder")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
