@@ -78,7 +78,12 @@ def test_a_validated_run_s_verdict_counts_its_bricks_timed_again(
     assert report["verdict"]["sources"]["drift"] == pytest.approx(max(max(d, 1 / d) - 1 for d in drifts))
     said = " ".join(result.stdout.str().split())  # the line as read, wherever the terminal wrapped it
     drift = report["verdict"]["sources"]["drift"]
-    assert drift < 0.005 or f"bricks timed again in validation +-{drift:.0%}" in said, "a part under 0.5% goes unsaid"
+    path, moved = report["verdict"]["widest_drift"]
+    assert drift == pytest.approx(max(moved, 1 / moved) - 1) and path in {model["path"] for model in report["models"]}
+    assert drift < 0.005 or (
+        f"bricks timed again in validation +-{drift:.0%}" in said
+        and f"widest move in validation: {path} ({moved:.2f}x)" in said
+    ), "a part under 0.5% goes unsaid"
     run_dlbricks(pytester, *args)
     rerun = json.loads((pytester.path / "report.json").read_text())
     assert rerun["summary"]["reused_from"]["speed"] >= report["verdict"]["sources"]["drift"] - 1e-12

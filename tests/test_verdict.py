@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from pytest_dlbricks.core.verdict import (
-    drift_margin,
     judge,
     judge_report,
     load_margin,
     memory_margin,
     own_parts,
     verdict_line,
+    widest_drift,
 )
 
 QUIET = {"core_share": 0.98, "loaded": False, "trusted": True, "load_average": 0.3, "cpus": 2}
@@ -208,15 +208,22 @@ def test_bricks_timed_again_in_validation_count_as_far_as_their_estimate_moved()
     """A short run's trace may take too few samples to say how the machine's speed moved; validation times the
     same bricks again beside each model, and the estimate moving between the two moments measures it."""
     verdict = judge(
-        precisions=[0.01], noise=None, speed_spread=None, load=QUIET, threads=0, ratios=[1.1], drifts=[0.8, 1.1]
+        precisions=[0.01],
+        noise=None,
+        speed_spread=None,
+        load=QUIET,
+        threads=0,
+        ratios=[1.1],
+        drifts={"a.onnx": 1.1, "b.onnx": 0.8, "c.onnx": None},
     )
     assert verdict.sources["drift"] == pytest.approx(0.25), "the larger over the smaller: 0.8 is as far as 1.25"
+    assert verdict.widest_drift == ("b.onnx", 0.8) and verdict.as_json()["widest_drift"] == ["b.onnx", 0.8]
     assert verdict.margin == pytest.approx(math.hypot(0.01, 0.25)) and verdict.validated_within == (1, 1)
     assert verdict.advice == ["one intra-op thread (--dlbricks-threads=1)", "run again"]
     assert verdict_line(verdict.as_json()) == (
         "dlbricks verdict: estimates hold within +-25% at the least (bricks' spread +-1%, bricks timed again in"
-        " validation +-25%); not measured: machine speed; 1/1 validated within it; to tighten: one intra-op thread"
-        " (--dlbricks-threads=1), run again"
+        " validation +-25%); not measured: machine speed; widest move in validation: b.onnx (0.80x); 1/1 validated"
+        " within it; to tighten: one intra-op thread (--dlbricks-threads=1), run again"
     )
     assert "drift" not in judge(precisions=[0.01], noise=None, speed_spread=None, load=None, threads=1).sources
 
@@ -233,9 +240,10 @@ def test_a_report_s_drifts_count_and_go_to_the_store_as_its_speed() -> None:
     }
     verdict = judge_report(report)
     assert verdict is not None and verdict.sources["drift"] == pytest.approx(0.2), "incomplete and damaged: not read"
+    assert verdict.widest_drift == ("a.onnx", 1.2)
     assert own_parts(report) == (pytest.approx(0.2), 0.0, None), "a run reusing these bricks may be off as far"
     report["summary"]["speed"]["swing"] = 0.3
     assert own_parts(report)[0] == 0.3, "the larger of the trace's swing and the drift"
     del report["models"][0]["estimate_drift"]
     assert own_parts(report)[0] == 0.3 and "drift" not in (judge_report(report) or verdict).sources
-    assert drift_margin([None, float("nan"), -1.0, 0.0]) is None
+    assert widest_drift({"a": None, "b": float("nan"), "c": -1.0, "d": 0.0}) is None

@@ -79,6 +79,8 @@ class Verdict:
     validated_within: tuple[int, int] | None = None
     #: For a simulated run: how many worker processes counted the job that measured the counts' repeat.
     simulated_repeats: int | None = None
+    #: The model whose estimate moved furthest when validation timed its bricks again, and how far (its ratio).
+    widest_drift: tuple[str, float] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -90,6 +92,7 @@ class Verdict:
             "reason": self.reason,
             "validated_within": list(self.validated_within) if self.validated_within else None,
             **({"simulated_repeats": self.simulated_repeats} if self.simulated_repeats is not None else {}),
+            **({"widest_drift": list(self.widest_drift)} if self.widest_drift is not None else {}),
         }
 
 
@@ -101,12 +104,19 @@ def bricks_margin(precisions: Iterable[float | None], noise: float | None) -> fl
     return noise / 2 if noise is not None else None
 
 
-def drift_margin(drifts: Iterable[float | None]) -> float | None:
-    """The validation part: how far apart the item estimate and the paired rounds' estimate of a model lay (its
-    ``estimate_drift``, their ratio), the larger over the smaller less one, for the model where they lie furthest
-    apart; None where no model was validated (or every figure is damaged)."""
-    known = [drift for drift in drifts if drift is not None and math.isfinite(drift) and drift > 0]
-    return max(max(drift, 1 / drift) - 1 for drift in known) if known else None
+def widest_drift(drifts: Mapping[str, float | None]) -> tuple[str, float] | None:
+    """The model (by path) whose item estimate and paired rounds' estimate lay furthest apart, and their ratio (its
+    ``estimate_drift``); None where no model was validated (or every figure is damaged)."""
+    known = {path: drift for path, drift in drifts.items() if drift is not None and math.isfinite(drift) and drift > 0}
+    if not known:
+        return None
+    path = max(known, key=lambda path: _apart(known[path]))
+    return path, known[path]
+
+
+def _apart(drift: float) -> float:
+    """How far apart two estimates of ratio ``drift`` lie: the larger over the smaller, less one."""
+    return max(drift, 1 / drift) - 1
 
 
 def load_margin(core_share: float | None) -> float | None:
@@ -125,14 +135,14 @@ def judge(
     load: Mapping[str, Any] | None,
     threads: int,
     ratios: Iterable[float] = (),
-    drifts: Iterable[float | None] = (),
+    drifts: Mapping[str, float | None] | None = None,
     earlier: Mapping[str, Any] | None = None,
     memory: float | None = None,
 ) -> Verdict:
     """The run's verdict from its models' estimate margins, its noise, its speed trace's spread, its load
     summary (see :func:`.load.load_summary`), its intra-op ``threads`` (0: onnxruntime's choice), when
-    validated its models' estimate-over-measured ``ratios`` and item-over-paired estimate ``drifts`` (see
-    :func:`drift_margin`), what the runs that timed its reused bricks
+    validated its models' estimate-over-measured ``ratios`` and item-over-paired estimate ``drifts`` by path (see
+    :func:`widest_drift`), what the runs that timed its reused bricks
     found (``earlier``: their largest ``speed`` and ``load`` parts, see :attr:`.entries.Summary.reused_from`),
     and the memory part (see :func:`memory_margin`; None: no brick was timed with its weights out of cache)."""
     earlier = earlier or {}
@@ -150,9 +160,9 @@ def judge(
         sources[SPEED] = max(speeds)
     else:
         unmeasured[SPEED] = "too few samples of the reference call"
-    drift = drift_margin(drifts)
-    if drift is not None:
-        sources[DRIFT] = drift
+    widest = widest_drift(drifts or {})
+    if widest is not None:
+        sources[DRIFT] = _apart(widest[1])
     if memories:
         sources[MEMORY] = max(memories)
     loaded = load is not None and bool(load.get("loaded"))
@@ -171,7 +181,7 @@ def judge(
     within = None
     if ratios and margin is not None:
         within = (sum(1 for ratio in ratios if abs(ratio - 1) <= margin), len(ratios))
-    return Verdict(margin, trusted, sources, unmeasured, advice, reason, within)
+    return Verdict(margin, trusted, sources, unmeasured, advice, reason, within, widest_drift=widest)
 
 
 def _own_load(load: Mapping[str, Any]) -> float:
@@ -185,8 +195,9 @@ def own_parts(report: Mapping[str, Any]) -> tuple[float | None, float | None, fl
     summary = report.get("summary") or {}
     load = summary.get("load")
     # Validation's bricks timed again saw the machine's speed move too: a run reusing these bricks may be off as far.
-    drifts = [_number(model.get("estimate_drift")) for model in report.get("models") or () if model.get("complete")]
-    speeds = [part for part in (speed_margin(summary.get("speed")), drift_margin(drifts)) if part is not None]
+    widest = widest_drift(_drifts(report.get("models") or ()))
+    drift = None if widest is None else _apart(widest[1])
+    speeds = [part for part in (speed_margin(summary.get("speed")), drift) if part is not None]
     speed, memory = max(speeds, default=None), memory_margin(summary.get("memory"))
     if not isinstance(load, Mapping) or _number(load.get("core_share")) is None:
         return speed, None, memory
@@ -261,10 +272,15 @@ def judge_report(report: Mapping[str, Any]) -> Verdict | None:
         load=load if isinstance(load, Mapping) and _number(load.get("core_share")) is not None else None,
         threads=int((report.get("settings") or {}).get("intra_op_threads") or 0),
         ratios=[ratio for model in complete if (ratio := _number(model.get("ratio"))) is not None],
-        drifts=[_number(model.get("estimate_drift")) for model in complete],
+        drifts=_drifts(complete),
         earlier=summary.get("reused_from") if isinstance(summary.get("reused_from"), Mapping) else None,
         memory=memory_margin(summary.get("memory")),
     )
+
+
+def _drifts(models: Iterable[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Each complete model's ``estimate_drift`` by path (None where it has none, or a damaged one)."""
+    return {str(model.get("path")): _number(model.get("estimate_drift")) for model in models if model.get("complete")}
 
 
 def memory_margin(reads: object) -> float | None:
@@ -312,6 +328,9 @@ def verdict_line(verdict: Mapping[str, Any]) -> str:
     unmeasured = verdict.get("unmeasured") or {}
     if unmeasured and margin is not None:
         line += f"; not measured: {', '.join(SOURCE_NAMES.get(name, name) for name in unmeasured)}"
+    widest = verdict.get("widest_drift")
+    if isinstance(widest, list) and len(widest) == 2 and (sources.get(DRIFT) or 0) >= 0.005:
+        line += f"; widest move in validation: {widest[0]} ({widest[1]:.2f}x)"
     within = verdict.get("validated_within")
     if within:
         line += f"; {within[0]}/{within[1]} validated within it"
