@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import run_dlbricks
+from conftest import SAMPLE_MODELS, run_dlbricks
 
 #: pytest-benchmark's table, from its title rule to its legend's last line: its own lines, sized to its columns.
 BENCHMARK_TABLE = re.compile(r"^-+ benchmark.*-+$")
@@ -169,3 +170,27 @@ def test_collection_names_each_model_on_a_terminal_only(
     assert "loading and cutting" not in run_dlbricks(pytester, *args, "-q").stdout.str()
     monkeypatch.setenv("CI", "true")
     assert "loading and cutting" not in run_dlbricks(pytester, *args).stdout.str()
+
+
+def test_models_given_outside_the_rootdir_are_named_by_their_path_from_it(pytester: pytest.Pytester) -> None:
+    """pytest leaves the node id of a file given on the command line outside the rootdir empty: two such models
+    would share one empty name in every table, and one's estimate be taken for the other's."""
+    pytester.makeini("[pytest]\n")
+    (pytester.path / "models").mkdir()
+    shutil.copy(SAMPLE_MODELS / "mlp.onnx", pytester.path / "models")
+    outside = pytester.path.parent / f"{pytester.path.name}-outside"
+    for folder in ("a", "b"):
+        (outside / folder).mkdir(parents=True)
+        shutil.copy(SAMPLE_MODELS / "tiny_resnet.onnx", outside / folder)
+    models = ["models/mlp.onnx", *(str(outside / folder / "tiny_resnet.onnx") for folder in ("a", "b"))]
+    result = run_dlbricks(
+        pytester, "--dlbricks-granularity=2", "--dlbricks-store=none", "--dlbricks-json=r.json", *models
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert [model["path"] for model in report["models"]] == [
+        "models/mlp.onnx",
+        f"../{outside.name}/a/tiny_resnet.onnx",
+        f"../{outside.name}/b/tiny_resnet.onnx",
+    ]
+    assert all(model["complete"] and model["sequential_s"] > 0 for model in report["models"])

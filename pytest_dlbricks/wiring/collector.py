@@ -3,6 +3,7 @@ brick file, one item for its brick."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,13 @@ from .simulated import simulated_brick_test, simulated_model_test
 from .warning_types import DLBricksWarning
 
 
+def shown_path(node: pytest.File) -> str:
+    """How a file is named in messages and reports: its node id, or for a file given on the command line outside
+    the rootdir, whose node id pytest leaves empty, its path from the rootdir (two such models would otherwise
+    share one empty name, and one's estimate be taken for the other's)."""
+    return node.nodeid or os.path.relpath(node.path, node.config.rootpath).replace(os.sep, "/")
+
+
 class ModelFile(pytest.File):
     """An ONNX model: cut into bricks on collection, at every sweep point; its new distinct bricks become
     benchmark items, their names ending with the point (``brick[Conv+Relu-3f2a91c0][batch=4]``)."""
@@ -31,11 +39,8 @@ class ModelFile(pytest.File):
         try:
             hooked = self.config.hook.pytest_dlbricks_model_inputs(path=self.path, config=self.config)
         except Exception as error:  # a conftest's bug fails this model alone, as a bad model file does
-            yield FailingItem.from_parent(
-                self,
-                name="load",
-                message=f"{self.nodeid}: the pytest_dlbricks_model_inputs hook raised {type(error).__name__}: {error}",
-            )
+            raised = f"the pytest_dlbricks_model_inputs hook raised {type(error).__name__}: {error}"
+            yield FailingItem.from_parent(self, name="load", message=f"{shown_path(self)}: {raised}")
             return
         for number, point in enumerate(self.run.points):
             yield from self._collect_point(point, hooked, warn=number == 0)
@@ -43,28 +48,30 @@ class ModelFile(pytest.File):
     def _collect_point(self, point: SweepPoint, hooked: object, *, warn: bool) -> Iterator[pytest.Item]:
         suffix = point.suffix
         try:
-            plan, new_bricks = self.run.add_model(self.path, self.nodeid, point, hooked)
+            plan, new_bricks = self.run.add_model(self.path, shown_path(self), point, hooked)
         except ModelError as error:
-            yield FailingItem.from_parent(self, name=f"load{suffix}", message=f"{self.nodeid}{suffix}: {error.cause}")
+            yield FailingItem.from_parent(
+                self, name=f"load{suffix}", message=f"{shown_path(self)}{suffix}: {error.cause}"
+            )
             return
         except pytest.exit.Exception:
             raise
         except Exception as error:  # an input no check foresaw: it fails this model alone, never the session
             yield FailingItem.from_parent(
-                self, name=f"load{suffix}", message=f"{self.nodeid}{suffix}: {unforeseen(error)}"
+                self, name=f"load{suffix}", message=f"{shown_path(self)}{suffix}: {unforeseen(error)}"
             )
             return
         for name, value in plan.guessed_dims.items() if warn else ():
             self.warn(
                 DLBricksWarning(
-                    f"{self.nodeid}: symbolic dimension {name!r} was not given, using {value}"
+                    f"{shown_path(self)}: symbolic dimension {name!r} was not given, using {value}"
                     f" (set it with --dlbricks-dim {name}=N)"
                 )
             )
         if plan.weights_as_inputs and warn:
             self.warn(
                 DLBricksWarning(
-                    f"{self.nodeid}: {plural(plan.weights_as_inputs, 'weight')} also listed as graph inputs, which"
+                    f"{shown_path(self)}: {plural(plan.weights_as_inputs, 'weight')} also listed as graph inputs, which"
                     " onnxruntime lets a caller override and so neither folds nor pre-packs; its bricks are timed"
                     " so too (take them out of the graph inputs if nothing overrides them)"
                 )
@@ -103,7 +110,7 @@ class BrickFile(pytest.File):
                 raise SuiteError(self.entry["error"])
             brick = read_brick(self.path, self.entry)
         except SuiteError as error:
-            yield FailingItem.from_parent(self, name="load", message=f"{self.nodeid}: {error}")
+            yield FailingItem.from_parent(self, name="load", message=f"{shown_path(self)}: {error}")
             return
         if self.run.add_exported_brick(brick, exported_reads(self.entry)):
             yield brick_item(self, self.run, brick)

@@ -20,7 +20,7 @@ from ..core.verdict import verdict_line
 from ..core.wording import plural
 from ..rendering.formatting import fit_lines, table_width
 from ..rendering.terminal import progress_line, render_analysis, render_table
-from .collector import BrickFile, FailingItem, ModelFile
+from .collector import BrickFile, FailingItem, ModelFile, shown_path
 from .distributed import NO_ESTIMATES, is_controller_without_estimates, is_distributed
 from .engine import DLBricksRun
 from .interruption import stopped_early
@@ -82,7 +82,7 @@ class DLBricksSession:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None or not shows_progress(reporter, self.config.get_verbosity()):
             return
-        line = progress_line(collector.nodeid, self.models_started, self.models_found, self.width())
+        line = progress_line(shown_path(collector), self.models_started, self.models_found, self.width())
         reporter.rewrite(line, erase=True, bold=True)
         reporter.flush()
 
