@@ -20,9 +20,9 @@ by the run itself and each read as a relative margin:
   items against the estimate from the same bricks timed again in the rounds beside the model, minutes later
   (``estimate_drift``); the larger of the two over the smaller, less one, for the model where they lie furthest
   apart. The same command timed at those two moments gave estimates that far apart: a direct measurement of
-  what the speed trace bounds, and the one a short run has where the trace took too few samples (a run of a
-  few seconds of a GPT-2 read +-1% "at the least" beside estimates that moved 6% to 24% from items to
-  validation, in seven runs);
+  what the speed trace bounds, and the one a short run has where the trace took too few samples (seven runs
+  of a few seconds of a GPT-2 read +-1% "at the least" beside estimates that moved 7% to 24% from items to
+  validation);
 - load: the share of its rounds' wall time the timing thread spent off its core (see :mod:`.load`),
   as the time the estimates may hold beyond the work's; below :data:`.load.UNTRUSTED_BELOW` no margin
   is given at all, nor for a loaded run on more than one intra-op thread: a pool thread that loses its
