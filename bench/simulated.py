@@ -128,7 +128,7 @@ def main() -> int:
     if args.zoo:
         study("zoo", args.zoo, "**/*.onnx", (), args)
     if args.manifest:
-        study(f"zoo ({args.subset} subset)", args.manifest.expanduser(), "", (), args, in_place=True)
+        study(f"zoo ({args.only or args.subset + ' subset'})", args.manifest.expanduser(), "", (), args, in_place=True)
     return 0
 
 
