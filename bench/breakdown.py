@@ -30,7 +30,8 @@ inside its brick. Per model it prints, in microseconds per call:
   model (the model's side);
 - ``gap@model``: the model's call less its kernels (dispatch, allocation, thread hand-offs, the call);
   ``gap@bricks``: the same summed over brick occurrences, less the call cost composition takes off;
-- ``calls``: the call cost composition charges (bricks' removed, the model's added).
+- ``calls``: the call cost composition charges (bricks' removed, the model's added), each brick's scaled to the
+  reference call's time around its bursts, as the plugin scales it (the model's to their median).
 
 Then a second table says where the gap between the file's measured time and the composed estimate
 goes, each part as a share of the file's time, the parts adding up to ``1 - ratio``:
@@ -67,11 +68,13 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 
+from pytest_dlbricks.core.clock import time_calls
 from pytest_dlbricks.core.placement import kernel_events
 from pytest_dlbricks.core.runtime import create_session, use_thread_pool
 from pytest_dlbricks.core.settings import Settings
@@ -80,10 +83,10 @@ from pytest_dlbricks.cut.cutting import ModelPlan, plan_model
 from pytest_dlbricks.cut.loading import load_model, whole_model
 from pytest_dlbricks.cut.samples import find_samples
 from pytest_dlbricks.estimating.analysis import plan_work
-from pytest_dlbricks.estimating.composition import compose
+from pytest_dlbricks.estimating.composition import brick_calls, compose, model_costs
 from pytest_dlbricks.estimating.validation import warm
 from pytest_dlbricks.timing.caches import CacheFlusher, cache_sizes, flush_bytes, read_bytes, rest_of_model
-from pytest_dlbricks.timing.overhead import CallOverhead, measure_call_overhead
+from pytest_dlbricks.timing.overhead import CallOverhead, measure_call_overhead, reference_call
 from pytest_dlbricks.timing.running import BrickRunner, ModelRunner
 from pytest_dlbricks.timing.synthesis import brick_feeds, build_brick_model
 
@@ -202,13 +205,17 @@ def breakdown(
     for runner in [*models.values(), *runners.values()]:
         runner.check()
     samples: dict[str, list[float]] = defaultdict(list)
+    reference, around = reference_call(settings), defaultdict(list)
     for _ in range(rounds):
         for signature, runner in runners.items():
+            around[signature].append(_reference_now(reference))
             samples[signature] += _burst(runner, BURST)
         for key, runner in models.items():
             samples[key].append(_timed_again(runner))
     times = {key: statistics.median(values) for key, values in samples.items()}
-    estimate = compose(plan, {s: times[s] for s in runners}, overhead)
+    # Each brick's call cost at the speed the reference call read around its bursts, as the plugin takes it off.
+    references = {signature: statistics.median(values) for signature, values in around.items()}
+    estimate = compose(plan, {s: times[s] for s in runners}, overhead, references=references)
 
     file_kernels, file_share = _file_profile(file, feeds, path, settings, profiled_runs)
     in_model = _kernels(whole, range(len(graph.layers)), settings, profiled_runs)
@@ -237,8 +244,8 @@ def breakdown(
         kern_bricks += sum(s for i, s in kernels.items() if begin + i in matched) * scale
         scale_in_bricks.update({begin + i: s * scale for i, s in kernels.items()})
         gap_bricks += times[brick.signature] - sum(kernels.values()) * scale
-    brick_calls = sum(overhead.of(len(b.inputs), len(b.outputs)) for b, _ in windows)
-    model_call = overhead.of(*plan.io)
+    calls_of_bricks = sum(overhead.of_brick(len(b.inputs), b.output_count, references[b.signature]) for b, _ in windows)
+    model_call = model_costs(brick_calls(plan), overhead, references).of(*plan.io)
     layer_work = [layer for brick, _ in windows for layer in work[brick.signature].layers]
     return Breakdown(
         name=name,
@@ -249,7 +256,7 @@ def breakdown(
         kernels_in_bricks_s=kern_bricks,
         unmatched_s=unmatched,
         gap_in_model_s=gap_model,
-        gap_in_bricks_s=gap_bricks - brick_calls,
+        gap_in_bricks_s=gap_bricks - calls_of_bricks,
         call_cost_s=model_call,
         layers=len(graph.layers),
         file_kernels=file_kernels,
@@ -300,6 +307,12 @@ BURST = 5
 
 def _burst(runner: BrickRunner, calls: int) -> list[float]:
     return [_timed(runner) for _ in range(calls + 1)][1:]
+
+
+def _reference_now(reference: Callable[[], None]) -> float:
+    """The reference call's time at this moment, as the plugin reads it around a brick's timing (see
+    :meth:`.speed_trace.SpeedTrace.now`): the median of ten calls after an untimed one."""
+    return statistics.median(time_calls(reference, 11)[1:])
 
 
 def _timed_again(runner: BrickRunner) -> float:
