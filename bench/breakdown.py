@@ -68,13 +68,11 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 
-from pytest_dlbricks.core.clock import time_calls
 from pytest_dlbricks.core.placement import kernel_events
 from pytest_dlbricks.core.runtime import create_session, use_thread_pool
 from pytest_dlbricks.core.settings import Settings
@@ -86,8 +84,9 @@ from pytest_dlbricks.estimating.analysis import plan_work
 from pytest_dlbricks.estimating.composition import brick_calls, compose, model_costs
 from pytest_dlbricks.estimating.validation import warm
 from pytest_dlbricks.timing.caches import CacheFlusher, cache_sizes, flush_bytes, read_bytes, rest_of_model
-from pytest_dlbricks.timing.overhead import CallOverhead, measure_call_overhead, reference_call
+from pytest_dlbricks.timing.overhead import REFERENCE, CallOverhead, measure_call_overhead, reference_call
 from pytest_dlbricks.timing.running import BrickRunner, ModelRunner
+from pytest_dlbricks.timing.speed_trace import SpeedTrace
 from pytest_dlbricks.timing.synthesis import brick_feeds, build_brick_model
 
 DEFAULT_ZOO = Path("~/.cache/pytest-dlbricks/zoo").expanduser()
@@ -205,10 +204,11 @@ def breakdown(
     for runner in [*models.values(), *runners.values()]:
         runner.check()
     samples: dict[str, list[float]] = defaultdict(list)
-    reference, around = reference_call(settings), defaultdict(list)
+    trace, around = SpeedTrace(lambda: reference_call(settings), REFERENCE), defaultdict(list)
     for _ in range(rounds):
         for signature, runner in runners.items():
-            around[signature].append(_reference_now(reference))
+            if (moment := trace.now()) is not None:
+                around[signature].append(moment)
             samples[signature] += _burst(runner, BURST)
         for key, runner in models.items():
             samples[key].append(_timed_again(runner))
@@ -244,7 +244,9 @@ def breakdown(
         kern_bricks += sum(s for i, s in kernels.items() if begin + i in matched) * scale
         scale_in_bricks.update({begin + i: s * scale for i, s in kernels.items()})
         gap_bricks += times[brick.signature] - sum(kernels.values()) * scale
-    calls_of_bricks = sum(overhead.of_brick(len(b.inputs), b.output_count, references[b.signature]) for b, _ in windows)
+    calls_of_bricks = sum(
+        overhead.of_brick(len(b.inputs), b.output_count, references.get(b.signature)) for b, _ in windows
+    )
     model_call = model_costs(brick_calls(plan), overhead, references).of(*plan.io)
     layer_work = [layer for brick, _ in windows for layer in work[brick.signature].layers]
     return Breakdown(
@@ -307,12 +309,6 @@ BURST = 5
 
 def _burst(runner: BrickRunner, calls: int) -> list[float]:
     return [_timed(runner) for _ in range(calls + 1)][1:]
-
-
-def _reference_now(reference: Callable[[], None]) -> float:
-    """The reference call's time at this moment, as the plugin reads it around a brick's timing (see
-    :meth:`.speed_trace.SpeedTrace.now`): the median of ten calls after an untimed one."""
-    return statistics.median(time_calls(reference, 11)[1:])
 
 
 def _timed_again(runner: BrickRunner) -> float:
