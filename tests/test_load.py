@@ -65,3 +65,20 @@ def test_too_short_a_time_says_nothing() -> None:
     assert load_summary(Readings(MIN_WALL_S / 2, 0.0, None, None)) is None
     assert Readings(1.0, 1.2, None, None).core_share == 1.0  # a coarse clock may read more than the wall
     assert load_summary(Readings(1.0, LOADED_BELOW, None, None))["loaded"] is False  # type: ignore[index]
+
+
+def test_sleeping_on_purpose_inside_the_rounds_is_no_load() -> None:
+    """Validation's rounds wait for the machine's fast state in their setup: asleep, off its core, unloaded."""
+    clocks = Clocks()
+    idle = [0.0]
+    load = LoadMeter(wall=lambda: clocks.wall_s, cpu=lambda: clocks.cpu_s, idle=lambda: idle[0], cpus=2)
+
+    def rounds_with_a_wait() -> None:
+        clocks.rounds(0.5, 0.5)
+        clocks.rounds(0.4, 0.0)
+        idle[0] += 0.4
+        clocks.rounds(0.5, 0.5)
+
+    load.around(rounds_with_a_wait)
+    assert load.readings().core_share == pytest.approx(1.0)
+    assert load.readings().wall_s == pytest.approx(1.0)

@@ -535,6 +535,31 @@ def test_a_machine_whose_speed_moved_more_than_the_bricks_spread_is_told_what_th
     )
 
 
+@pytest.mark.parametrize(
+    ("waits", "said"),
+    [
+        ({"waits": 0, "waited_s": 0.0, "timed_slow": 0}, ""),
+        (
+            {"waits": 1, "waited_s": 0.04, "timed_slow": 0},
+            "; 1 timing began in its slow state and waited 0.0 s for the fast one",
+        ),
+        (
+            {"waits": 122, "waited_s": 19.63, "timed_slow": 41},
+            "; 122 timings began in its slow state and waited 19.6 s for the fast one, 41 timed slow all the same"
+            " (the wait's budget ran out)",
+        ),
+        ({"waits": "many", "waited_s": 1.0, "timed_slow": 0}, ""),
+    ],
+    ids=["none", "one", "some slow all the same", "damaged"],
+)
+def test_the_speed_line_says_how_often_timings_waited_for_the_fast_state(waits: dict, said: str) -> None:
+    line = speed_line({"noise": None, "speed": {**SPEED, "spread": 0.303, **waits}})
+    assert line == (
+        "Machine speed through the run: a chain took 11.0 us to 22.5 us (quartiles of 48 samples at least 0.25 s"
+        " apart; median 19.0 us): +-30.3%" + said
+    )
+
+
 @pytest.mark.parametrize(("noise", "spread"), [(0.074, 0.02), (0.02, 0.04)], ids=["below the bricks", "below 5%"])
 def test_a_steady_machine_gets_the_figures_alone(noise: float, spread: float) -> None:
     line = speed_line({"noise": noise, "speed": {**SPEED, "spread": spread}})

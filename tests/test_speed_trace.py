@@ -10,7 +10,16 @@ import pytest
 
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.timing.overhead import reference_call
-from pytest_dlbricks.timing.speed_trace import MIN_SAMPLES, MOMENT_CALLS, SAMPLE_CALLS, WARM_CALLS, SpeedTrace
+from pytest_dlbricks.timing.speed_trace import (
+    MIN_MOMENTS,
+    MIN_SAMPLES,
+    MOMENT_CALLS,
+    SAMPLE_CALLS,
+    SLOW_BY,
+    WAIT_MAX_S,
+    WARM_CALLS,
+    SpeedTrace,
+)
 
 
 class StubMachine:
@@ -73,6 +82,9 @@ def test_the_spread_is_half_the_interquartile_range_over_the_median() -> None:
         "p10_s": pytest.approx(10e-6),
         "p90_s": pytest.approx(20e-6),
         "swing": pytest.approx(1 / 3),
+        "waits": 0,
+        "waited_s": 0.0,
+        "timed_slow": 0,
     }
 
 
@@ -130,6 +142,7 @@ def test_the_reference_is_timed_as_the_call_costs_chains_are() -> None:
         return run
 
     trace = SpeedTrace(watched, "stub", clock=counting_clock, every_s=10.0)
+    reads[0] = 0  # the trace read when the run started
     assert trace.now() == pytest.approx(10e-6)
     timed = seen[WARM_CALLS:]
     assert all(enabled == collecting for enabled, _ in timed)
@@ -158,3 +171,77 @@ def test_the_reference_is_a_real_call_that_the_trace_times() -> None:
     summary = trace.summary()
     assert summary is not None and trace.error is None
     assert 0 < summary["q1_s"] <= summary["median_s"] <= summary["q3_s"] < 0.1
+
+
+def moments(*times: float) -> list[float]:
+    """The durations of one moment's calls (an untimed one, then :data:`MOMENT_CALLS`) for each time given."""
+    return [duration for time in times for duration in [time] * (1 + MOMENT_CALLS)]
+
+
+class SleepingMachine(StubMachine):
+    """A stub machine whose sleeps advance its clock and are counted."""
+
+    def __init__(self, durations: Iterable[float]) -> None:
+        super().__init__(durations)
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def fast_trace(machine: SleepingMachine, run_s: float = 100.0) -> SpeedTrace:
+    """A trace that has read the fast state (10 us) at :data:`MIN_MOMENTS` moments, ``run_s`` into the run."""
+    trace = SpeedTrace(machine.make_call, "stub", clock=machine.clock, every_s=10.0, sleep=machine.sleep)
+    for _ in range(MIN_MOMENTS):
+        trace.now()
+    machine.now += run_s
+    return trace
+
+
+def test_a_timing_begun_in_the_slow_state_waits_for_the_fast_one() -> None:
+    machine = SleepingMachine([1e-3] * WARM_CALLS + moments(*[10e-6] * MIN_MOMENTS, 16e-6, 17e-6, 16e-6, 10.5e-6))
+    trace = fast_trace(machine)
+    assert trace.fast_s() == pytest.approx(10e-6)
+    assert trace.settled() == pytest.approx(10.5e-6), "the first fast reading ends the wait"
+    assert len(machine.slept) == 3
+    assert (trace.waits, trace.timed_slow) == (1, 0)
+    assert trace.waited_s == pytest.approx(sum(machine.slept) + 3 * (1 + MOMENT_CALLS) * 16.3e-6, rel=0.01)
+    assert trace.moments[-1] == pytest.approx(10.5e-6), "the readings taken while waiting are not moments"
+    assert len(trace.moments) == MIN_MOMENTS + 1
+
+
+def test_a_fast_or_a_little_slower_moment_waits_for_nothing() -> None:
+    below = 10e-6 * SLOW_BY * 0.99
+    machine = SleepingMachine([1e-3] * WARM_CALLS + moments(*[10e-6] * MIN_MOMENTS, below))
+    trace = fast_trace(machine)
+    assert trace.settled() == pytest.approx(below)
+    assert (machine.slept, trace.waits) == ([], 0)
+
+
+def test_before_the_fast_state_is_known_nothing_waits() -> None:
+    machine = SleepingMachine([1e-3] * WARM_CALLS + moments(*[10e-6] * (MIN_MOMENTS - 2), 30e-6))
+    trace = SpeedTrace(machine.make_call, "stub", clock=machine.clock, every_s=10.0, sleep=machine.sleep)
+    for _ in range(MIN_MOMENTS - 2):
+        trace.now()
+    assert trace.fast_s() is None
+    assert trace.settled() == pytest.approx(30e-6)
+    assert machine.slept == []
+
+
+def test_a_machine_that_stays_slow_is_timed_slow_after_the_wait_and_said_so() -> None:
+    machine = SleepingMachine([1e-3] * WARM_CALLS + moments(*[10e-6] * MIN_MOMENTS) + [20e-6] * 10**6)
+    trace = fast_trace(machine)
+    assert trace.settled() == pytest.approx(20e-6)
+    assert WAIT_MAX_S <= trace.waited_s < WAIT_MAX_S + 0.01
+    assert (trace.waits, trace.timed_slow) == (1, 1)
+
+
+def test_waits_take_a_share_of_the_run_at_most() -> None:
+    """Two seconds into the run, a slow machine is waited for a fraction of a second in all."""
+    machine = SleepingMachine([1e-3] * WARM_CALLS + moments(*[10e-6] * MIN_MOMENTS) + [20e-6] * 10**6)
+    trace = fast_trace(machine, run_s=2.0)
+    for _ in range(3):
+        trace.settled()
+    assert trace.waited_s < 0.25 * (machine.now - 0.0)
+    assert (trace.waits, trace.timed_slow) == (3, 3)

@@ -209,7 +209,7 @@ def count_line(summary: Mapping[str, Any]) -> str:
 
 def speed_line(summary: Mapping[str, Any]) -> str | None:
     """How far the machine's speed moved through the run, beside how far the bricks' own rounds spread
-    (both half an interquartile range over a median)."""
+    (both half an interquartile range over a median), and how often timings waited for its fast state."""
     speed = summary.get("speed")
     if not speed or not is_number(speed.get("spread")):
         return None
@@ -218,7 +218,7 @@ def speed_line(summary: Mapping[str, Any]) -> str | None:
         f"Machine speed through the run: {speed['reference']} took {format_seconds(speed['q1_s'])} to"
         f" {format_seconds(speed['q3_s'])} (quartiles of {speed['samples']} samples at least {speed['every_s']:g} s"
         f" apart; median {format_seconds(speed['median_s'])}): +-{spread:.1%}"
-    )
+    ) + _waits(speed)
     if not is_number(noise):
         return line
     line += f"; the bricks' own rounds typically +-{noise / 2:.1%}"
@@ -228,6 +228,17 @@ def speed_line(summary: Mapping[str, Any]) -> str | None:
             " by about as much as the speed moved"
         )
     return line
+
+
+def _waits(speed: Mapping[str, Any]) -> str:
+    """How many timings began in the machine's slow state and waited for its fast one (see
+    :meth:`.speed_trace.SpeedTrace.settled`), and how many were timed slow all the same."""
+    waits, waited, slow = speed.get("waits"), speed.get("waited_s"), speed.get("timed_slow")
+    if not isinstance(waits, int) or waits <= 0 or not is_number(waited) or not isinstance(slow, int):
+        return ""
+    timings = "timing" if waits == 1 else "timings"
+    text = f"; {waits} {timings} began in its slow state and waited {waited:.1f} s for the fast one"
+    return text + (f", {slow} timed slow all the same (the wait's budget ran out)" if slow else "")
 
 
 def _fit(rows: list[tuple[str, ...]], width: int) -> tuple[list[tuple[str, ...]], list[str]]:

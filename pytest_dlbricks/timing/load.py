@@ -50,7 +50,9 @@ class LoadMeter:
     """Created by the run's engine; the brick and model items call :meth:`around` their timed rounds.
 
     ``wall`` and ``cpu`` are the clocks (wall time, and the calling thread's CPU time); ``load_average``
-    reads the machine's one-minute load average (None where the platform has none).
+    reads the machine's one-minute load average (None where the platform has none). ``idle`` reads the
+    seconds the run has slept so far on purpose (waiting for the machine's fast state, see
+    :meth:`.speed_trace.SpeedTrace.settled`), which are no one's load and are left out of the wall time.
     """
 
     def __init__(
@@ -60,8 +62,10 @@ class LoadMeter:
         cpu: Callable[[], float] = time.thread_time,
         load_average: Callable[[], float | None] | None = None,
         cpus: int | None = None,
+        idle: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.wall = wall
+        self.idle = idle
         self.cpu = cpu
         self.load_average = load_average or _load_average
         self.cpus = os.cpu_count() if cpus is None else cpus
@@ -70,11 +74,11 @@ class LoadMeter:
 
     def around(self, timed: Callable[[], None]) -> None:
         """Run ``timed`` (an item's timed rounds) and add its wall and CPU time to the run's."""
-        wall, cpu = self.wall(), self.cpu()
+        wall, cpu, idle = self.wall(), self.cpu(), self.idle()
         try:
             timed()
         finally:
-            self.wall_s += self.wall() - wall
+            self.wall_s += self.wall() - wall - (self.idle() - idle)
             self.cpu_s += self.cpu() - cpu
 
     def readings(self) -> Readings:

@@ -114,8 +114,9 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
         )
         if runner.flush is not None:
             benchmark.extra_info["cache_flush_bytes"] = run.flush_bytes(signature)
-        # The machine's speed right around the timing: the call cost taken off the brick follows it.
-        before = run.speed.now() if benchmark.enabled else None
+        # The machine's speed right around the timing, in its fast state (see :meth:`.SpeedTrace.settled`):
+        # the call cost taken off the brick follows it.
+        before = run.speed.settled() if benchmark.enabled else None
         run.load.around(lambda: benchmark(call))
         if benchmark.stats:
             after = run.speed.now()
@@ -189,7 +190,7 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
                 f"{plan.path}: cannot time the whole model: {cause}{hint}", pytrace=False
             ) from None
         benchmark = request.getfixturevalue("benchmark")
-        bricks = BrickRounds(runners, model, run.speed.now)
+        bricks = BrickRounds(runners, model, run.speed.settled)
         run.measure_overhead()
         run.speed.sample_if_due()
         start = time.perf_counter()
