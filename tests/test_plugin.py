@@ -213,6 +213,27 @@ def test_the_run_traces_the_machines_speed_between_its_items(
     )
 
 
+def test_timings_begun_in_the_slow_state_wait_for_the_fast_one_and_the_run_says_so(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine read as slow at every moment: each timing waits its whole (tiny) budget, is timed all the same,
+    and the report and the speed line count it."""
+    monkeypatch.setattr(speed_trace, "SAMPLE_EVERY_S", 0.0)
+    monkeypatch.setattr(speed_trace, "MIN_MOMENTS", 1)
+    monkeypatch.setattr(speed_trace, "SLOW_BY", 0.5)
+    monkeypatch.setattr(speed_trace, "WAIT_MAX_S", 0.003)
+    monkeypatch.setattr(speed_trace, "WAIT_SHARE", 1.0)
+    result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-json=report.json", "models/tiny_inception.onnx")
+    report = read_report(pytester.path / "report.json")
+    speed = report["summary"]["speed"]
+    timed = report["summary"]["measured_bricks"]
+    assert speed["waits"] == speed["timed_slow"] == timed - 1, "every timing but the first, which knew no fast state"
+    assert speed["waits"] * 0.003 <= speed["waited_s"] < speed["waits"] * 0.05
+    waits = speed["waits"]
+    said = f"*{waits} timings began in its slow state and waited * s for the fast one, {waits} timed slow all the same*"
+    result.stdout.fnmatch_lines([said])
+
+
 def test_item_ids_carry_operators_and_short_signature(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     result = run(
         pytester,
