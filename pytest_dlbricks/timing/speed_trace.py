@@ -108,28 +108,24 @@ class SpeedTrace:
         """The reference call's time at this moment, the median of :data:`MOMENT_CALLS` calls after an
         untimed one, as the call cost's measurement reads it (see :attr:`.overhead.CallOverhead.reference_s`);
         None when the reference cannot run. Not a sample of the trace, which spaces its samples."""
-        reading = self._moment()
-        if reading is not None:
-            self.moments.append(reading)
-        return reading
+        return self._kept(self._moment())
 
     def settled(self) -> float | None:
         """:meth:`now`, after waiting (see :data:`WAIT_MAX_S`, :data:`WAIT_SHARE`) while it reads the
         machine's slow state; what follows it is timed in the fast state, unless the budget ran out."""
         reading = self._moment()
         fast = self.fast_s()
-        if reading is not None and fast is not None and reading > SLOW_BY * fast:
-            start = self.clock()
-            limit = min(WAIT_MAX_S, WAIT_SHARE * (start - self._started) - self.waited_s)
-            while reading is not None and reading > SLOW_BY * fast and self.clock() - start < limit:
-                self.sleep(WAIT_EVERY_S)
-                reading = self._moment()
-            self.waits += 1
-            self.waited_s += self.clock() - start
-            self.timed_slow += reading is not None and reading > SLOW_BY * fast
-        if reading is not None:
-            self.moments.append(reading)
-        return reading
+        if fast is None or not _slow(reading, fast):
+            return self._kept(reading)
+        start = self.clock()
+        limit = min(WAIT_MAX_S, WAIT_SHARE * (start - self._started) - self.waited_s)
+        while _slow(reading, fast) and self.clock() - start < limit:
+            self.sleep(WAIT_EVERY_S)
+            reading = self._moment()
+        self.waits += 1
+        self.waited_s += self.clock() - start
+        self.timed_slow += _slow(reading, fast)
+        return self._kept(reading)
 
     def fast_s(self) -> float | None:
         """The reference's time in the machine's fast state: the lower quartile of the moments so far;
@@ -141,6 +137,12 @@ class SpeedTrace:
     def _moment(self) -> float | None:
         timings = self._time(1 + MOMENT_CALLS)
         return float(np.median(timings[1:])) if timings is not None else None
+
+    def _kept(self, reading: float | None) -> float | None:
+        """``reading``, kept among the run's moments when there is one."""
+        if reading is not None:
+            self.moments.append(reading)
+        return reading
 
     def _time(self, calls: int) -> list[float] | None:
         """Seconds of ``calls`` calls of the reference, timed back to back as the call cost's chains are
@@ -182,3 +184,8 @@ class SpeedTrace:
             "waited_s": self.waited_s,
             "timed_slow": self.timed_slow,
         }
+
+
+def _slow(reading: float | None, fast: float) -> bool:
+    """Whether a reading of the reference is in the machine's slow state, ``fast`` being its time in the fast one."""
+    return reading is not None and reading > SLOW_BY * fast
