@@ -89,9 +89,9 @@ from pytest_dlbricks.cut.loading import load_model, whole_model
 from pytest_dlbricks.cut.samples import find_samples
 from pytest_dlbricks.estimating.analysis import plan_work
 from pytest_dlbricks.estimating.composition import brick_calls, compose, model_costs
-from pytest_dlbricks.estimating.validation import warm
 from pytest_dlbricks.timing.caches import CacheFlusher, cache_sizes, flush_bytes, read_bytes, rest_of_model
 from pytest_dlbricks.timing.overhead import REFERENCE, CallOverhead, measure_call_overhead, reference_call
+from pytest_dlbricks.timing.retiming import warm
 from pytest_dlbricks.timing.running import BrickRunner, ModelRunner
 from pytest_dlbricks.timing.speed_trace import SpeedTrace
 from pytest_dlbricks.timing.synthesis import brick_feeds, build_brick_model

@@ -6,10 +6,12 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conftest import SAMPLE_MODELS, run_dlbricks
+from pytest_dlbricks.wiring import engine  # imported before pytester's runs, which patch it
 
 #: pytest-benchmark's table, from its title rule to its legend's last line: its own lines, sized to its columns.
 BENCHMARK_TABLE = re.compile(r"^-+ benchmark.*-+$")
@@ -36,16 +38,27 @@ def test_no_line_is_wider_than_the_terminal(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "100")
     result = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-json=report.json")
-    result.assert_outcomes(passed=43)
+    report = json.loads((pytester.path / "report.json").read_text())
+    # One item a distinct brick: how many, the fusions of the processor at hand decide (43 on one, 45 on another).
+    result.assert_outcomes(passed=report["summary"]["distinct_bricks"])
     lines = run_lines(result.outlines)
     assert any(line.startswith("dlbricks verdict:") for line in lines), "the plugin's lines are checked"
     wide = [line for line in lines if len(line) > 100]
     assert not wide, "\n".join(wide)
     # The cell's explanation follows the table, and the JSON keeps the operators.
     result.stdout.fnmatch_lines(["*_rnn.onnx * synthetic[*] *", "[*] synthetic inputs, but data steers the work*"])
-    report = json.loads((pytester.path / "report.json").read_text())
     rnn = next(model for model in report["models"] if model["path"].endswith("tiny_rnn.onnx"))
     assert rnn["data_dependent_ops"] == ["Loop"]
+
+
+class _AnyNumber:
+    """Equal to any non-negative number: a duration the test cannot know."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int | float) and not isinstance(other, bool) and other >= 0
+
+
+ANY_NUMBER = _AnyNumber()
 
 
 def test_verbose_cells_say_it_all(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
@@ -82,12 +95,70 @@ def test_a_validated_run_s_verdict_counts_its_bricks_timed_again(
     path, moved = report["verdict"]["widest_drift"]
     assert drift == pytest.approx(max(moved, 1 / moved) - 1) and path in {model["path"] for model in report["models"]}
     assert drift < 0.005 or (
-        f"bricks timed again in validation +-{drift:.0%}" in said
-        and f"widest move in validation: {path} ({moved:.2f}x)" in said
+        f"bricks timed again +-{drift:.0%}" in said and f"widest move when timed again: {path} ({moved:.2f}x)" in said
     ), "a part under 0.5% goes unsaid"
     run_dlbricks(pytester, *args)
     rerun = json.loads((pytester.path / "report.json").read_text())
     assert rerun["summary"]["reused_from"]["speed"] >= report["verdict"]["sources"]["drift"] - 1e-12
+    assert report["summary"]["timed_again"] is None, "validation's paired rounds time the bricks again instead"
+
+
+def test_a_run_times_its_bricks_again_at_its_end(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without validation, each brick the run timed is timed once more at its end: its verdict says how far the
+    models' estimates moved, from the model that moved furthest."""
+    monkeypatch.setattr(engine, "AGAIN_SHARE", 100.0)  # a run of the tests' few rounds leaves it no time
+    args = ("--dlbricks-granularity=2", "--dlbricks-store=none", "--dlbricks-json=report.json")
+    result = run_dlbricks(pytester, *args, "models/mlp.onnx", "models/tiny_resnet.onnx")
+    report = json.loads((pytester.path / "report.json").read_text())
+    timed = report["summary"]["measured_bricks"]
+    assert report["summary"]["timed_again"] == {"bricks": timed, "timed": timed, "models": 2, "seconds": ANY_NUMBER}
+    drifts = {model["path"]: model["estimate_drift"] for model in report["models"]}
+    assert all(0.2 < drift < 5 for drift in drifts.values()), drifts
+    path, moved = report["verdict"]["widest_drift"]
+    assert moved == drifts[path] and report["verdict"]["sources"]["drift"] == pytest.approx(
+        max(max(d, 1 / d) - 1 for d in drifts.values())
+    )
+    said = " ".join(result.stdout.str().split())
+    assert moved == pytest.approx(1, abs=0.005) or f"widest move when timed again: {path}" in said
+    assert "accuracy" not in said.lower(), "no model was validated"
+    assert report["accuracy"] is None
+
+
+def test_timing_again_keeps_to_its_share_of_the_run_from_the_smallest_model(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ("--dlbricks-granularity=2", "--dlbricks-store=none", "--dlbricks-json=report.json")
+    models = ("models/mlp.onnx", "models/tiny_inception.onnx")
+    monkeypatch.setattr(engine, "AGAIN_SHARE", 0.0)
+    run_dlbricks(pytester, *args, *models)
+    report = json.loads((pytester.path / "report.json").read_text())
+    assert report["summary"]["timed_again"] is None and "drift" not in report["verdict"]["sources"]
+    # Unbounded, the smallest model's bricks come first: models of microseconds move furthest between runs.
+    order: list[str] = []
+
+    def recorded(runner: Any) -> tuple[float, ...]:
+        order.append(runner.brick.signature)
+        return (1e-5,) * 3
+
+    monkeypatch.setattr(engine, "AGAIN_SHARE", 100.0)
+    monkeypatch.setattr(engine, "time_again", recorded)
+    run_dlbricks(pytester, *args, *models)
+    report = json.loads((pytester.path / "report.json").read_text())
+    mlp = {brick["signature"] for brick in report["bricks"] if "models/mlp.onnx" in brick["models"]}
+    assert set(order[: len(mlp)]) == mlp and len(order) == len(set(order)) == report["summary"]["measured_bricks"]
+
+
+def test_nothing_is_timed_again_where_nothing_was_timed(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    args = ("--dlbricks-granularity=2", "--dlbricks-json=report.json", "models/mlp.onnx")
+    run_dlbricks(pytester, *args, "--benchmark-disable")
+    assert json.loads((pytester.path / "report.json").read_text())["summary"]["timed_again"] is None
+    run_dlbricks(pytester, *args)
+    run_dlbricks(pytester, *args)  # every brick reused from the store
+    report = json.loads((pytester.path / "report.json").read_text())
+    assert report["summary"]["timed_again"] is None and "estimate_drift" not in report["models"][0]
+    assert report["summary"]["reused_from"]["speed"] is not None, "the run that timed them says how far they moved"
 
 
 def test_a_run_without_estimates_has_no_verdict(pytester: pytest.Pytester) -> None:

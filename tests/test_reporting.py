@@ -80,6 +80,7 @@ def test_report_of_fully_measured_models(plans: list[ModelPlan]) -> None:
         "memory": None,  # no brick was timed with its weights out of the caches
         "load": None,  # nor any load
         "reused_from": None,  # nor was any brick reused
+        "timed_again": None,  # nor timed again
     }
     first, *rest = report["bricks"]
     assert first["signature"] == next(iter(bricks))

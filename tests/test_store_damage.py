@@ -218,11 +218,18 @@ def test_a_damaged_executor_detection_is_reported_and_made_again(pytester: pytes
     assert strict_json(pytester.path / "r.json")["executor"]["reused"] is True
 
 
-def test_a_damaged_machine_peak_is_reported_and_measured_again(pytester: pytest.Pytester, filled: Path) -> None:
-    """Even by a run that times nothing: else every re-run would report the same damage."""
+@pytest.mark.parametrize("damage", ["a negative peak", "an infinity in how it was measured"])
+def test_a_damaged_machine_peak_is_reported_and_measured_again(
+    pytester: pytest.Pytester, filled: Path, damage: str
+) -> None:
+    """Even by a run that times nothing: else every re-run would report the same damage. A number no JSON holds,
+    anywhere in the record, is damage too: the report carries the method whole, and could not be written."""
     (stored,) = filled.glob("*/peak.json")
     record = json.loads(stored.read_text())
-    record["peak"].update(flops_per_s=-1.0)
+    if damage == "a negative peak":
+        record["peak"].update(flops_per_s=-1.0)
+    else:
+        record["peak"]["method"]["gemm_runs"] = math.inf
     stored.write_text(json.dumps(record))
     result = run(pytester, *STORE)
     assert result.ret == pytest.ExitCode.OK

@@ -11,7 +11,6 @@ import tiny_models
 
 from conftest import plan_of
 from pytest_dlbricks.core.settings import STATISTICS
-from pytest_dlbricks.estimating import validation
 from pytest_dlbricks.estimating.composition import ParallelExecutor
 from pytest_dlbricks.estimating.validation import (
     MAX_ROUNDS,
@@ -22,6 +21,7 @@ from pytest_dlbricks.estimating.validation import (
     accuracy,
     rounds_for,
 )
+from pytest_dlbricks.timing import retiming
 from pytest_dlbricks.timing.overhead import NO_OVERHEAD, CallOverhead
 
 
@@ -56,7 +56,7 @@ class Recorded:
 def test_each_round_times_every_brick_then_warms_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     clock = Clock()
-    monkeypatch.setattr(validation, "time", clock)
+    monkeypatch.setattr(retiming, "time", clock)
     speeds = iter([2e-5, 4e-5])
     rounds = BrickRounds(
         {"a": Recorded("a", calls, clock, 0.001), "b": Recorded("b", calls, clock, 0.002)},
@@ -66,7 +66,7 @@ def test_each_round_times_every_brick_then_warms_the_model(monkeypatch: pytest.M
     rounds()
     rounds()
     assert rounds.references == [2e-5, 4e-5], "the reference call's time as each round starts"
-    warm = validation.WARM_CALLS
+    warm = retiming.WARM_CALLS
     timed = ["a"] * warm + ["a inputs", "a"] * 3 + ["b"] * warm + ["b inputs", "b"] * 3
     # The model's 0.5 s call is warm after one: more would cost a large model's validation for nothing.
     assert calls == [*timed, "model", "model inputs"] * 2, "three timed calls on rewritten inputs per brick"

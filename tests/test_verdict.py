@@ -221,9 +221,9 @@ def test_bricks_timed_again_in_validation_count_as_far_as_their_estimate_moved()
     assert verdict.margin == pytest.approx(math.hypot(0.01, 0.25)) and verdict.validated_within == (1, 1)
     assert verdict.advice == ["one intra-op thread (--dlbricks-threads=1)", "run again"]
     assert verdict_line(verdict.as_json()) == (
-        "dlbricks verdict: estimates hold within +-25% at the least (bricks' spread +-1%, bricks timed again in"
-        " validation +-25%); not measured: machine speed; widest move in validation: b.onnx (0.80x); 1/1 validated"
-        " within it; to tighten: one intra-op thread (--dlbricks-threads=1), run again"
+        "dlbricks verdict: estimates hold within +-25% at the least (bricks' spread +-1%, bricks timed again +-25%);"
+        " not measured: machine speed; widest move when timed again: b.onnx (0.80x); 1/1 validated within it; to"
+        " tighten: one intra-op thread (--dlbricks-threads=1), run again"
     )
     assert "drift" not in judge(precisions=[0.01], noise=None, speed_spread=None, load=None, threads=1).sources
 

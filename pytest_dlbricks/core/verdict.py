@@ -16,13 +16,14 @@ by the run itself and each read as a relative margin:
   far apart the times of reading memory lay through the run (``swing``, as the speed trace's), times the
   largest part such bricks make of a model's estimate. Those bricks wait on memory, whose speed moves with
   whatever else reads it on the machine, and the reference call, bound by dispatch, does not see it;
-- the bricks timed again in validation (``--dlbricks-validate``): each validated model's estimate from its
-  items against the estimate from the same bricks timed again in the rounds beside the model, minutes later
-  (``estimate_drift``); the larger of the two over the smaller, less one, for the model where they lie furthest
-  apart. The same command timed at those two moments gave estimates that far apart: a direct measurement of
-  what the speed trace bounds, and the one a short run has where the trace took too few samples (seven runs
-  of a few seconds of a GPT-2 read +-1% "at the least" beside estimates that moved 7% to 24% from items to
-  validation);
+- the bricks timed again: each model's estimate from its items against the estimate from the same bricks
+  timed again later in the run, beside the model in validation's paired rounds (``--dlbricks-validate``), else
+  once more at the run's end (see :func:`.time_again`) (``estimate_drift``); the larger of the two over the
+  smaller, less one, for the model where they lie furthest apart. The same command timed at those two moments
+  gave estimates that far apart: a direct measurement of what the speed trace bounds and the bricks' margins
+  of error miss (each brick's rounds, back to back, share one moment), and the one a short run has where the
+  trace took too few samples (seven runs of a few seconds of a GPT-2 read +-1% "at the least" beside estimates
+  that moved 7% to 24% from items to validation);
 - load: the share of its rounds' wall time the timing thread spent off its core (see :mod:`.load`),
   as the time the estimates may hold beyond the work's; below :data:`.load.UNTRUSTED_BELOW` no margin
   is given at all, nor for a loaded run on more than one intra-op thread: a pool thread that loses its
@@ -53,7 +54,7 @@ BRICKS, SPEED, DRIFT, MEMORY, LOAD, REPEAT = "bricks", "speed", "drift", "memory
 SOURCE_NAMES = {
     BRICKS: "bricks' spread",
     SPEED: "machine speed",
-    DRIFT: "bricks timed again in validation",
+    DRIFT: "bricks timed again",
     MEMORY: "memory speed",
     LOAD: "load",
     REPEAT: "counts' repeat",
@@ -79,7 +80,7 @@ class Verdict:
     validated_within: tuple[int, int] | None = None
     #: For a simulated run: how many worker processes counted the job that measured the counts' repeat.
     simulated_repeats: int | None = None
-    #: The model whose estimate moved furthest when validation timed its bricks again, and how far (its ratio).
+    #: The model whose estimate moved furthest when its bricks were timed again, and how far (its ratio).
     widest_drift: tuple[str, float] | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -106,7 +107,7 @@ def bricks_margin(precisions: Iterable[float | None], noise: float | None) -> fl
 
 def widest_drift(drifts: Mapping[str, float | None]) -> tuple[str, float] | None:
     """The model (by path) whose item estimate and paired rounds' estimate lay furthest apart, and their ratio (its
-    ``estimate_drift``); None where no model was validated (or every figure is damaged)."""
+    ``estimate_drift``); None where no model has one (or every figure is damaged)."""
     known = {path: drift for path, drift in drifts.items() if drift is not None and math.isfinite(drift) and drift > 0}
     if not known:
         return None
@@ -141,8 +142,8 @@ def judge(
 ) -> Verdict:
     """The run's verdict from its models' estimate margins, its noise, its speed trace's spread, its load
     summary (see :func:`.load.load_summary`), its intra-op ``threads`` (0: onnxruntime's choice), when
-    validated its models' estimate-over-measured ``ratios`` and item-over-paired estimate ``drifts`` by path (see
-    :func:`widest_drift`), what the runs that timed its reused bricks
+    validated its models' estimate-over-measured ``ratios``, the item estimates over those of the same bricks timed
+    again (``drifts`` by path, see :func:`widest_drift`), what the runs that timed its reused bricks
     found (``earlier``: their largest ``speed`` and ``load`` parts, see :attr:`.entries.Summary.reused_from`),
     and the memory part (see :func:`memory_margin`; None: no brick was timed with its weights out of cache)."""
     earlier = earlier or {}
@@ -194,7 +195,7 @@ def own_parts(report: Mapping[str, Any]) -> tuple[float | None, float | None, fl
     of), for the brick store to keep beside the bricks it timed."""
     summary = report.get("summary") or {}
     load = summary.get("load")
-    # Validation's bricks timed again saw the machine's speed move too: a run reusing these bricks may be off as far.
+    # The bricks timed again saw the machine's speed move too: a run reusing these bricks may be off as far.
     widest = widest_drift(_drifts(report.get("models") or ()))
     drift = None if widest is None else _apart(widest[1])
     speeds = [part for part in (speed_margin(summary.get("speed")), drift) if part is not None]
@@ -329,8 +330,8 @@ def verdict_line(verdict: Mapping[str, Any]) -> str:
     if unmeasured and margin is not None:
         line += f"; not measured: {', '.join(SOURCE_NAMES.get(name, name) for name in unmeasured)}"
     widest = verdict.get("widest_drift")
-    if isinstance(widest, list) and len(widest) == 2 and (sources.get(DRIFT) or 0) >= 0.005:
-        line += f"; widest move in validation: {widest[0]} ({widest[1]:.2f}x)"
+    if isinstance(widest, list) and len(widest) == 2 and (sources.get(DRIFT) or 0) >= 0.005 and margin is not None:
+        line += f"; widest move when timed again: {widest[0]} ({widest[1]:.2f}x)"
     within = verdict.get("validated_within")
     if within:
         line += f"; {within[0]}/{within[1]} validated within it"

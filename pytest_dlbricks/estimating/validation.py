@@ -11,42 +11,22 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from ..cut.cutting import ModelPlan
 from ..timing.overhead import CallOverhead
+from ..timing.retiming import TimedBrick, round_time, warm
 from .composition import ParallelExecutor, compose
 
 #: Executors a model is validated against, and the estimate each one is compared with.
 ESTIMATE_OF_EXECUTOR = {"sequential": "sequential_s", "parallel": "critical_path_s"}
 #: Bands a model's estimate is counted "within" of its measurement, as nn-Meter and LitePred count theirs.
 WITHIN = {"within_5_percent": 0.05, "within_10_percent": 0.10}
-#: Timed calls of each brick per round, after the untimed ones of :func:`warm`.
-CALLS_PER_ROUND = 3
-#: Untimed calls of each brick, and of the model, before their timed calls in a round. Called once after
-#: other sessions ran, a model of a millisecond takes far longer than called again and again, as users
-#: call it and as pytest-benchmark times it (after 1 and 5 such calls, against 30: t5 1.33x and 1.02x,
-#: gpt2 1.28x and 1.05x, BERT 1.17x and 1.00x; models of 10 ms and more within 3% after one): timed after
-#: one, such a model read slow against its bricks, which are timed again and again too.
-WARM_CALLS = 5
-#: ... or fewer, once they have taken this long: a model of 10 ms is warm after one call, and five calls of
-#: a large model's every brick and of the model made validating the onnx wheel's CNNs 1.6x longer.
-WARM_SECONDS = 0.01
 #: Time a validation aims to spend on one model, within the bounds on rounds below.
 VALIDATION_SECONDS = 2.0
 MIN_ROUNDS = 7
 MAX_ROUNDS = 200
-
-
-class TimedBrick(Protocol):
-    """A brick ready to run (see :class:`~pytest_dlbricks.timing.running.BrickRunner`)."""
-
-    def __call__(self) -> object: ...
-
-    def prepare_call(self) -> None: ...
 
 
 @dataclass
@@ -71,28 +51,9 @@ class BrickRounds:
 
     def __call__(self) -> None:
         self.references.append(self.reference())
-        times: dict[str, float] = {}
-        for signature, run in self.runners.items():
-            warm(run)
-            calls = []
-            for _ in range(CALLS_PER_ROUND):
-                run.prepare_call()
-                start = time.perf_counter()
-                run()
-                calls.append(time.perf_counter() - start)
-            times[signature] = statistics.median(calls)
-        self.rounds.append(times)
+        self.rounds.append({signature: round_time(run) for signature, run in self.runners.items()})
         warm(self.model)
         self.model.prepare_call()
-
-
-def warm(run: TimedBrick) -> None:
-    """Call ``run`` untimed :data:`WARM_CALLS` times, or fewer once the calls took :data:`WARM_SECONDS`."""
-    start = time.perf_counter()
-    for _ in range(WARM_CALLS):
-        run()
-        if time.perf_counter() - start >= WARM_SECONDS:
-            return
 
 
 def rounds_for(round_seconds: float) -> int:

@@ -122,6 +122,9 @@ class ModelEntry:
     parallel_s: float | None = None
     #: Margin of error of the sequential estimate (relative, 95%): its bricks' margins in quadrature.
     precision: float | None = None
+    #: The estimate over the one its bricks give timed again at the end of the run (see :func:`.time_again`);
+    #: None where they were not all timed again (a validated model has validation's own, in :attr:`validation`).
+    estimate_drift: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -142,6 +145,7 @@ class ModelEntry:
             "data_dependent_ops": list(self.data_dependent_ops),
             "weights_as_inputs": self.weights_as_inputs,
             "unbuildable_layers": list(self.unbuildable_layers),
+            **({"estimate_drift": self.estimate_drift} if self.estimate_drift is not None else {}),
             **self.validation,
             **self.analysis.as_json(),
             "point": self.point,
@@ -187,3 +191,7 @@ class Summary:
     #: the largest load part, "memory": the largest memory part}`` (see :class:`.store_records.StoredRun`); None
     #: when no brick was reused.
     reused_from: dict[str, Any] | None = None
+    #: The bricks timed again at the end of a run that does not validate (see :func:`.time_again`): ``{"bricks":
+    #: timed again, "timed": timed by the run, "models": models all of whose bricks were, "seconds": how long it
+    #: took}``; None where none was.
+    timed_again: dict[str, Any] | None = None

@@ -23,9 +23,10 @@ from ..cut.cutting import ModelPlan
 from ..estimating.analysis import BrickUse, BrickWork, brick_analysis, model_analysis, peak_fields
 from ..estimating.calibration import CalibrationRecord, fit, model_key, record_of
 from ..estimating.composition import ParallelExecutor, brick_calls, compose, model_costs
-from ..estimating.validation import Validation
+from ..estimating.validation import OVER_ROUNDS, Validation
 from ..timing.overhead import NO_OVERHEAD, CallOverhead
 from ..timing.probes import ExecutorDetection, RunMeasurements
+from ..timing.retiming import TimedAgain
 from .entries import BrickEntry, BrickResult, FailedModel, ModelEntry, Summary
 from .executor_entry import executor_fields, explained
 from .validation_fields import _accuracy, _ratio, _validation_fields
@@ -114,6 +115,8 @@ def build_report(
     load: dict[str, Any] | None = None,
     reused_from: dict[str, Any] | None = None,
     memory: dict[str, Any] | None = None,
+    timed_again: Mapping[str, TimedAgain] | None = None,
+    timed_again_s: float = 0.0,
 ) -> RunReport:
     """The report of a run.
 
@@ -128,7 +131,8 @@ def build_report(
     ``speed`` is the run's speed trace (see :mod:`.speed_trace`) and ``load`` whether its timing thread got
     its core (see :mod:`.load`); ``reused_from`` what the runs that timed the reused bricks found of the
     machine (see :attr:`.entries.Summary.reused_from`); ``memory`` how fast memory was read for the bricks
-    timed with their weights out of the caches (see :attr:`.entries.Summary.memory`).
+    timed with their weights out of the caches (see :attr:`.entries.Summary.memory`); ``timed_again`` the bricks
+    timed again at the end of the run (see :func:`.time_again`), which took ``timed_again_s``.
     """
     times = {signature: result.stats[settings.statistic] for signature, result in results.items()}
     references = {signature: result.reference_s for signature, result in results.items() if result.reference_s}
@@ -196,6 +200,9 @@ def build_report(
                 weights_as_inputs=plan.weights_as_inputs,
                 parallel_s=estimate.parallel_s,
                 precision=_estimate_precision(plan, results, estimate.sequential_s),
+                estimate_drift=_drift_timed_again(
+                    plan, results, times, references, estimate.sequential_s, timed_again or {}, call, settings.statistic
+                ),
             )
         )
     fresh: tuple[CalibrationRecord, ...] = ()
@@ -241,6 +248,7 @@ def build_report(
             memory=memory,
             load=load,
             reused_from=reused_from,
+            timed_again=_timed_again_summary(timed_again or {}, timed_again_s, results, entries),
         ),
         accuracy=_accuracy(json_models, times, users),
         models=models,
@@ -275,6 +283,50 @@ def _calibration_records(
         for plan, model in zip(plans, models)
         if model.complete and model.sequential_s and isinstance(measured := model.validation.get("measured_s"), float)
     ]
+
+
+def _drift_timed_again(
+    plan: ModelPlan,
+    results: Mapping[str, BrickResult],
+    times: Mapping[str, float],
+    references: Mapping[str, float],
+    estimate_s: float | None,
+    timed_again: Mapping[str, TimedAgain],
+    overhead: CallOverhead,
+    statistic: str,
+) -> float | None:
+    """The model's estimate over the one its bricks give timed again (``estimate_drift``, as validation's paired
+    rounds give it); None unless every brick this run timed for it was timed again. They were timed as validation's
+    rounds time them, each call alone: no item loop to take off, the call cost at the reference read before each."""
+    timed = [signature for signature in plan.signatures if signature in results and not results[signature].reused]
+    if not estimate_s or not timed or any(signature not in timed_again for signature in timed):
+        return None
+    # Bricks reused from the store weigh the same in both: their item loop's cost comes off them here too.
+    again_times = {
+        signature: times[signature] - overhead.at(references.get(signature)).timing_s
+        for signature in plan.signatures
+        if signature in times
+    }
+    again_times.update((signature, OVER_ROUNDS[statistic](timed_again[signature].rounds)) for signature in timed)
+    again_references = {**references, **{s: again.reference_s for s, again in timed_again.items() if again.reference_s}}
+    alone = dataclasses.replace(overhead, timing_s=0.0)
+    again = compose(plan, again_times, alone, references=again_references).sequential_s
+    return estimate_s / again if again else None
+
+
+def _timed_again_summary(
+    timed_again: Mapping[str, TimedAgain],
+    seconds: float,
+    results: Mapping[str, BrickResult],
+    entries: Sequence[ModelEntry],
+) -> dict[str, Any] | None:
+    """How many of the bricks this run timed were timed again at its end, for how many models all of them, in how
+    many seconds; None where none was."""
+    if not timed_again:
+        return None
+    timed = sum(1 for result in results.values() if not result.reused)
+    models = sum(1 for entry in entries if entry.estimate_drift is not None)
+    return {"bricks": len(timed_again), "timed": timed, "models": models, "seconds": seconds}
 
 
 def _calibrated(

@@ -59,6 +59,8 @@ class SimulationJob:
     data_dir: Path | None = None
     #: The work it was expected to do (FLOPs, or bytes' worth; 0 when unknown): the heaviest jobs are taken first.
     work: float = 0.0
+    #: onnxruntime optimizers its session leaves out (see :func:`.runtime.disabled_optimizers`).
+    disabled_optimizers: tuple[str, ...] = ()
 
 
 def calls_for(work: float) -> int:
@@ -103,6 +105,7 @@ def save_job(
     optimization: str,
     data_dir: Path | None = None,
     work: float = 0.0,
+    disabled_optimizers: Sequence[str] = (),
 ) -> SimulationJob:
     """A job whose model (serialized, or a file left where it is) and inputs are saved in ``folder``."""
     stem = folder / f"job{len(list(folder.glob('job*.npz')))}"
@@ -110,7 +113,17 @@ def save_job(
         stem.with_suffix(".onnx").write_bytes(model)
         model = stem.with_suffix(".onnx")
     np.savez(stem.with_suffix(".npz"), *feeds.values())
-    return SimulationJob(name, model, stem.with_suffix(".npz"), tuple(feeds), calls, optimization, data_dir, work)
+    return SimulationJob(
+        name,
+        model,
+        stem.with_suffix(".npz"),
+        tuple(feeds),
+        calls,
+        optimization,
+        data_dir,
+        work,
+        tuple(disabled_optimizers),
+    )
 
 
 @dataclass(frozen=True)
@@ -189,6 +202,7 @@ def _as_spec(job: SimulationJob) -> dict[str, Any]:
         "calls": job.calls,
         "optimization": job.optimization,
         "data_dir": str(job.data_dir) if job.data_dir else None,
+        "disabled_optimizers": list(job.disabled_optimizers),
     }
 
 

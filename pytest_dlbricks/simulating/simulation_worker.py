@@ -139,7 +139,10 @@ def _session(job: dict[str, Any], ort: Any, np: Any) -> tuple[Any, dict[str, Any
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, job["optimization"])
     if job.get("data_dir"):
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", job["data_dir"])
-    session = ort.InferenceSession(job["model"], options, providers=["CPUExecutionProvider"])
+    disabled = job.get("disabled_optimizers") or None
+    session = ort.InferenceSession(
+        job["model"], options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled
+    )
     with np.load(job["feeds"], allow_pickle=False) as arrays:
         return session, {name: arrays[f"arr_{i}"] for i, name in enumerate(job["inputs"])}
 

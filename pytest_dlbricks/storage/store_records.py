@@ -4,6 +4,7 @@ the executor's detection; a damaged record reads as absent."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -209,7 +210,7 @@ class StoredExecutor:
             pool=pool,
             nodes_at_once=_nodes_at_once(found.get("nodes_at_once")),
         )
-        return cls(detection, _moment(data["measured_at"]), data["conditions"])
+        return cls(detection, _moment(data["measured_at"]), _finite(data["conditions"]))
 
 
 def times_of(bricks: Mapping[str, StoredBrick], statistic: str) -> dict[str, float]:
@@ -248,7 +249,7 @@ class StoredPeak:
         peak = Peak(
             flops_per_s=_seconds(found["flops_per_s"], positive=True),
             bytes_per_s=_seconds(found["bytes_per_s"], positive=True),
-            method=found["method"],
+            method=_finite(found["method"]),
         )
         return cls(peak, datetime.fromisoformat(_text(data["measured_at"])))
 
@@ -292,6 +293,13 @@ class StoredRun:
             None if load is None else _seconds(load),
             None if memory is None else _seconds(memory),
         )
+
+
+def _finite(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` as it is, where a report can carry it: no NaN or infinity anywhere within (a peak's method went
+    into the report whole, whose JSON then could not be written)."""
+    json.dumps(value, allow_nan=False)  # ValueError for a number no JSON holds
+    return value
 
 
 def _text(value: object) -> str:

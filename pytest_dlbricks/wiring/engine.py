@@ -37,8 +37,12 @@ from ..storage.plans import CutModel, PlanCache
 from ..timing.load import load_summary
 from ..timing.overhead import measure_call_overhead, measure_parallel_fixed_cost, parallel_ceiling
 from ..timing.probes import RunMeasurements, describe_machine, detect_executor, measure_run, with_pool_slowdown
+from ..timing.retiming import TimedAgain, time_again
 from ..timing.running import BrickRunner, ModelRunner
 from .run_state import RunState
+
+#: Share of a run's time so far that timing its bricks again at its end may take (see :meth:`DLBricksRun._time_again`).
+AGAIN_SHARE = 0.1
 
 
 def readable(name: str) -> str:
@@ -270,6 +274,8 @@ class DLBricksRun(RunState):
             return self.report
         # Simulated costs need no peak, load times nor executor: nothing of this machine's is timed.
         measure = measure and self.simulation is None
+        if measure and not partial and not self.settings.validate:
+            self._time_again()
         # The machine's peak first: the parallel executor's threads, once tried, spin on for a while.
         measured = self._measure_run(load_times) if measure else RunMeasurements(machine=describe_machine())
         if measure and self.results:
@@ -298,12 +304,45 @@ class DLBricksRun(RunState):
             load=load_summary(self.load.readings()),
             reused_from=self._reused_from(),
             memory=self._memory_reads(),
+            timed_again=self.timed_again,
+            timed_again_s=self.timed_again_s,
         )
         if self.simulation is not None:
             self.composed = dataclasses.replace(self.composed, simulation=self.simulation.report(self.plans))
             self.messages.append((self.simulation.summary(), False))
         self.report = self.composed.as_json()
         return self.report
+
+    def _time_again(self) -> None:
+        """Time each brick this run timed once more (see :func:`.time_again`), in the machine's fast state as its item
+        was, model by model from the smallest estimate, within :data:`AGAIN_SHARE` of the run's time so far: models
+        of microseconds, which move furthest from run to run, cost least to time again. A brick that cannot run
+        again is left out. Validation times the bricks again beside each model instead."""
+        statistic = self.settings.statistic
+        timed = {signature for signature, result in self.results.items() if not result.reused}
+        sizes = {
+            plan.path: sum(
+                count * self.results[s].stats[statistic] for s, count in plan.signatures.items() if s in timed
+            )
+            for plan in self.plans
+        }
+        start = time.perf_counter()
+        budget = AGAIN_SHARE * (start - self.started)
+        for plan in sorted((plan for plan in self.plans if plan.path in sizes), key=lambda plan: sizes[plan.path]):
+            for signature in plan.signatures:
+                if signature not in timed or signature in self.timed_again:
+                    continue
+                if time.perf_counter() - start > budget:
+                    self.timed_again_s = time.perf_counter() - start
+                    return
+                try:
+                    runner = self.brick_runner(signature)
+                    runner.check()
+                    reference = self.speed.settled()
+                    self.timed_again[signature] = TimedAgain(time_again(runner), reference)
+                except Exception:  # it ran in its item: whatever fails now leaves its time as it was
+                    continue
+        self.timed_again_s = time.perf_counter() - start
 
     def _memory_reads(self) -> dict[str, Any] | None:
         """How fast memory was read before the calls of the bricks this run timed with their weights out of the

@@ -29,6 +29,7 @@ from ..timing.caches import FLOPS_PER_BYTE, CacheFlusher, cache_sizes, flush_byt
 from ..timing.load import LoadMeter
 from ..timing.overhead import NO_OVERHEAD, REFERENCE, CallOverhead, reference_call
 from ..timing.probes import ExecutorDetection, Peak
+from ..timing.retiming import TimedAgain
 from ..timing.sharding import assign, brick_cost
 from ..timing.speed_trace import SpeedTrace
 
@@ -78,6 +79,10 @@ class RunState:
         self._reckoned_overhead: CallOverhead | None = None
         #: Validations by model path and executor.
         self.validations: dict[tuple[str, str], Validation] = {}
+        #: The bricks this run timed, timed again at its end where it does not validate (see :func:`.time_again`),
+        #: and the seconds that took.
+        self.timed_again: dict[str, TimedAgain] = {}
+        self.timed_again_s = 0.0
         #: Cost of one inference call on this machine, measured before the first timing.
         self.overhead: CallOverhead | None = None
         #: Whether this run measured it: one stored without the reference call's time is measured again once.

@@ -18,7 +18,7 @@ import pytest
 
 from ..core.cycle_model import SimulatedCost
 from ..core.errors import ModelError
-from ..core.runtime import session_options
+from ..core.runtime import disabled_optimizers, session_options
 from ..core.synthetic import SynthesisError
 from ..cut.bricks import BrickSpec
 from ..cut.cutting import ModelPlan
@@ -132,7 +132,17 @@ def _brick_job(run: DLBricksRun, simulation: Simulation, signature: str, folder:
     simulation.calls[signature] = _call_shape(brick)
     level = session_options(run.settings, optimized=run.already_optimized(signature)).graph_optimization_level.name
     work = run.expected_cost(signature)
-    return save_job(folder, signature, model.SerializeToString(), feeds, calls_for(work), level, work=work)
+    disabled = disabled_optimizers(run.settings)
+    return save_job(
+        folder,
+        signature,
+        model.SerializeToString(),
+        feeds,
+        calls_for(work),
+        level,
+        work=work,
+        disabled_optimizers=disabled,
+    )
 
 
 def _model_job(run: DLBricksRun, simulation: Simulation, plan: ModelPlan, folder: Path) -> SimulationJob | None:
@@ -144,7 +154,18 @@ def _model_job(run: DLBricksRun, simulation: Simulation, plan: ModelPlan, folder
     data = model if isinstance(model, Path) else model.SerializeToString()
     level = session_options(run.settings).graph_optimization_level.name
     work = sum(run.expected_cost(signature) * count for signature, count in plan.signatures.items())
-    return save_job(folder, plan.path, data, feeds, calls_for(work), level, data_dir=data_dir, work=work)
+    disabled = disabled_optimizers(run.settings)
+    return save_job(
+        folder,
+        plan.path,
+        data,
+        feeds,
+        calls_for(work),
+        level,
+        data_dir=data_dir,
+        work=work,
+        disabled_optimizers=disabled,
+    )
 
 
 def _wanted(request: pytest.FixtureRequest, attribute: str) -> list[Any]:
