@@ -125,6 +125,10 @@ def test_a_run_times_its_bricks_again_at_its_end(
     said = " ".join(result.stdout.str().split())
     assert moved == pytest.approx(1, abs=0.005) or f"widest move when timed again: {path}" in said
     assert "accuracy" not in said.lower(), "no model was validated"
+    # Each model's own margin: its own move, with the parts every model shares; none wider than the run's.
+    own = report["verdict"]["models"]
+    assert set(own) == set(drifts) and all(0 < margin <= report["verdict"]["margin"] + 1e-12 for margin in own.values())
+    assert own[path] >= max(moved, 1 / moved) - 1 - 1e-12, "the widest mover's margin holds its move"
     assert report["accuracy"] is None
 
 

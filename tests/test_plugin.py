@@ -1127,7 +1127,7 @@ def test_where_the_parallel_executor_runs_one_node_at_a_time_nothing_more_is_mea
     assert report["executor"]["detection"]["ratio"] == 1.05, "what was detected, for whoever asks"
     assert report["summary"]["call_overhead_s"]["parallel_fixed_s"] is None
     assert "Parallel" not in result.stdout.str()
-    result.stdout.fnmatch_lines(["Model * Sequential  Critical path *"])
+    result.stdout.fnmatch_lines(["Model * Sequential * Within  Critical path *"])
 
 
 def test_with_the_sequential_executor_alone_the_parallel_one_is_never_tried(
@@ -1145,7 +1145,7 @@ def test_with_the_sequential_executor_alone_the_parallel_one_is_never_tried(
     assert report["executor"]["model"] is None and "no parallel estimate was asked for" in report["executor"]["reason"]
     assert report["models"][0]["parallel_s"] is None
     result.stdout.fnmatch_lines(["Parallel: not estimated: no parallel estimate was asked for*"])
-    result.stdout.fnmatch_lines(["Model * Sequential  Critical path *"])
+    result.stdout.fnmatch_lines(["Model * Sequential * Within  Critical path *"])
 
 
 def test_at_default_verbosity_the_parallel_estimate_takes_one_short_line(
@@ -1157,7 +1157,7 @@ def test_at_default_verbosity_the_parallel_estimate_takes_one_short_line(
     models.mkdir()
     tiny_models.diamond(models)
     result = run_dlbricks(pytester, "--dlbricks-granularity=1", "--dlbricks-executor=parallel", "models")
-    result.stdout.fnmatch_lines(["Model * Sequential  Parallel  Critical path *"])
+    result.stdout.fnmatch_lines(["Model * Sequential * Within  Parallel  Critical path *"])
     (line,) = [line for line in result.stdout.lines if line.startswith("Parallel")]
     assert len(line) < 200 and "-v" in line and "rounds" not in line
     assert "as the sequential one's" in line, "equal costs read as such, not as one instead of itself"

@@ -739,3 +739,25 @@ def test_the_page_gives_the_run_s_verdict(report: dict[str, Any]) -> None:
     )
     del report["verdict"]
     assert "Verdict:" not in render_html(report), "a report written before runs gave one"
+
+
+def test_each_model_s_own_margin_follows_its_estimate() -> None:
+    """Where the run's verdict gives each model its margin, the table shows it after the sequential estimate; a
+    model without one (failed, or not complete) shows a dash, and a run without margins has no such column."""
+    complete = {
+        "path": "cnn.onnx", "layers": 8, "bricks": 4, "unique_bricks": 4, "measured_bricks": 4,
+        "sequential_s": 1e-3, "parallel_s": None, "critical_path_s": 1e-3, "complete": True, "inputs": "synthetic",
+    }  # fmt: skip
+    summary = {"models": 2, "layers": 8, "bricks": 4, "distinct_bricks": 4, "distinct_ratio": 1.0, "measured_bricks": 4}
+    report: dict[str, Any] = {
+        "models": [complete, {"path": "broken.onnx", "error": "cannot be read"}],
+        "summary": summary,
+        "verdict": {"margin": 0.3, "trusted": True, "sources": {}, "models": {"cnn.onnx": 0.084}},
+    }
+    header, _, cnn, broken, *_ = render_table(report).splitlines()
+    assert header.split()[4:7] == ["Sequential", "Within", "Critical"]
+    assert cnn.split()[4:8] == ["1.00", "ms", "+-8%", "1.00"]
+    assert broken.split()[:7] == ["broken.onnx", "-", "-", "-", "-", "-", "-"] and broken.split()[-1] == "error"
+    assert len(broken.split()) == len(header.split()) - 1, "one cell a column (Critical path is two words)"
+    report["verdict"] = {"margin": None, "trusted": False, "sources": {}}
+    assert "Within" not in render_table(report).splitlines()[0]

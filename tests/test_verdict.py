@@ -247,3 +247,37 @@ def test_a_report_s_drifts_count_and_go_to_the_store_as_its_speed() -> None:
     del report["models"][0]["estimate_drift"]
     assert own_parts(report)[0] == 0.3 and "drift" not in (judge_report(report) or verdict).sources
     assert widest_drift({"a": None, "b": float("nan"), "c": -1.0, "d": 0.0}) is None
+
+
+def test_each_model_gets_its_own_margin_from_its_own_bricks_and_its_own_move() -> None:
+    """The run's line takes the widest move of any model; a model's own margin takes its own, with the parts that
+    hold for every model (speed, memory, load), and the run's widest where its own move was not measured."""
+    verdict = judge(
+        precisions=[0.02, 0.01, None],
+        precisions_by_path={"cnn.onnx": 0.02, "mlp.onnx": 0.01, "big.onnx": None},
+        noise=0.06,
+        speed_spread=0.03,
+        load={"core_share": 1.0, "loaded": False, "trusted": True},
+        threads=1,
+        drifts={"cnn.onnx": 1.04, "mlp.onnx": 0.5},
+        memory=0.04,
+    )
+    assert verdict.margin == pytest.approx(math.sqrt(0.02**2 + 0.03**2 + 1.0**2 + 0.04**2))
+    own = verdict.models
+    assert own["cnn.onnx"] == pytest.approx(math.sqrt(0.02**2 + 0.03**2 + 0.04**2 + 0.04**2))
+    assert own["mlp.onnx"] == pytest.approx(math.sqrt(0.01**2 + 0.03**2 + 0.04**2 + 1.0**2)), "0.5x: moved 100%"
+    # No margin of its own bricks (half the run's noise), no move of its own (the run's widest).
+    assert own["big.onnx"] == pytest.approx(math.sqrt(0.03**2 + 0.03**2 + 0.04**2 + 1.0**2))
+    assert verdict.as_json()["models"] == own
+
+
+def test_a_run_without_a_margin_gives_no_model_one() -> None:
+    untrusted = judge(
+        precisions=[0.02],
+        precisions_by_path={"cnn.onnx": 0.02},
+        noise=None,
+        speed_spread=0.03,
+        load={"core_share": 0.5, "loaded": True, "trusted": False, "cpus": 2},
+        threads=1,
+    )
+    assert untrusted.margin is None and untrusted.models == {} and "models" not in untrusted.as_json()

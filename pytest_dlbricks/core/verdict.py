@@ -82,6 +82,8 @@ class Verdict:
     simulated_repeats: int | None = None
     #: The model whose estimate moved furthest when its bricks were timed again, and how far (its ratio).
     widest_drift: tuple[str, float] | None = None
+    #: Each complete model's own margin by path (see :func:`model_margins`); empty where the run has no margin.
+    models: dict[str, float] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -94,6 +96,7 @@ class Verdict:
             "validated_within": list(self.validated_within) if self.validated_within else None,
             **({"simulated_repeats": self.simulated_repeats} if self.simulated_repeats is not None else {}),
             **({"widest_drift": list(self.widest_drift)} if self.widest_drift is not None else {}),
+            **({"models": dict(self.models)} if self.models else {}),
         }
 
 
@@ -139,13 +142,16 @@ def judge(
     drifts: Mapping[str, float | None] | None = None,
     earlier: Mapping[str, Any] | None = None,
     memory: float | None = None,
+    precisions_by_path: Mapping[str, float | None] | None = None,
 ) -> Verdict:
     """The run's verdict from its models' estimate margins, its noise, its speed trace's spread, its load
     summary (see :func:`.load.load_summary`), its intra-op ``threads`` (0: onnxruntime's choice), when
     validated its models' estimate-over-measured ``ratios``, the item estimates over those of the same bricks timed
     again (``drifts`` by path, see :func:`widest_drift`), what the runs that timed its reused bricks
     found (``earlier``: their largest ``speed`` and ``load`` parts, see :attr:`.entries.Summary.reused_from`),
-    and the memory part (see :func:`memory_margin`; None: no brick was timed with its weights out of cache)."""
+    and the memory part (see :func:`memory_margin`; None: no brick was timed with its weights out of cache);
+    with each complete model's estimate margin by path (``precisions_by_path``), each model's own margin (see
+    :func:`model_margins`)."""
     earlier = earlier or {}
     earlier_speed, earlier_load = _number(earlier.get("speed")), _number(earlier.get("load"))
     memories = [part for part in (memory, _number(earlier.get("memory"))) if part is not None]
@@ -182,7 +188,32 @@ def judge(
     within = None
     if ratios and margin is not None:
         within = (sum(1 for ratio in ratios if abs(ratio - 1) <= margin), len(ratios))
-    return Verdict(margin, trusted, sources, unmeasured, advice, reason, within, widest_drift=widest)
+    models = model_margins(sources, margin, precisions_by_path or {}, noise, drifts or {})
+    return Verdict(margin, trusted, sources, unmeasured, advice, reason, within, widest_drift=widest, models=models)
+
+
+def model_margins(
+    sources: Mapping[str, float],
+    margin: float | None,
+    precisions: Mapping[str, float | None],
+    noise: float | None,
+    drifts: Mapping[str, float | None],
+) -> dict[str, float]:
+    """Each model's own margin, by path: the run's parts that hold for every model (machine speed, memory, load),
+    with the model's own bricks' spread (its estimate's margin, else half the run's noise) and its own move when
+    its bricks were timed again (else the run's widest, where a drift was measured); none where the run has no
+    margin. One microsecond model whose bricks moved far widens the run's line; it need not widen every model's
+    (the zoo: +-95% for the run, the moves of its 44 models within their own margins in 130 of 132 cases)."""
+    if margin is None:
+        return {}
+    shared = [part for name, part in sources.items() if name not in (BRICKS, DRIFT)]
+    own: dict[str, float] = {}
+    for path, precision in precisions.items():
+        bricks = bricks_margin([precision], noise) or 0.0
+        drift = drifts.get(path)
+        moved = _apart(drift) if drift is not None and math.isfinite(drift) and drift > 0 else sources.get(DRIFT, 0.0)
+        own[path] = math.sqrt(sum(part**2 for part in shared) + bricks**2 + moved**2)
+    return own
 
 
 def _own_load(load: Mapping[str, Any]) -> float:
@@ -276,6 +307,7 @@ def judge_report(report: Mapping[str, Any]) -> Verdict | None:
         drifts=_drifts(complete),
         earlier=summary.get("reused_from") if isinstance(summary.get("reused_from"), Mapping) else None,
         memory=memory_margin(summary.get("memory")),
+        precisions_by_path={str(model.get("path")): _number(model.get("precision")) for model in complete},
     )
 
 

@@ -5,6 +5,7 @@ Pure functions of the report (the JSON form of :class:`pytest_dlbricks.reporting
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -119,6 +120,9 @@ def _labelled(models: Sequence[Mapping[str, Any]], describe: Callable[[Mapping[s
 
 
 _COLUMNS = ("Model", "Layers", "Bricks", "Distinct", "Sequential", "Parallel", "Critical path", "Inputs", "Complete")
+#: Each model's own margin, after its sequential estimate, where the run's verdict gives margins (see
+#: :func:`.verdict.model_margins`).
+_MARGIN_COLUMN = "Within"
 _VALIDATION_COLUMNS = ("Measured", "Ratio")
 #: The estimate corrected by the machine's calibration, beside the raw one (and its ratio when validated).
 _CALIBRATED_COLUMNS = ("Calibrated",)
@@ -158,14 +162,21 @@ def render_table(report: Mapping[str, object], width: int | None = None, *, verb
     guessed = any(model.get("guessed_dims") for model in models)
     calibrated = any(model.get("calibrated_s") is not None for model in models)
     parallel = parallel_estimated(report)
+    verdict = report.get("verdict")
+    margins = verdict.get("models") if isinstance(verdict, Mapping) else None
+    margins = margins if isinstance(margins, Mapping) and margins else None
+    base = tuple(column for column in _COLUMNS if parallel or column != "Parallel")
+    if margins is not None:
+        at = base.index("Sequential") + 1
+        base = (*base[:at], _MARGIN_COLUMN, *base[at:])
     columns = (
-        tuple(column for column in _COLUMNS if parallel or column != "Parallel")
+        base
         + (_VALIDATION_COLUMNS if validated else ())
         + ((*_CALIBRATED_COLUMNS, *((_CALIBRATED_RATIO,) if validated else ())) if calibrated else ())
         + ((_GUESSED_COLUMN,) if guessed else ())
     )
     rows = [columns] + [
-        _row(model, validated, parallel=parallel, short=short)
+        _row(model, validated, parallel=parallel, short=short, margins=margins)
         + _calibrated(model, validated) * calibrated
         + (_guessed(model),) * guessed
         for model in models
@@ -277,10 +288,18 @@ def progress_line(path: str, number: int, found: int, width: int) -> str:
 
 
 def _row(
-    model: Mapping[str, object], validated: bool, *, parallel: bool = True, short: bool = False
+    model: Mapping[str, object],
+    validated: bool,
+    *,
+    parallel: bool = True,
+    short: bool = False,
+    margins: Mapping[str, object] | None = None,
 ) -> tuple[str, ...]:
+    """A model's cells; with ``margins`` (each model's own, by path), its margin after its sequential estimate."""
+    within = () if margins is None else (_margin(margins.get(str(model["path"]))),)
     if "error" in model:
-        return (str(model["path"]), *("-",) * (7 if parallel else 6), "error") + (("-", "-") if validated else ())
+        cells = (*("-",) * (7 if parallel else 6), "error")  # Layers, Bricks, Distinct, Sequential, ..., Complete
+        return (str(model["path"]), *cells[:4], *within, *cells[4:]) + (("-", "-") if validated else ())
     unsupported = len(model.get("unsupported") or ())  # type: ignore[arg-type]
     missing = f"{model['measured_bricks']}/{model['bricks']}" + (f", {unsupported} unsupported" if unsupported else "")
     complete = "yes" if model["complete"] else f"no ({missing})"
@@ -290,6 +309,7 @@ def _row(
         str(model["bricks"]),
         str(model["unique_bricks"]),
         format_seconds(model["sequential_s"]),  # type: ignore[arg-type]
+        *within,
         *((format_seconds(model.get("parallel_s")),) if parallel else ()),  # type: ignore[arg-type]
         format_seconds(model["critical_path_s"]),  # type: ignore[arg-type]
         describe_inputs(model, short=short),
@@ -303,6 +323,13 @@ def _row(
         format_seconds(measured if isinstance(measured, float) else None),
         format_ratio(model.get("ratio")),  # type: ignore[arg-type]
     )
+
+
+def _margin(margin: object) -> str:
+    """A model's own margin as its cell: ``+-8%`` (at least 1%, as the verdict says it); ``-`` without one."""
+    if isinstance(margin, int | float) and not isinstance(margin, bool) and math.isfinite(margin) and margin >= 0:
+        return f"+-{max(margin, 0.01):.0%}"
+    return "-"
 
 
 def _calibrated(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
