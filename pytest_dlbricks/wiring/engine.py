@@ -320,28 +320,23 @@ class DLBricksRun(RunState):
         again is left out. Validation times the bricks again beside each model instead."""
         statistic = self.settings.statistic
         timed = {signature for signature, result in self.results.items() if not result.reused}
-        sizes = {
-            plan.path: sum(
-                count * self.results[s].stats[statistic] for s, count in plan.signatures.items() if s in timed
-            )
-            for plan in self.plans
-        }
+
+        def size(plan: ModelPlan) -> float:
+            return sum(count * self.results[s].stats[statistic] for s, count in plan.signatures.items() if s in timed)
+
+        order = dict.fromkeys(s for plan in sorted(self.plans, key=size) for s in plan.signatures if s in timed)
         start = time.perf_counter()
         budget = AGAIN_SHARE * (start - self.started)
-        for plan in sorted((plan for plan in self.plans if plan.path in sizes), key=lambda plan: sizes[plan.path]):
-            for signature in plan.signatures:
-                if signature not in timed or signature in self.timed_again:
-                    continue
-                if time.perf_counter() - start > budget:
-                    self.timed_again_s = time.perf_counter() - start
-                    return
-                try:
-                    runner = self.brick_runner(signature)
-                    runner.check()
-                    reference = self.speed.settled()
-                    self.timed_again[signature] = TimedAgain(time_again(runner), reference)
-                except Exception:  # it ran in its item: whatever fails now leaves its time as it was
-                    continue
+        for signature in order:
+            if time.perf_counter() - start > budget:
+                break
+            try:
+                runner = self.brick_runner(signature)
+                runner.check()
+                reference = self.speed.settled()
+                self.timed_again[signature] = TimedAgain(time_again(runner), reference)
+            except Exception:  # it ran in its item: whatever fails now leaves its time as it was
+                continue
         self.timed_again_s = time.perf_counter() - start
 
     def _memory_reads(self) -> dict[str, Any] | None:
