@@ -111,7 +111,7 @@ def test_a_run_times_its_bricks_again_at_its_end(
     models' estimates moved, from the model that moved furthest."""
     monkeypatch.setattr(engine, "AGAIN_SHARE", 100.0)  # a run of the tests' few rounds leaves it no time
     args = ("--dlbricks-granularity=2", "--dlbricks-store=none", "--dlbricks-json=report.json")
-    result = run_dlbricks(pytester, *args, "models/mlp.onnx", "models/tiny_resnet.onnx")
+    result = run_dlbricks(pytester, *args, "--dlbricks-html=report.html", "models/mlp.onnx", "models/tiny_resnet.onnx")
     report = json.loads((pytester.path / "report.json").read_text())
     timed = report["summary"]["measured_bricks"]
     assert report["summary"]["timed_again"] == {"bricks": timed, "timed": timed, "models": 2, "seconds": ANY_NUMBER}
@@ -129,6 +129,9 @@ def test_a_run_times_its_bricks_again_at_its_end(
     own = report["verdict"]["models"]
     assert set(own) == set(drifts) and all(0 < margin <= report["verdict"]["margin"] + 1e-12 for margin in own.values())
     assert own[path] >= max(moved, 1 / moved) - 1 - 1e-12, "the widest mover's margin holds its move"
+    page = (pytester.path / "report.html").read_text()
+    shown = {f"+-{max(margin, 0.01):.0%}" for margin in own.values()}
+    assert "Within" in page and all(cell in page for cell in shown), "the HTML table gives them too"
     assert report["accuracy"] is None
 
 

@@ -19,6 +19,7 @@ from pytest_dlbricks.rendering.executor_text import executor_line
 from pytest_dlbricks.rendering.formatting import (
     fit_lines,
     format_flops,
+    format_margin,
     format_rate,
     format_ratio,
     format_seconds,
@@ -235,11 +236,13 @@ def assert_every_number_matches(page: str, report: dict[str, Any]) -> None:
     validated = [m for m in models if m.get("measured_s") is not None]
     calibrated = any(m.get("calibrated_s") is not None for m in models)
     rows = {row[0]: row for row in reader.rows["models"][1:]}
+    margins = (report.get("verdict") or {}).get("models") or {}
     for model in models:
         unknown = model.get("unknown_flops_time_s")
         expected = [
             model["path"], str(model["layers"]), str(model["bricks"]), str(model["unique_bricks"]),
             format_seconds(model["sequential_s"]),
+            *([format_margin(margins.get(model["path"]))] if margins else []),
             *([format_seconds(model.get("parallel_s"))] if parallel_estimated(report) else []),
             format_seconds(model["critical_path_s"]),
             *([format_seconds(model.get("measured_s")), format_ratio(model.get("ratio"))] if validated else []),

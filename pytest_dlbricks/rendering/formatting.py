@@ -89,6 +89,14 @@ def fit_lines(text: str, width: int) -> str:
     return "\n".join(fitted)
 
 
+def format_margin(margin: object) -> str:
+    """A model's own margin (see :func:`.verdict.model_margins`): ``+-8%``, at least 1% as the verdict says it; ``-``
+    without one."""
+    if isinstance(margin, int | float) and not isinstance(margin, bool) and math.isfinite(margin) and margin >= 0:
+        return f"+-{max(margin, 0.01):.0%}"
+    return "-"
+
+
 def format_ratio(ratio: float | None) -> str:
     """An estimate over a measurement, to two decimals: what the two times printed beside it give."""
     return "-" if ratio is None else f"{ratio:.2f}"

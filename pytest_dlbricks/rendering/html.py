@@ -16,10 +16,10 @@ from ..core.verdict import verdict_line
 from ..core.wording import plural
 from .accuracy_text import accuracy_lines, calibration_line
 from .executor_text import executor_line
-from .formatting import format_flops, format_rate, format_ratio, format_seconds, format_share
+from .formatting import format_flops, format_margin, format_rate, format_ratio, format_seconds, format_share
 from .html_charts import _colours, _op_chart, _op_times, _ratio_chart
 from .html_parts import _bar, _definitions, _muted, _path, _section, _short, _table
-from .terminal import describe_inputs, parallel_estimated, speed_line
+from .terminal import describe_inputs, model_margins_of, parallel_estimated, speed_line
 
 #: Bricks in the run-wide table, heaviest first.
 TOP_BRICKS = 15
@@ -85,7 +85,13 @@ def render_html(report: Mapping[str, Any]) -> str:
     colours = _colours(models)
     validated = [m for m in models if m.get("measured_s") is not None]
     calibrated = any(m.get("calibrated_s") is not None for m in models)
-    table = _models_table(models, validated=bool(validated), calibrated=calibrated, parallel=parallel_estimated(report))
+    table = _models_table(
+        models,
+        validated=bool(validated),
+        calibrated=calibrated,
+        parallel=parallel_estimated(report),
+        margins=model_margins_of(report),
+    )
     line = calibration_line(report.get("calibration"))
     verdict = report.get("verdict")
     judged = verdict_line(verdict).removeprefix("dlbricks verdict: ") if verdict else None
@@ -153,9 +159,15 @@ def _header(report: Mapping[str, Any]) -> str:
 
 
 def _models_table(
-    models: Sequence[Mapping[str, Any]], *, validated: bool, calibrated: bool = False, parallel: bool = True
+    models: Sequence[Mapping[str, Any]],
+    *,
+    validated: bool,
+    calibrated: bool = False,
+    parallel: bool = True,
+    margins: Mapping[str, object] | None = None,
 ) -> str:
-    estimates = ["Sequential", *(["Parallel"] if parallel else []), "Critical path"]
+    """The models' table; with ``margins`` (each model's own, by path), each one's after its sequential estimate."""
+    estimates = ["Sequential", *(["Within"] if margins else []), *(["Parallel"] if parallel else []), "Critical path"]
     columns = ["Model", "Layers", "Bricks", "Distinct", *estimates]
     if validated:
         columns += ["Measured", "Ratio"]
@@ -173,6 +185,7 @@ def _models_table(
             str(model["bricks"]),
             str(model["unique_bricks"]),
             format_seconds(model["sequential_s"]),
+            *([format_margin(margins.get(str(model["path"])))] if margins else []),
             *([format_seconds(model.get("parallel_s"))] if parallel else []),
             format_seconds(model["critical_path_s"]),
         ]

@@ -5,7 +5,6 @@ Pure functions of the report (the JSON form of :class:`pytest_dlbricks.reporting
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -16,6 +15,7 @@ from .accuracy_text import _speed_moved, accuracy_lines, calibration_line
 from .executor_text import executor_line
 from .formatting import (
     format_flops,
+    format_margin,
     format_rate,
     format_ratio,
     format_seconds,
@@ -162,9 +162,7 @@ def render_table(report: Mapping[str, object], width: int | None = None, *, verb
     guessed = any(model.get("guessed_dims") for model in models)
     calibrated = any(model.get("calibrated_s") is not None for model in models)
     parallel = parallel_estimated(report)
-    verdict = report.get("verdict")
-    margins = verdict.get("models") if isinstance(verdict, Mapping) else None
-    margins = margins if isinstance(margins, Mapping) and margins else None
+    margins = model_margins_of(report)
     base = tuple(column for column in _COLUMNS if parallel or column != "Parallel")
     if margins is not None:
         at = base.index("Sequential") + 1
@@ -287,6 +285,13 @@ def progress_line(path: str, number: int, found: int, width: int) -> str:
     return f"dlbricks: loading and cutting {shorten_path(path, keep)}{tail}"
 
 
+def model_margins_of(report: Mapping[str, object]) -> Mapping[str, object] | None:
+    """Each model's own margin by path, as the report's verdict gives them; None where it gives none."""
+    verdict = report.get("verdict")
+    margins = verdict.get("models") if isinstance(verdict, Mapping) else None
+    return margins if isinstance(margins, Mapping) and margins else None
+
+
 def _row(
     model: Mapping[str, object],
     validated: bool,
@@ -296,7 +301,7 @@ def _row(
     margins: Mapping[str, object] | None = None,
 ) -> tuple[str, ...]:
     """A model's cells; with ``margins`` (each model's own, by path), its margin after its sequential estimate."""
-    within = () if margins is None else (_margin(margins.get(str(model["path"]))),)
+    within = () if margins is None else (format_margin(margins.get(str(model["path"]))),)
     if "error" in model:
         cells = (*("-",) * (7 if parallel else 6), "error")  # Layers, Bricks, Distinct, Sequential, ..., Complete
         return (str(model["path"]), *cells[:4], *within, *cells[4:]) + (("-", "-") if validated else ())
@@ -323,13 +328,6 @@ def _row(
         format_seconds(measured if isinstance(measured, float) else None),
         format_ratio(model.get("ratio")),  # type: ignore[arg-type]
     )
-
-
-def _margin(margin: object) -> str:
-    """A model's own margin as its cell: ``+-8%`` (at least 1%, as the verdict says it); ``-`` without one."""
-    if isinstance(margin, int | float) and not isinstance(margin, bool) and math.isfinite(margin) and margin >= 0:
-        return f"+-{max(margin, 0.01):.0%}"
-    return "-"
 
 
 def _calibrated(model: Mapping[str, object], validated: bool) -> tuple[str, ...]:
