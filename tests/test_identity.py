@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import onnxruntime
+import pytest
 
+from pytest_dlbricks.core import identity
 from pytest_dlbricks.core.identity import BRICK_METHOD, describe_machine, describe_timing, differences, identify
 from pytest_dlbricks.core.settings import Settings
 
@@ -101,3 +104,16 @@ def test_descriptions_for_people() -> None:
     assert describe_timing(identity.timing) == (
         f"onnxruntime {onnxruntime.__version__} CPUExecutionProvider, default threads, optimization all"
     )
+
+
+def test_cpuinfo_fields_are_read_from_the_first_processor_and_absent_ones_are_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 avx512f\n\nprocessor\t: 1\n")
+    monkeypatch.setattr(identity, "CPUINFO", info)
+    assert identity.cpuinfo_field("model name") == "Some CPU"
+    assert identity.cpuinfo_field("flags") == "fpu avx2 avx512f"
+    assert identity.cpuinfo_field("microcode") is None
+    monkeypatch.setattr(identity, "CPUINFO", tmp_path / "absent")
+    assert identity.cpuinfo_field("flags") is None, "not Linux: no such file"

@@ -50,7 +50,7 @@ def test_a_brick_is_timed_again_after_its_first_calls(monkeypatch: pytest.Monkey
     # Its first calls after the session was made are slow, as on a real machine: they must not be timed.
     warming = math.ceil(AGAIN_WARM_S / 1.5e-3)
     brick = Brick(clock, [1.5e-3] * warming + [1e-5] * 1000)
-    rounds = time_again(brick, rounds=4)  # type: ignore[arg-type]
+    rounds = time_again(brick, rounds=4)
     assert rounds == pytest.approx((1e-5,) * 4), "the slow first calls are left out"
     assert brick.calls == warming + 4 * CALLS_PER_ROUND, "no untimed calls between rounds: nothing else ran"
     assert brick.prepared == brick.calls, "each call on inputs written again"
@@ -62,7 +62,7 @@ def test_a_brick_of_milliseconds_is_timed_again_in_fewer_rounds(monkeypatch: pyt
     # One call in each round's three is interrupted: the round reads the other two.
     calls = [4e-3] + [4e-3, 9e-3, 4e-3] * AGAIN_ROUNDS
     brick = Brick(clock, calls)
-    assert time_again(brick) == pytest.approx((4e-3,) * AGAIN_MIN_ROUNDS)  # type: ignore[arg-type]
+    assert time_again(brick) == pytest.approx((4e-3,) * AGAIN_MIN_ROUNDS)
     assert brick.calls == 1 + AGAIN_MIN_ROUNDS * CALLS_PER_ROUND, "a warm call, and the fewest rounds past their time"
     assert AGAIN_MIN_ROUNDS * 3 * 4e-3 > AGAIN_BRICK_S
 

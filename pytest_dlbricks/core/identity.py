@@ -14,6 +14,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .settings import Settings
@@ -109,6 +110,22 @@ def identify(machine_info: Mapping[str, Any], settings: Settings, timer: str, va
         timing["cost"] = settings.cost
         timing["simulator"] = simulator(valgrind, cpu.get("flags") or [])
     return Identity(machine, timing)
+
+
+#: Where Linux describes the processor.
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpuinfo_field(name: str) -> str | None:
+    """The value Linux gives ``name`` (``model name``, ``flags``) for the first processor; None where it gives none."""
+    try:
+        with CPUINFO.open(encoding="utf-8", errors="replace") as info:
+            for line in info:
+                if line.partition(":")[0].strip() == name:
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return None
 
 
 #: The CPU features that decide which kernels onnxruntime's MLAS picks under valgrind (which hides AVX-512).

@@ -45,6 +45,7 @@ from onnxruntime.capi import _pybind_state
 
 from .errors import ModelError, RuntimeRefusal, describe_error
 from .graph import MIN_IR_VERSION, format_bytes, memory_limit
+from .identity import cpuinfo_field
 from .settings import DEFAULT_PROVIDERS, Settings
 from .wording import plural
 
@@ -262,12 +263,7 @@ def disabled_optimizers(settings: Settings | None) -> list[str]:
 @functools.cache
 def _cpu_flags() -> frozenset[str]:
     """The processor's features as Linux lists them (none where it does not: valgrind runs on Linux alone)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return frozenset()
-    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    return frozenset(line.partition(":")[2].split())
+    return frozenset((cpuinfo_field("flags") or "").split())
 
 
 def optimize_model(

@@ -28,6 +28,7 @@ from onnx import helper, numpy_helper
 
 from ..core.errors import describe_error
 from ..core.graph import MIN_IR_VERSION
+from ..core.identity import cpuinfo_field
 from ..core.placement import kernel_events
 from ..core.runtime import create_session, profile
 from ..core.settings import Settings
@@ -127,14 +128,7 @@ def describe_machine() -> dict[str, object]:
 
 
 def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+    return cpuinfo_field("model name") or platform.processor() or platform.machine() or "unknown"
 
 
 def _model(

@@ -115,13 +115,18 @@ def round_time(run: TimedBrick) -> float:
 
 def calls_time(run: TimedBrick) -> float:
     """The median seconds of :data:`CALLS_PER_ROUND` calls, each timed alone after its inputs are written again."""
-    calls = []
-    for _ in range(CALLS_PER_ROUND):
+    return _median_call(run, CALLS_PER_ROUND, time.perf_counter)
+
+
+def _median_call(run: TimedBrick, calls: int, timer: Callable[[], float]) -> float:
+    """The median seconds of ``calls`` calls, each timed alone after its inputs are written again (untimed)."""
+    times = []
+    for _ in range(calls):
         run.prepare_call()
-        start = time.perf_counter()
+        start = timer()
         run()
-        calls.append(time.perf_counter() - start)
-    return statistics.median(calls)
+        times.append(timer() - start)
+    return statistics.median(times)
 
 
 @dataclass(frozen=True)
@@ -133,16 +138,16 @@ class TimedAgain:
     reference_s: float | None
 
 
-def time_again(runner: BrickRunner, *, rounds: int = AGAIN_ROUNDS) -> tuple[float, ...]:
+def time_again(runner: TimedBrick, *, rounds: int = AGAIN_ROUNDS) -> tuple[float, ...]:
     """A brick timed again: after :data:`AGAIN_WARM_S` of untimed calls (one at least), ``rounds`` rounds (or
     :data:`AGAIN_MIN_ROUNDS` once they took :data:`AGAIN_BRICK_S`), each timed as validation's rounds time a brick
     (:func:`calls_time`). Not interleaved with other bricks, its rounds need no untimed calls of their own."""
     start = time.perf_counter()
-    runner.prepare_call()
-    runner()
-    while time.perf_counter() - start < AGAIN_WARM_S:
+    while True:
         runner.prepare_call()
         runner()
+        if time.perf_counter() - start >= AGAIN_WARM_S:
+            break
     start, times = time.perf_counter(), list[float]()
     while len(times) < rounds and (len(times) < AGAIN_MIN_ROUNDS or time.perf_counter() - start < AGAIN_BRICK_S):
         times.append(calls_time(runner))
@@ -162,10 +167,4 @@ def _block(runner: BrickRunner, calls: int, timer: Callable[[], float]) -> float
     for _ in range(WARMUP_CALLS):
         runner.prepare_call()
         runner()
-    times = []
-    for _ in range(calls):
-        runner.prepare_call()
-        start = timer()
-        runner()
-        times.append(timer() - start)
-    return statistics.median(times)
+    return _median_call(runner, calls, timer)
