@@ -9,6 +9,7 @@ import pytest
 from .wiring.options import add_options, read_settings
 
 if TYPE_CHECKING:
+    from .wiring.heap import FrozenCollection
     from .wiring.interruption import TerminateAsInterrupt
     from .wiring.session import DLBricksSession
     from .wiring.tracking import Tracking
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 SESSION_KEY: pytest.StashKey[DLBricksSession] = pytest.StashKey()
 TRACKING_KEY: pytest.StashKey[Tracking] = pytest.StashKey()
 SIGTERM_KEY: pytest.StashKey[TerminateAsInterrupt] = pytest.StashKey()
+FROZEN_KEY: pytest.StashKey[FrozenCollection] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Here, not at the top: every pytest run imports this module, only runs with dlbricks on need these.
     from .core.runtime import ThreadPoolConflict, ask_for_thread_pool
     from .wiring.distributed import is_worker
+    from .wiring.heap import FrozenCollection
     from .wiring.interruption import TerminateAsInterrupt
     from .wiring.session import DLBricksSession
     from .wiring.tracking import Tracking
@@ -54,6 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(session, "dlbricks-session")
     config.stash[TRACKING_KEY] = tracking = Tracking(config, settings, session)
     config.pluginmanager.register(tracking, "dlbricks-tracking")
+    config.stash[FROZEN_KEY] = frozen = FrozenCollection()
+    config.pluginmanager.register(frozen, "dlbricks-frozen-collection")
     if not is_worker(config):
         config.stash[SIGTERM_KEY] = sigterm = TerminateAsInterrupt()
         config.pluginmanager.register(sigterm, "dlbricks-sigterm")
@@ -62,6 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Unregister what ``pytest_configure`` registered, so that a config reused in-process starts clean."""
     _unregister(config, SIGTERM_KEY)
+    _unregister(config, FROZEN_KEY)
     _unregister(config, TRACKING_KEY)
     _unregister(config, SESSION_KEY)
 

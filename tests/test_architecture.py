@@ -57,7 +57,8 @@ STAGES: dict[str, set[str]] = {
     "wiring": {
         *("wiring", "wiring.run_state", "wiring.engine", "wiring.items", "wiring.session", "wiring.collector"),
         *("wiring.tracking", "wiring.baselines", "wiring.options", "wiring.option_table", "wiring.distributed"),
-        *("wiring.interruption", "wiring.warning_types", "wiring.cli", "wiring.simulated", "hooks", "plugin"),
+        *("wiring.interruption", "wiring.heap", "wiring.warning_types", "wiring.cli", "wiring.simulated", "hooks"),
+        "plugin",
         "__main__",
     },
 }

@@ -16,7 +16,7 @@ PYTEST_LAYER = frozenset(
     {
         *("__main__", "hooks", "plugin", "wiring.collector", "wiring.distributed", "wiring.interruption"),
         *("wiring.items", "wiring.options", "wiring.session", "wiring.tracking", "wiring.baselines"),
-        *("wiring.warning_types", "wiring.simulated"),
+        *("wiring.warning_types", "wiring.simulated", "wiring.heap"),
     }
 )
 

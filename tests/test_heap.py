@@ -1,0 +1,68 @@
+"""Python's cyclic garbage collector is kept off what collection built, from the end of collection to the
+end of the run, and handed it back then, for a process that goes on (as this one does)."""
+
+from __future__ import annotations
+
+import gc
+import json
+from collections.abc import Iterator
+
+import pytest
+from tiny_models import chain
+
+from conftest import run_dlbricks
+
+#: A conftest that writes down, as each brick's item starts, how many objects are frozen.
+RECORDING_CONFTEST = """
+import gc, json, pathlib
+
+def pytest_runtest_setup(item):
+    with pathlib.Path("frozen.jsonl").open("a") as out:
+        out.write(json.dumps(gc.get_freeze_count()) + "\\n")
+"""
+
+
+@pytest.fixture
+def nothing_frozen() -> Iterator[None]:
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+def frozen_during_items(pytester: pytest.Pytester) -> list[int]:
+    return [json.loads(line) for line in (pytester.path / "frozen.jsonl").read_text().splitlines()]
+
+
+def frozen_during_a_run_on_a_chain(pytester: pytest.Pytester) -> int:
+    """How many objects were frozen as the one brick of a chain of Conv+Relu blocks was timed."""
+    pytester.makeconftest(RECORDING_CONFTEST)
+    (pytester.path / "models").mkdir()
+    chain(pytester.path / "models")
+    result = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-store=none", "models", dims=())
+    result.assert_outcomes(passed=1)
+    (count,) = frozen_during_items(pytester)
+    return count
+
+
+def test_what_collection_built_is_frozen_through_the_items_and_thawed_at_the_end(
+    pytester: pytest.Pytester, nothing_frozen: None
+) -> None:
+    assert frozen_during_a_run_on_a_chain(pytester) > 1000  # the run's modules, plans and items
+    assert gc.get_freeze_count() == 0
+
+
+def test_objects_someone_else_froze_are_left_frozen_and_nothing_more_is(
+    pytester: pytest.Pytester, nothing_frozen: None
+) -> None:
+    gc.freeze()
+    before = gc.get_freeze_count()
+    # Frozen objects are still freed when nothing refers to them: the count may only fall.
+    assert frozen_during_a_run_on_a_chain(pytester) <= before
+    assert 0 < gc.get_freeze_count() <= before
+
+
+def test_a_run_without_dlbricks_freezes_nothing(pytester: pytest.Pytester, nothing_frozen: None) -> None:
+    pytester.makeconftest(RECORDING_CONFTEST)
+    pytester.makepyfile("def test_one(): pass")
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert frozen_during_items(pytester) == [0]
