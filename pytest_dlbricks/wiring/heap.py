@@ -3,7 +3,7 @@
 Collection builds hundreds of thousands of objects that live to the end of the run: cut models, plans
 read from the store, brick records, pytest's items. Every later full pass of the cyclic collector walks
 them all and frees none: on a re-run of 44 models with nothing changed, such passes took about 0.4 s of
-2.3 s, and during timing one lands in a brick's round as a pause of tens of milliseconds. Frozen (see
+2.2 s, and during timing one lands in a brick's round as a pause of tens of milliseconds. Frozen (see
 :func:`gc.freeze`), they are left out of those passes; they are still freed as usual when nothing refers
 to them, and are handed back to the collector when the run ends, for a process that goes on (pytester,
 ``pytest.main``).
