@@ -8,11 +8,13 @@ pushed all of that out. This times, with onnxruntime alone (no plugin), a model 
 ``--layers`` elementwise layers on one row of ``--width`` floats, each call right after ``--flush`` sizes of
 a buffer were read (untimed, as the plugin reads before a brick that waits on its weights), and prints each
 call and what each further layer costs (the slope), the sizes taking turns round after round so that the
-machine's moves hit them alike.
+machine's moves hit them alike. ``--as-bricks`` writes the input again after the reading, on onnxruntime's
+threads, as the plugin does before each timed call of a brick (``pytest_dlbricks.core.runtime.input_rewriter``).
 
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
 
-    python bench/evicted_dispatch.py [--layers 20] [--width 768] [--flush 0,1,16,64,256] [--threads 1] [--rounds 7]
+    python bench/evicted_dispatch.py [--layers 20] [--width 768] [--flush 0,1,16,64,256] [--threads 1]
+                                     [--rounds 7] [--as-bricks]
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from pytest_dlbricks.core.runtime import input_rewriter
+
 #: The chained layers, in turn: elementwise, of no work to speak of on one row.
 LIGHT_OPS = ("Relu", "Neg", "Abs", "Neg")
 #: Calls a session is called untimed before each round, and timed in it (the round's median is kept).
@@ -40,16 +44,16 @@ def main() -> None:
         f"onnxruntime {ort.__version__}, {args.threads or 'default'} intra-op thread(s), a row of {args.width} floats,"
         f" {args.layers} light layers"
     )
-    one = session(args.width, 1, args.threads)
-    chain = session(args.width, args.layers, args.threads)
+    one = session(args.width, 1, args.threads, as_bricks=args.as_bricks)
+    chain = session(args.width, args.layers, args.threads, as_bricks=args.as_bricks)
     sizes = [int(size) for size in args.flush.split(",")]
     buffer = np.ones(max(sizes) << 17, np.uint64)  # written once, so that every page is there
     rounds: dict[tuple[int, str], list[float]] = {}
     for _ in range(args.rounds):
         for size in sizes:
             flush = functools.partial(np.max, buffer[: size << 17]) if size else (lambda: None)
-            for name, call in (("one", one), ("chain", chain)):
-                rounds.setdefault((size, name), []).append(median_call(call, flush))
+            for name, (call, rewrite) in (("one", one), ("chain", chain)):
+                rounds.setdefault((size, name), []).append(median_call(call, flush, rewrite))
     print(f"{'read before':>12} {'one layer':>10} {'chain':>10} {'per further layer':>18}")
     for size in sizes:
         one_us, chain_us = (statistics.median(rounds[size, name]) * 1e6 for name in ("one", "chain"))
@@ -57,9 +61,11 @@ def main() -> None:
         print(f"{size:>8} MiB {one_us:>7.2f} us {chain_us:>7.2f} us {slope:>15.2f} us")
 
 
-def session(width: int, layers: int, threads: int) -> Callable[[], object]:
+def session(
+    width: int, layers: int, threads: int, *, as_bricks: bool
+) -> tuple[Callable[[], object], Callable[[], object]]:
     """A call of a model of ``layers`` light layers on a row of ``width`` floats, its input and output bound
-    once, as the plugin binds a brick's."""
+    once, as the plugin binds a brick's; and what writes its input again (nothing unless ``as_bricks``)."""
     nodes, current = [], "x"
     for index in range(layers):
         nodes.append(helper.make_node(LIGHT_OPS[index % len(LIGHT_OPS)], [current], [f"light{index}"]))
@@ -77,19 +83,21 @@ def session(width: int, layers: int, threads: int) -> Callable[[], object]:
     if threads:
         options.intra_op_num_threads = threads
     runner = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feed = np.ones((1, width), np.float32)
     binding = runner.io_binding()
-    binding.bind_cpu_input("x", np.ones((1, width), np.float32))
+    binding.bind_cpu_input("x", feed)
     binding.bind_output(current, "cpu")
-    return lambda: runner.run_with_iobinding(binding)
+    return (lambda: runner.run_with_iobinding(binding)), input_rewriter(feed) if as_bricks else (lambda: None)
 
 
-def median_call(call: Callable[[], object], flush: Callable[[], object]) -> float:
-    """The median time of ``call``, each timed call right after ``flush`` (untimed)."""
+def median_call(call: Callable[[], object], flush: Callable[[], object], rewrite: Callable[[], object]) -> float:
+    """The median time of ``call``, each timed call right after ``flush`` and ``rewrite`` (untimed)."""
     for _ in range(WARM_CALLS):
         call()
     times = []
     for _ in range(TIMED_CALLS):
         flush()
+        rewrite()
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
@@ -103,6 +111,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--flush", default="0,1,16,64,256", help="MiB read before each call (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads, 0: onnxruntime's (default: 1)")
     parser.add_argument("--rounds", type=int, default=7, help="rounds of every session (default: %(default)s)")
+    parser.add_argument("--as-bricks", action="store_true", help="write the input again after the reading")
     return parser.parse_args()
 
 
