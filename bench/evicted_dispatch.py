@@ -4,10 +4,10 @@ A model's light layers (Shape, Reshape, Unsqueeze, Concat, Cast, a small Add: mo
 embedding and mask computations) cost onnxruntime's executor a fraction of a microsecond each when a brick
 of them is called again and again: its nodes, kernels and tensors stay in the caches. Inside a model they
 run after layers that read tens of megabytes (a decoder's LM head, its projections at batch 1), which
-pushed all of that out. This times, with onnxruntime alone (no plugin), a model of one and a chain of
+pushed all of that out. This times, with onnxruntime's sessions (no pytest), a model of one and a chain of
 ``--layers`` elementwise layers on one row of ``--width`` floats, each call right after ``--flush`` sizes of
-a buffer were read (untimed, as the plugin reads before a brick that waits on its weights), and prints each
-call and what each further layer costs (the slope), the sizes taking turns round after round so that the
+a buffer were read (untimed, by the plugin's ``CacheFlusher``, as before a brick that waits on its weights),
+and prints each call and what each further layer costs (the slope), the sizes taking turns round after round so that the
 machine's moves hit them alike. ``--as-bricks`` writes the input again after the reading, on onnxruntime's
 threads, as the plugin does before each timed call of a brick (``pytest_dlbricks.core.runtime.input_rewriter``).
 
@@ -20,7 +20,6 @@ Run it from the repository root, in the environment where pytest-dlbricks is ins
 from __future__ import annotations
 
 import argparse
-import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from pytest_dlbricks.core.runtime import input_rewriter
+from pytest_dlbricks.timing.caches import CacheFlusher
 
 #: The chained layers, in turn: elementwise, of no work to speak of on one row.
 LIGHT_OPS = ("Relu", "Neg", "Abs", "Neg")
@@ -47,11 +47,12 @@ def main() -> None:
     one = session(args.width, 1, args.threads, as_bricks=args.as_bricks)
     chain = session(args.width, args.layers, args.threads, as_bricks=args.as_bricks)
     sizes = [int(size) for size in args.flush.split(",")]
-    buffer = np.ones(max(sizes) << 17, np.uint64)  # written once, so that every page is there
+    flusher = CacheFlusher()  # the plugin's own reading, the largest first so that every size shares one buffer
+    reads = {size: flusher.reader(size << 20) for size in sorted(sizes, reverse=True) if size}
     rounds: dict[tuple[int, str], list[float]] = {}
     for _ in range(args.rounds):
         for size in sizes:
-            flush = functools.partial(np.max, buffer[: size << 17]) if size else (lambda: None)
+            flush = reads.get(size, lambda: None)
             for name, (call, rewrite) in (("one", one), ("chain", chain)):
                 rounds.setdefault((size, name), []).append(median_call(call, flush, rewrite))
     print(f"{'read before':>12} {'one layer':>10} {'chain':>10} {'per further layer':>18}")
