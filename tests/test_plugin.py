@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -19,8 +20,9 @@ from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.estimating.composition import model_costs
 from pytest_dlbricks.reporting.recomposition import brick_references, calls_of, overhead_of
 from pytest_dlbricks.timing import probes, speed_trace
+from pytest_dlbricks.timing.load import LoadMeter
 from pytest_dlbricks.timing.probes import ExecutorDetection, PoolSlowdown
-from pytest_dlbricks.wiring import engine, items
+from pytest_dlbricks.wiring import engine, items, run_state
 from pytest_dlbricks.wiring.engine import DLBricksRun
 
 run = run_dlbricks
@@ -580,6 +582,28 @@ def test_weights_a_model_lists_as_inputs_are_timed_and_reported_so(pytester: pyt
     )
     verbose = run(pytester, *args, "-v")
     verbose.stdout.fnmatch_lines(["models/weights_as_inputs.onnx *synthetic; 6 weights listed as graph inputs, not *"])
+
+
+def test_the_parallel_executors_rounds_are_no_load(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parallel executor's caller waits on its inter-op threads by design: on a quiet machine its rounds
+    read the timing thread off its core (a validated run was called untrusted, 84% on a core at load 0.7).
+    The load is read over the rounds whose caller does the work: bricks' and the sequential executor's."""
+    timed: list[object] = []
+
+    class CountingMeter(LoadMeter):
+        def around(self, rounds: Callable[[], None]) -> None:
+            timed.append(rounds)
+            super().around(rounds)
+
+    meter = functools.partial(CountingMeter, cpu=time.perf_counter, load_average=lambda: None)
+    monkeypatch.setattr(run_state, "LoadMeter", meter)
+    args = ("--dlbricks-granularity=2", "--dlbricks-validate", "--dlbricks-executor=parallel", "models/mlp.onnx")
+    result = run(pytester, *args, "-v")
+    result.stdout.fnmatch_lines(["*::e2e-parallel[[]mlp.onnx[]] PASSED*"])
+    passed = result.parseoutcomes()["passed"]
+    assert len(timed) == passed - 1, "every brick item and the sequential e2e item, not the parallel one"
 
 
 def test_validation_times_models_end_to_end_and_reports_accuracy(
