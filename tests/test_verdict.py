@@ -95,6 +95,30 @@ def test_validated_models_are_counted_against_the_margin() -> None:
     assert "1/3 validated within it" in verdict_line(verdict.as_json())
 
 
+def test_parallel_estimates_are_said_to_lie_outside_the_margin() -> None:
+    """The margin covers the sequential estimates; the parallel ones carry the pool's slowdown measured on MatMuls,
+    so the line says so, and how many validated models' parallel executors fell within it anyway."""
+    models: list[dict[str, Any]] = [
+        {"path": "a.onnx", "complete": True, "precision": 0.05, "parallel_s": 2e-4},
+        {"path": "b.onnx", "complete": True, "precision": 0.05, "parallel_s": 5e-4},
+        {"path": "c.onnx", "complete": False, "parallel_s": 9e-4, "parallel_ratio": 3.0},  # incomplete: not judged
+    ]
+    report: dict[str, Any] = {"settings": {"intra_op_threads": 1}, "summary": {}, "models": models}
+    verdict = judge_report(report)
+    assert verdict is not None and verdict.as_json()["parallel"] == {"covered": False, "validated_within": None}
+    assert verdict_line(verdict.as_json()).endswith("; Parallel not covered (--dlbricks-validate measures it)")
+    models[0]["parallel_ratio"], models[1]["parallel_ratio"] = 1.03, 1.83
+    validated = judge_report(report)
+    assert validated is not None and validated.parallel_within == (1, 2)
+    assert validated.validated_within is None, "the sequential estimates were not validated"
+    assert verdict_line(validated.as_json()).endswith("; Parallel not covered (1/2 validated within it)")
+    for model in models:
+        del model["parallel_s"]
+    sequential_only = judge_report(report)
+    assert sequential_only is not None and "parallel" not in sequential_only.as_json()
+    assert "Parallel" not in verdict_line(sequential_only.as_json())
+
+
 def test_nothing_measured_gives_no_margin() -> None:
     verdict = judge(precisions=[], noise=None, speed_spread=None, load=None, threads=0)
     assert verdict.margin is None and verdict.trusted

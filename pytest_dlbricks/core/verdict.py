@@ -84,6 +84,11 @@ class Verdict:
     widest_drift: tuple[str, float] | None = None
     #: Each complete model's own margin by path (see :func:`model_margins`); empty where the run has no margin.
     models: dict[str, float] = field(default_factory=dict)
+    #: Where the run gives parallel estimates, which the margin does not cover (see :func:`parallel_coverage`):
+    #: validated models whose parallel executor's time lies within the margin of their parallel estimate, and how
+    #: many were validated, as ``validated_within`` (None: none was validated).
+    parallel_within: tuple[int, int] | None = None
+    parallel: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -93,11 +98,20 @@ class Verdict:
             "unmeasured": dict(self.unmeasured),
             "advice": list(self.advice),
             "reason": self.reason,
-            "validated_within": list(self.validated_within) if self.validated_within else None,
+            "validated_within": _listed(self.validated_within),
             **({"simulated_repeats": self.simulated_repeats} if self.simulated_repeats is not None else {}),
             **({"widest_drift": list(self.widest_drift)} if self.widest_drift is not None else {}),
             **({"models": dict(self.models)} if self.models else {}),
+            **(
+                {"parallel": {"covered": False, "validated_within": _listed(self.parallel_within)}}
+                if self.parallel
+                else {}
+            ),
         }
+
+
+def _listed(within: tuple[int, int] | None) -> list[int] | None:
+    return list(within) if within else None
 
 
 def bricks_margin(precisions: Iterable[float | None], noise: float | None) -> float | None:
@@ -143,6 +157,7 @@ def judge(
     earlier: Mapping[str, Any] | None = None,
     memory: float | None = None,
     precisions_by_path: Mapping[str, float | None] | None = None,
+    parallel_ratios: Iterable[float] | None = None,
 ) -> Verdict:
     """The run's verdict from its models' estimate margins, its noise, its speed trace's spread, its load
     summary (see :func:`.load.load_summary`), its intra-op ``threads`` (0: onnxruntime's choice), when
@@ -151,7 +166,9 @@ def judge(
     found (``earlier``: their largest ``speed`` and ``load`` parts, see :attr:`.entries.Summary.reused_from`),
     and the memory part (see :func:`memory_margin`; None: no brick was timed with its weights out of cache);
     with each complete model's estimate margin by path (``precisions_by_path``), each model's own margin (see
-    :func:`model_margins`)."""
+    :func:`model_margins`); ``parallel_ratios``: where the run gives parallel estimates, the validated models'
+    parallel estimate over the parallel executor's time (empty where none was validated), see
+    :func:`parallel_coverage`."""
     earlier = earlier or {}
     earlier_speed, earlier_load = _number(earlier.get("speed")), _number(earlier.get("load"))
     memories = [part for part in (memory, _number(earlier.get("memory"))) if part is not None]
@@ -184,12 +201,39 @@ def judge(
     reason = _load_reason(load, pool if pool > 1 else None) if load is not None and loaded else None
     margin = math.sqrt(sum(part**2 for part in sources.values())) if sources and trusted else None
     advice = _advice(sources, margin, trusted, loaded, threads)
-    ratios = list(ratios)
-    within = None
-    if ratios and margin is not None:
-        within = (sum(1 for ratio in ratios if abs(ratio - 1) <= margin), len(ratios))
+    within = _within(list(ratios), margin)
     models = model_margins(sources, margin, precisions_by_path or {}, noise, drifts or {})
-    return Verdict(margin, trusted, sources, unmeasured, advice, reason, within, widest_drift=widest, models=models)
+    return Verdict(
+        margin,
+        trusted,
+        sources,
+        unmeasured,
+        advice,
+        reason,
+        within,
+        widest_drift=widest,
+        models=models,
+        parallel_within=_within(list(parallel_ratios or ()), margin),
+        parallel=parallel_ratios is not None,
+    )
+
+
+def _within(ratios: list[float], margin: float | None) -> tuple[int, int] | None:
+    """How many of ``ratios`` (estimate over measured) lie within ``margin`` of 1, of how many; None without either."""
+    if not ratios or margin is None:
+        return None
+    return sum(1 for ratio in ratios if abs(ratio - 1) <= margin), len(ratios)
+
+
+def parallel_coverage(models: Iterable[Mapping[str, Any]]) -> list[float] | None:
+    """The validated ``parallel_ratio`` of the complete ``models``, where any has a parallel estimate; None where
+    none has. The margin does not cover parallel estimates: the slowdown the parallel executor causes layers that
+    use the intra-op pool is measured once in the run, on a chain of MatMuls, and convolutions slow less (the
+    sample ``tiny_resnet.onnx``: Parallel 526 us, the executor 287 us, in a run whose margin read +-33%)."""
+    models = [model for model in models if model.get("complete")]
+    if not any(_number(model.get("parallel_s")) for model in models):
+        return None
+    return [ratio for model in models if (ratio := _number(model.get("parallel_ratio"))) is not None]
 
 
 def model_margins(
@@ -308,6 +352,7 @@ def judge_report(report: Mapping[str, Any]) -> Verdict | None:
         earlier=summary.get("reused_from") if isinstance(summary.get("reused_from"), Mapping) else None,
         memory=memory_margin(summary.get("memory")),
         precisions_by_path={str(model.get("path")): _number(model.get("precision")) for model in complete},
+        parallel_ratios=parallel_coverage(complete),
     )
 
 
@@ -367,7 +412,18 @@ def verdict_line(verdict: Mapping[str, Any]) -> str:
     within = verdict.get("validated_within")
     if within:
         line += f"; {within[0]}/{within[1]} validated within it"
+    line += _parallel_clause(verdict.get("parallel"), margin is not None)
     return line + (f"; to tighten: {', '.join(advice)}" if advice else "")
+
+
+def _parallel_clause(parallel: object, margined: bool) -> str:
+    """What the verdict says of the Parallel column: not covered, and how many validated models fell within anyway."""
+    if not isinstance(parallel, Mapping) or not margined:
+        return ""
+    within = parallel.get("validated_within")
+    if isinstance(within, list) and len(within) == 2:
+        return f"; Parallel not covered ({within[0]}/{within[1]} validated within it)"
+    return "; Parallel not covered (--dlbricks-validate measures it)"
 
 
 def _simulated_line(verdict: Mapping[str, Any]) -> str:
