@@ -59,10 +59,11 @@ indicative only.
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
 
     python bench/breakdown.py [--zoo DIR] [--only NAMES] [--granularity 2] [--rounds 30] [--threads N]
-                              [--json OUT] [MODEL.onnx ... [--dim NAME=SIZE ...]]
+                              [--json OUT] [--layers] [MODEL.onnx ... [--dim NAME=SIZE ...]]
 
 ``--json`` also writes, per model, each matched layer's operator, kernel time in the model and in its
-brick, FLOPs and bytes: the evidence a per-machine correction of context effects would be learned from.
+brick, FLOPs, bytes, place in its brick and index: the evidence a per-machine correction of context effects would
+be learned from. ``--layers`` prints them under the model's row.
 """
 
 from __future__ import annotations
@@ -119,8 +120,9 @@ class Breakdown:
     #: The file with its symbolic sizes written in (None when it declares none).
     sized_file_s: float | None
     #: Per layer both runs executed as the same node: operator, kernel seconds in the model and in its
-    #: brick (scaled to the measured calls), FLOPs (None when unknown) and bytes moved.
-    matched: list[tuple[str, float, float, int | None, int]]
+    #: brick (scaled to the measured calls), FLOPs (None when unknown), bytes moved, its place in its brick
+    #: (0: the brick's first layer, the first its call runs) and its index in the model.
+    matched: list[tuple[str, float, float, int | None, int, int, int]]
 
 
 def main() -> None:
@@ -132,6 +134,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30, help="timed rounds per model (default: %(default)s)")
     parser.add_argument("--profiled-runs", type=int, default=10, help="profiled calls per network")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
+    parser.add_argument(
+        "--layers", action="store_true", help="also print each matched layer's kernel in the model and in its brick"
+    )
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (default: its own choice)")
     parser.add_argument(
         "--dim", action="append", default=[], metavar="NAME=SIZE", help="a symbolic size of the model files given"
@@ -149,6 +154,8 @@ def main() -> None:
             print(f"{name}: {type(error).__name__}: {error}", file=sys.stderr)
         else:
             print(_row(rows[-1]), flush=True)
+            if args.layers:
+                print(_layer_rows(rows[-1]), flush=True)
             if args.json:  # after each model: a run stopped by a time limit keeps what it measured
                 args.json.write_text(json.dumps([row.__dict__ for row in rows]))
     print(_totals(rows))
@@ -256,6 +263,7 @@ def breakdown(
     )
     model_call = model_costs(brick_calls(plan), overhead, references).of(*plan.io)
     layer_work = [layer for brick, _ in windows for layer in work[brick.signature].layers]
+    places = [place for brick, _ in windows for place in range(len(brick.nodes))]
     return Breakdown(
         name=name,
         file_s=times["file"],
@@ -278,10 +286,22 @@ def breakdown(
                 scale_in_bricks[i],
                 layer_work[i].flops,
                 layer_work[i].bytes,
+                places[i],
+                i,
             )
             for i in sorted(matched)
         ],
     )
+
+
+def _layer_rows(row: Breakdown) -> str:
+    """Each matched layer of ``row``: its index, operator, place in its brick, kernel microseconds in the model and
+    in its brick, and their ratio."""
+    lines = [f"  {'layer':>5} {'op':24} {'place':>5} {'@model':>8} {'@brick':>8} {'brick/model':>11}"]
+    for op, in_model, in_brick, _, _, place, index in row.matched:
+        ratio = f"{in_brick / in_model:11.2f}" if in_model > 0 else f"{'-':>11}"
+        lines.append(f"  {index:5d} {op[:24]:24} {place:5d} {in_model * 1e6:8.1f} {in_brick * 1e6:8.1f} {ratio}")
+    return "\n".join(lines)
 
 
 def _windows(plan: ModelPlan) -> list[tuple[BrickSpec, int]]:
