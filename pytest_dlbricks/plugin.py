@@ -59,6 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(tracking, "dlbricks-tracking")
     config.stash[FROZEN_KEY] = frozen = FrozenCollection()
     config.pluginmanager.register(frozen, "dlbricks-frozen-collection")
+    config.add_cleanup(frozen.thaw)
     if not is_worker(config):
         config.stash[SIGTERM_KEY] = sigterm = TerminateAsInterrupt()
         config.pluginmanager.register(sigterm, "dlbricks-sigterm")
