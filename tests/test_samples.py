@@ -234,7 +234,10 @@ def test_the_hook_wins_and_data_dependent_sizes_follow_it(pytester: pytest.Pytes
     few = only_model(estimate(pytester, "--keep=8"))
     many = only_model(estimate(pytester, "--keep=256"))
     assert few["inputs"] == many["inputs"] == "pytest_dlbricks_model_inputs"
-    assert many["sequential_s"] > 3 * few["sequential_s"], (many["sequential_s"], few["sequential_s"])
+    # The rows kept follow the hook's data: 32 times the work, counted from the shapes it gave.
+    assert many["flops"] > 30 * few["flops"], (many["flops"], few["flops"])
+    # Timed, several times longer on a quiet machine; on one shared with other tests, longer at the least.
+    assert many["sequential_s"] > few["sequential_s"], (many["sequential_s"], few["sequential_s"])
 
 
 def test_a_string_model_is_estimated_on_its_sample(pytester: pytest.Pytester) -> None:
