@@ -88,6 +88,7 @@ class Verdict:
     #: validated models whose parallel executor's time lies within the margin of their parallel estimate, and how
     #: many were validated, as ``validated_within`` (None: none was validated).
     parallel_within: tuple[int, int] | None = None
+    #: Whether the run gives parallel estimates (which the margin does not cover).
     parallel: bool = False
 
     def as_json(self) -> dict[str, Any]:

@@ -22,8 +22,8 @@ class FrozenCollection:
     collection ends, unless something else froze objects already (theirs would be thawed with ours), and
     thaws what it froze in :meth:`thaw`, which ``pytest_configure`` hands to pytest as a cleanup: pytest calls
     cleanups last registered first, so it comes after the cleanup pytest's own collection of unraisable
-    exceptions registers later in its ``pytest_configure``, and that collection walks none of them (0.14 s of a
-    re-run of 44 models with nothing changed: its last full pass)."""
+    exceptions registers later in its ``pytest_configure``, and that collection walks none of them (a re-run of 44
+    models with nothing changed: 1.72-1.77 s against 1.79-1.82 s thawed before it, whole process)."""
 
     def __init__(self) -> None:
         self.froze = False
