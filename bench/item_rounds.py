@@ -29,6 +29,7 @@ from pytest_dlbricks.cut.bricks import BrickSpec
 from pytest_dlbricks.cut.cutting import plan_model
 from pytest_dlbricks.cut.loading import load_model
 from pytest_dlbricks.timing.overhead import measure_call_overhead
+from pytest_dlbricks.timing.retiming import median_call
 from pytest_dlbricks.timing.running import BrickRunner
 
 #: Rounds per way of timing, and calls timed alone.
@@ -56,17 +57,6 @@ def in_rounds(runner: BrickRunner, calls: int) -> float:
     return statistics.median(rounds)
 
 
-def alone(runner: BrickRunner) -> float:
-    """Median seconds of calls timed one by one, each after its inputs are written again (untimed)."""
-    times = []
-    for _ in range(ROUNDS):
-        runner.prepare_call()
-        start = time.perf_counter()
-        runner()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="+", type=Path)
@@ -82,7 +72,7 @@ def main() -> None:
     ways: dict[str, Callable[[BrickRunner], float]] = {
         WAYS[0]: lambda runner: in_rounds(runner, 1),
         WAYS[1]: lambda runner: in_rounds(runner, 10),
-        WAYS[2]: alone,
+        WAYS[2]: lambda runner: median_call(runner, ROUNDS),
     }
     for path in args.models:
         graph = load_model(path, dims, settings, reach=settings.granularity)

@@ -115,10 +115,10 @@ def round_time(run: TimedBrick) -> float:
 
 def calls_time(run: TimedBrick) -> float:
     """The median seconds of :data:`CALLS_PER_ROUND` calls, each timed alone after its inputs are written again."""
-    return _median_call(run, CALLS_PER_ROUND, time.perf_counter)
+    return median_call(run, CALLS_PER_ROUND, time.perf_counter)
 
 
-def _median_call(run: TimedBrick, calls: int, timer: Callable[[], float]) -> float:
+def median_call(run: TimedBrick, calls: int, timer: Callable[[], float] = time.perf_counter) -> float:
     """The median seconds of ``calls`` calls, each timed alone after its inputs are written again (untimed)."""
     times = []
     for _ in range(calls):
@@ -167,4 +167,4 @@ def _block(runner: BrickRunner, calls: int, timer: Callable[[], float]) -> float
     for _ in range(WARMUP_CALLS):
         runner.prepare_call()
         runner()
-    return _median_call(runner, calls, timer)
+    return median_call(runner, calls, timer)
