@@ -13,6 +13,11 @@ operator. Compare with the same layers' kernels inside the model (``bench/breakd
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
 
     python bench/cold_inputs.py MODEL.onnx [--ops Concat,Add,Relu] [--threads 0]
+    python bench/cold_inputs.py MODEL.onnx ... --count G
+
+``--count G`` times nothing: per model, how many distinct bricks at granularity G read an input from beyond a core's
+cache (a brick used at several places counts at its furthest), and how many bytes one call of each would read
+first, which pushing such inputs out before every call would cost.
 """
 
 from __future__ import annotations
@@ -25,9 +30,9 @@ from pathlib import Path
 from pytest_dlbricks.core.runtime import use_thread_pool
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.cut.bricks import BrickSpec
-from pytest_dlbricks.cut.cutting import plan_model
+from pytest_dlbricks.cut.cutting import ModelPlan, plan_model
 from pytest_dlbricks.cut.loading import load_model
-from pytest_dlbricks.timing.caches import CacheFlusher, read_bytes
+from pytest_dlbricks.timing.caches import MAX_FLUSH_BYTES, CacheFlusher, cache_sizes, read_bytes
 from pytest_dlbricks.timing.retiming import median_call
 from pytest_dlbricks.timing.running import BrickRunner
 
@@ -50,26 +55,59 @@ class PushedOut:
         self.flush()
 
 
+def reuse_distances(plan: ModelPlan) -> list[int]:
+    """Per brick of ``plan`` (a window of its layers), what the bricks between its inputs' writers and it bring into
+    the caches, for its furthest input (see :func:`~pytest_dlbricks.timing.caches.read_bytes`)."""
+    reads = [read_bytes(brick) if isinstance(brick, BrickSpec) else 0 for brick in plan.bricks]
+    return [
+        max((sum(reads[writer + 1 : index]) for writer, _ in plan.graph.in_edges(index)), default=0)
+        for index in range(len(plan.bricks))
+    ]
+
+
+def count(models: list[Path], settings: Settings) -> None:
+    """Per model, the distinct bricks at the run's granularity whose furthest input lies beyond a core's cache, and
+    the bytes a call of each would read first (its largest distance, at most what the flush of weights reads)."""
+    core_cache, last_level_cache = cache_sizes()
+    for path in models:
+        plan = plan_model(load_model(path, {}, settings, reach=settings.granularity), settings.granularity, path.name)
+        furthest: dict[str, int] = {}
+        for brick, distance in zip(plan.bricks, reuse_distances(plan)):
+            if isinstance(brick, BrickSpec):
+                furthest[brick.signature] = max(distance, furthest.get(brick.signature, 0))
+        cold = [min(d, 2 * last_level_cache, MAX_FLUSH_BYTES) for d in furthest.values() if d > core_cache]
+        print(
+            f"{path.name}: {len(cold)} of {len(furthest)} distinct bricks read an input from beyond a core's cache"
+            f" ({core_cache / 2**20:.0f} MiB); {sum(cold) / 2**20:.1f} MiB to read before one call of each"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", type=Path)
+    parser.add_argument("models", nargs="+", type=Path)
     parser.add_argument("--ops", default="Concat,Add,Relu,MaxPool,AveragePool", help="operators (comma-separated)")
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (default: its own choice)")
+    parser.add_argument(
+        "--count", type=int, metavar="G", help="time nothing: count the bricks at granularity G with such inputs"
+    )
     args = parser.parse_args()
+    if args.count:
+        count(args.models, Settings(granularity=args.count, intra_op_threads=args.threads))
+        return
     ops = set(args.ops.split(","))
     settings = Settings(granularity=1, intra_op_threads=args.threads)
     use_thread_pool(settings.thread_pool, settings.intra_op_threads)
-    plan = plan_model(load_model(args.model, {}, settings, reach=1), 1, args.model.name)
-    reads = [read_bytes(brick) if isinstance(brick, BrickSpec) else 0 for brick in plan.bricks]
+    (model,) = args.models
+    plan = plan_model(load_model(model, {}, settings, reach=1), 1, model.name)
     flusher = CacheFlusher()
     sums: defaultdict[tuple[str, str], float] = defaultdict(float)
     counts: Counter[str] = Counter()
+    distances = reuse_distances(plan)
     print(f"{'layer':>5} {'op':14} {'distance MB':>11} {'in caches us':>12} {'pushed out us':>13}")
     for index, brick in enumerate(plan.bricks):
         if not isinstance(brick, BrickSpec) or brick.ops[0] not in ops:
             continue
-        writers = [writer for writer, _ in plan.graph.in_edges(index)]
-        distance = max((sum(reads[writer + 1 : index]) for writer in writers), default=0)
+        distance = distances[index]
         runner = BrickRunner(brick, settings, optimized=True)
         runner.check()
         for _ in range(WARM_CALLS):
