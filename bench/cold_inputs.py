@@ -1,14 +1,16 @@
 """How much a layer's time depends on where its inputs are: in the caches, as a brick's rewritten inputs are, or pushed
-out by what the model reads between the layer that wrote them and the layer that reads them.
+out by what the model reads between the layer that wrote them and the layer that reads them, as bricks are timed.
 
 Inside a model, a layer reads inputs written some layers before: a Concat joins branches written long before it, an
-Add right after the layer that wrote one of its inputs. Bricks have their inputs written again right before each call
-(see :meth:`~pytest_dlbricks.timing.running.BrickRunner.prepare_call`), so they find them in the caches. Per
+Add right after the layer that wrote one of its inputs. Bricks have their near inputs written again right before each
+call (see :meth:`~pytest_dlbricks.timing.running.BrickRunner.prepare_call`), so they find them in the caches. Per
 single-layer brick of the given operators (granularity 1, the graph onnxruntime runs), in one process on the run's
 shared thread pool, it prints each layer's reuse distance (what the layers between its inputs' writers and it bring
-into the caches, by :func:`~pytest_dlbricks.timing.caches.read_bytes`), its median call time in microseconds with
-its inputs written again (as bricks are timed), and with that many bytes read before each call, then the sums per
-operator. Compare with the same layers' kernels inside the model (``bench/breakdown.py --layers --json``).
+into the caches, by :func:`~pytest_dlbricks.timing.caches.reuse_distances`), its median call time in microseconds
+with every input written again, with that many bytes read before each call (which pushes out everything, its
+output's memory too), and on copies of its inputs beyond a core's cache taken in turn (as bricks are timed, see
+:func:`~pytest_dlbricks.timing.caches.input_copies`), then the sums per operator. Compare with the same layers'
+kernels inside the model (``bench/breakdown.py --layers --json``).
 
 Run it from the repository root, in the environment where pytest-dlbricks is installed::
 
@@ -17,7 +19,7 @@ Run it from the repository root, in the environment where pytest-dlbricks is ins
 
 ``--count G`` times nothing: per model, how many distinct bricks at granularity G read an input from beyond a core's
 cache (a brick used at several places counts at its furthest), and how many bytes one call of each would read
-first, which pushing such inputs out before every call would cost.
+first, which pushing such inputs out before every call would cost, and about what their copies hold.
 """
 
 from __future__ import annotations
@@ -30,9 +32,17 @@ from pathlib import Path
 from pytest_dlbricks.core.runtime import use_thread_pool
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.cut.bricks import BrickSpec
-from pytest_dlbricks.cut.cutting import ModelPlan, plan_model
+from pytest_dlbricks.cut.cutting import plan_model
 from pytest_dlbricks.cut.loading import load_model
-from pytest_dlbricks.timing.caches import MAX_FLUSH_BYTES, CacheFlusher, cache_sizes, read_bytes
+from pytest_dlbricks.timing.caches import (
+    MAX_COPY_BYTES,
+    MAX_FLUSH_BYTES,
+    CacheFlusher,
+    ColdInputs,
+    cache_sizes,
+    input_copies,
+    reuse_distances,
+)
 from pytest_dlbricks.timing.retiming import median_call
 from pytest_dlbricks.timing.running import BrickRunner
 
@@ -55,30 +65,42 @@ class PushedOut:
         self.flush()
 
 
-def reuse_distances(plan: ModelPlan) -> list[int]:
-    """Per brick of ``plan`` (a window of its layers), what the bricks between its inputs' writers and it bring into
-    the caches, for its furthest input (see :func:`~pytest_dlbricks.timing.caches.read_bytes`)."""
-    reads = [read_bytes(brick) if isinstance(brick, BrickSpec) else 0 for brick in plan.bricks]
-    return [
-        max((sum(reads[writer + 1 : index]) for writer, _ in plan.graph.in_edges(index)), default=0)
-        for index in range(len(plan.bricks))
-    ]
+def cold_inputs(brick: BrickSpec, distances: list[int]) -> ColdInputs | None:
+    """The brick's inputs beyond a core's cache, as a run copies them (see ``RunState.cold_inputs``)."""
+    core_cache, last_level_cache = cache_sizes()
+    positions = tuple(position for position, distance in enumerate(distances) if distance > core_cache)
+    distance = min(max(distances, default=0), 2 * last_level_cache, MAX_COPY_BYTES)
+    copies = input_copies(sum(brick.inputs[position][1].nbytes for position in positions), distance, core_cache)
+    return ColdInputs(positions, distance, copies) if positions and copies > 1 else None
 
 
 def count(models: list[Path], settings: Settings) -> None:
-    """Per model, the distinct bricks at the run's granularity whose furthest input lies beyond a core's cache, and
-    the bytes a call of each would read first (its largest distance, at most what the flush of weights reads)."""
-    core_cache, last_level_cache = cache_sizes()
+    """Per model, the distinct bricks at the run's granularity whose inputs a run copies, at their furthest place,
+    what one call of each would read first to push them out instead, and what their copies hold."""
     for path in models:
-        plan = plan_model(load_model(path, {}, settings, reach=settings.granularity), settings.granularity, path.name)
-        furthest: dict[str, int] = {}
-        for brick, distance in zip(plan.bricks, reuse_distances(plan)):
+        try:
+            graph = load_model(path, {}, settings, reach=settings.granularity)
+        except Exception as error:  # a model that needs its sizes given, or that onnxruntime refuses
+            print(f"{path.name}: not loaded ({error})")
+            continue
+        plan = plan_model(graph, settings.granularity, path.name)
+        furthest: dict[str, list[int]] = {}
+        specs: dict[str, BrickSpec] = {}
+        for brick, distances in zip(plan.bricks, reuse_distances(plan.bricks, plan.input_writers)):
             if isinstance(brick, BrickSpec):
-                furthest[brick.signature] = max(distance, furthest.get(brick.signature, 0))
-        cold = [min(d, 2 * last_level_cache, MAX_FLUSH_BYTES) for d in furthest.values() if d > core_cache]
+                specs[brick.signature] = brick
+                known = furthest.setdefault(brick.signature, [0] * len(distances))
+                known[:] = map(max, known, distances)
+        cold = {signature: cold_inputs(specs[signature], distances) for signature, distances in furthest.items()}
+        copied = {signature: found for signature, found in cold.items() if found is not None}
+        held = sum(
+            found.copies * sum(specs[signature].inputs[position][1].nbytes for position in found.positions)
+            for signature, found in copied.items()
+        )
         print(
-            f"{path.name}: {len(cold)} of {len(furthest)} distinct bricks read an input from beyond a core's cache"
-            f" ({core_cache / 2**20:.0f} MiB); {sum(cold) / 2**20:.1f} MiB to read before one call of each"
+            f"{path.name}: {len(copied)} of {len(furthest)} distinct bricks take copies of inputs from beyond a core's"
+            f" cache; {sum(found.distance for found in copied.values()) / 2**20:.1f} MiB to read before one call of"
+            f" each instead; their copies hold {held / 2**20:.1f} MiB"
         )
 
 
@@ -102,27 +124,33 @@ def main() -> None:
     flusher = CacheFlusher()
     sums: defaultdict[tuple[str, str], float] = defaultdict(float)
     counts: Counter[str] = Counter()
-    distances = reuse_distances(plan)
-    print(f"{'layer':>5} {'op':14} {'distance MB':>11} {'in caches us':>12} {'pushed out us':>13}")
-    for index, brick in enumerate(plan.bricks):
+    last_level_cache = cache_sizes()[1]
+    print(f"{'layer':>5} {'op':14} {'distance MB':>11} {'in caches us':>12} {'pushed out us':>13} {'copies us':>9}")
+    for index, (brick, distances) in enumerate(zip(plan.bricks, reuse_distances(plan.bricks, plan.input_writers))):
         if not isinstance(brick, BrickSpec) or brick.ops[0] not in ops:
             continue
-        distance = distances[index]
-        runner = BrickRunner(brick, settings, optimized=True)
-        runner.check()
-        for _ in range(WARM_CALLS):
-            runner.prepare_call()
-            runner()
-        hot = median_call(runner, CALLS)
-        cold = median_call(PushedOut(runner, flusher.reader(distance)), CALLS) if distance else hot
+        distance = min(max(distances, default=0), 2 * last_level_cache, MAX_FLUSH_BYTES)
+        runners = [
+            BrickRunner(brick, settings, optimized=True, cold=cold) for cold in (None, cold_inputs(brick, distances))
+        ]
+        for runner in runners:
+            runner.check()
+            for _ in range(WARM_CALLS):
+                runner.prepare_call()
+                runner()
+        hot, copied = (median_call(runner, CALLS) for runner in runners)
+        pushed = median_call(PushedOut(runners[0], flusher.reader(distance)), CALLS) if distance else hot
         op = brick.ops[0]
-        sums[op, "hot"] += hot
-        sums[op, "cold"] += cold
+        for what, seconds in (("hot", hot), ("cold", pushed), ("copies", copied)):
+            sums[op, what] += seconds
         counts[op] += 1
-        print(f"{index:5d} {op:14} {distance / 1e6:11.2f} {hot * 1e6:12.1f} {cold * 1e6:13.1f}")
+        print(f"{index:5d} {op:14} {distance / 1e6:11.2f} {hot * 1e6:12.1f} {pushed * 1e6:13.1f} {copied * 1e6:9.1f}")
     for op in sorted(counts):
-        hot, cold = sums[op, "hot"] * 1e6, sums[op, "cold"] * 1e6
-        print(f"{op}: {counts[op]} layers, {hot:.1f} us in caches, {cold:.1f} us pushed out (each a call's cost too)")
+        hot, pushed, copied = (sums[op, what] * 1e6 for what in ("hot", "cold", "copies"))
+        print(
+            f"{op}: {counts[op]} layers, {hot:.1f} us in caches, {pushed:.1f} us pushed out, {copied:.1f} us on"
+            " copies of the inputs beyond a core's cache (each a call's cost too)"
+        )
 
 
 if __name__ == "__main__":

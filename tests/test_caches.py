@@ -1,9 +1,10 @@
-"""Unit tests of pushing a brick's weights out of the caches as the rest of its model does: which bricks,
-how many bytes, the machine's cache sizes, and a run that times such bricks so."""
+"""Unit tests of pushing a brick's weights and inputs out of the caches as the rest of its model does: which
+bricks, how many bytes, the machine's cache sizes, and a run that times such bricks so."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +17,19 @@ from conftest import QUICK_TIMING
 from pytest_dlbricks.core.graph import TensorSpec
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.cut.bricks import BrickSpec
-from pytest_dlbricks.cut.cutting import plan_model
+from pytest_dlbricks.cut.cutting import ModelPlan, plan_model
 from pytest_dlbricks.cut.loading import load_model
 from pytest_dlbricks.timing import caches
-from pytest_dlbricks.timing.caches import CacheFlusher, cache_sizes, flush_bytes, read_bytes, rest_of_model
+from pytest_dlbricks.timing.caches import (
+    CacheFlusher,
+    ColdInputs,
+    cache_sizes,
+    flush_bytes,
+    input_copies,
+    read_bytes,
+    rest_of_model,
+    reuse_distances,
+)
 from pytest_dlbricks.timing.running import BrickRunner
 from pytest_dlbricks.wiring import run_state
 
@@ -223,3 +233,104 @@ def test_a_suite_timed_elsewhere_pushes_the_weights_out_as_far_as_its_manifest_s
     benchmarks = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
     flushed = {tuple(b["extra_info"]["ops"]): b["extra_info"].get("cache_flush_bytes") for b in benchmarks}
     assert flushed == {("MatMul",): 2 * MIB, ("Relu",): None}
+
+
+def skip_plan(path: Path) -> tuple[ModelPlan, list[list[int]]]:
+    settings = Settings(granularity=1)
+    plan = plan_model(load_model(path, {}, settings), 1, path.name)
+    return plan, reuse_distances(plan.bricks, plan.input_writers)
+
+
+def test_an_input_written_long_before_is_as_far_as_what_the_layers_between_read(tmp_path: Path) -> None:
+    """The Concat reads the Neg's output right after it was written, and the Relu's after three layers that
+    each write a row of 16 KiB; the Relu reads the model's own input."""
+    plan, distances = skip_plan(tiny_models.skip_concat(tmp_path, width=4096, between=3))
+    ops = [brick.ops for brick in plan.bricks if isinstance(brick, BrickSpec)]
+    assert ops == [("Relu",), ("Tanh",), ("Sigmoid",), ("Neg",), ("Concat",)]
+    assert plan.input_writers == ((None,), (0,), (1,), (2,), (3, 0))
+    assert distances == [[0], [0], [0], [0], [0, 3 * 4096 * 4]]
+
+
+def test_cold_inputs_take_as_many_copies_as_push_each_out_that_far() -> None:
+    core = SIZES[0]
+    assert input_copies(1 * MIB, 5 * MIB, core) == 6, "five others read between two calls on the same copy"
+    assert input_copies(1 * MIB, 5 * MIB + 1, core) == 7
+    assert input_copies(1 * MIB, 0, core) == 1
+    assert input_copies(caches.MAX_COPY_BYTES // 2, 1 << 40, core) == 2, "no more bytes than copies may hold"
+    assert input_copies(64 * KIB, 64 * MIB, core) == caches.MAX_INPUT_COPIES, "each copy is bound in a call's time"
+    assert input_copies(0, 5 * MIB, core) == 1
+    assert input_copies(8, 5 * MIB, core) == 1, "255 copies of a value stay in a core's cache: none"
+    assert input_copies(256 * KIB, 5 * MIB, core) == 21
+
+
+def test_a_runner_takes_its_cold_inputs_copies_in_turn_and_writes_the_others_again(tmp_path: Path) -> None:
+    plan, distances = skip_plan(tiny_models.skip_concat(tmp_path, width=4096, between=3))
+    concat = plan.bricks[-1]
+    assert isinstance(concat, BrickSpec)
+    settings = Settings(granularity=1)
+    hot = BrickRunner(concat, settings)
+    cold = BrickRunner(concat, settings, cold=ColdInputs((1,), distances[-1][1], copies=4))
+    hot.prepare_call()
+    hot()
+    seen = set()
+    for _ in range(5):
+        cold.prepare_call()
+        cold()
+        (output,) = cold.outputs()
+        assert np.array_equal(output, hot.outputs()[0]), "every copy holds the input's values"
+        seen.add(id(cold._binding))
+    assert len(cold._bindings) == len(seen) == 4, "three others between two calls on the same copy"
+    assert cold._hot == [cold.feeds[concat.inputs[0][0]]], "the input written right before is written again"
+
+
+def test_a_run_times_a_join_with_its_skipped_input_out_of_the_caches(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a core's cache of 32 KiB, the Concat's input written three layers before it (48 KiB between) is
+    cold; the item says how far, and a store written before cold inputs were copied has it timed again."""
+    monkeypatch.setattr(run_state, "cache_sizes", lambda: (32 * KIB, 1 * MIB))
+    tiny_models.skip_concat(pytester.path, width=4096, between=3)
+    arguments = ("-p", "no:cacheprovider", *QUICK_TIMING, "--dlbricks-granularity=1")
+    pytester.runpytest(*arguments, "--benchmark-json=bench.json").assert_outcomes(passed=5)
+    benchmarks = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
+    bricks = [b["extra_info"] for b in benchmarks if "signature" in b["extra_info"]]  # not the model's entry
+    cold = {brick["ops"][0]: brick.get("cold_input_bytes") for brick in bricks}
+    assert cold == {"Relu": None, "Tanh": None, "Sigmoid": None, "Neg": None, "Concat": 3 * 4096 * 4}
+    pytester.runpytest(*arguments).assert_outcomes(deselected=5)
+    for record in pytester.path.glob(".benchmarks/dlbricks/**/bricks/*.json"):
+        data = json.loads(record.read_text())
+        assert (data["cold_input_bytes"] is not None) == data["label"].startswith("Concat")
+        data.pop("cold_input_bytes")  # as written before
+        record.write_text(json.dumps(data))
+    pytester.runpytest(*arguments).assert_outcomes(passed=1, deselected=4)
+
+
+def test_timed_cost_copies_cold_inputs_and_simulated_cost_none(tmp_path: Path) -> None:
+    plan, _ = skip_plan(tiny_models.skip_concat(tmp_path))
+    concat = plan.bricks[-1]
+    assert isinstance(concat, BrickSpec)
+    for cost, expected in (("timed", ColdInputs((1,), 3 * 4096 * 4, copies=4)), ("simulated", None)):
+        state = run_state.RunState(Settings(granularity=1, cost=cost), time.perf_counter)
+        state.cache_sizes = (32 * KIB, 1 * MIB)
+        state.plans.append(plan)
+        state.bricks[concat.signature] = concat
+        assert state.cold_inputs(concat.signature) == expected
+
+
+def test_a_suite_timed_elsewhere_copies_the_inputs_its_manifest_says_are_far(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The manifest gives how far each input was written before its brick; the timing machine's core cache
+    decides which are cold: here 32 KiB, then 64 KiB, beyond the Concat's 48 KiB."""
+    tiny_models.skip_concat(pytester.path, width=4096, between=3)
+    export = ("-p", "no:cacheprovider", *QUICK_TIMING, "--dlbricks-granularity=1", "--dlbricks-store=none")
+    pytester.runpytest(*export, "skip_concat.onnx", "--dlbricks-export=suite").assert_outcomes(passed=5)
+    entries = json.loads((pytester.path / "suite" / "manifest.json").read_text())["bricks"]
+    distances = {entry["ops"][0]: entry["input_distances_bytes"] for entry in entries}
+    assert distances == {"Relu": [0], "Tanh": [0], "Sigmoid": [0], "Neg": [0], "Concat": [0, 3 * 4096 * 4]}
+    for core_cache, expected in ((32 * KIB, 3 * 4096 * 4), (64 * KIB, None)):
+        monkeypatch.setattr(run_state, "cache_sizes", lambda core_cache=core_cache: (core_cache, 1 * MIB))
+        pytester.runpytest(*export, "suite", "--benchmark-json=bench.json").assert_outcomes(passed=5)
+        benchmarks = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
+        cold = {b["extra_info"]["ops"][0]: b["extra_info"].get("cold_input_bytes") for b in benchmarks}
+        assert cold == {"Relu": None, "Tanh": None, "Sigmoid": None, "Neg": None, "Concat": expected}

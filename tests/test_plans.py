@@ -73,6 +73,7 @@ def test_a_cut_model_round_trips_through_json(tmp_path: Path, build: Callable[[P
         assert_same_brick(brick, expected_brick)
     assert (plan.inputs, plan.data_dependent) == (expected.inputs, expected.data_dependent)
     assert plan.weights_as_inputs == expected.weights_as_inputs
+    assert plan.input_writers == expected.input_writers
     assert found.work == original.work
     assert plan.signatures == expected.signatures
 
@@ -130,10 +131,11 @@ def test_an_unreadable_plan_is_a_miss(tmp_path: Path, content: str) -> None:
     assert cache.get(path, "chain.onnx") is None
 
 
-@pytest.mark.parametrize("damage", ["bytes", "flops", "layers", "broken_layer"])
+@pytest.mark.parametrize("damage", ["bytes", "flops", "layers", "broken_layer", "writer_after", "writers_short"])
 def test_a_plan_with_numbers_no_cut_makes_is_a_miss(tmp_path: Path, damage: str) -> None:
     """Sizes beyond 64 bits overflowed the report's arithmetic; a broken brick beyond the model's layers
-    named an error of a layer that is not there."""
+    named an error of a layer that is not there; an input written after its brick, or a brick without the
+    writers of its inputs, would time bricks with inputs pushed out of the caches as far as nothing says."""
     path = tiny_models.chain(tmp_path)
     cache = PlanCache(tmp_path / "plans", SETTINGS)
     cache.put(path, ONE_POINT, cut(path))
@@ -146,9 +148,14 @@ def test_a_plan_with_numbers_no_cut_makes_is_a_miss(tmp_path: Path, damage: str)
         layer[1] = 10**30
     elif damage == "layers":
         data["layers"] = 2**63
-    else:
+    elif damage == "broken_layer":
         data["bricks"].append({"broken": [data["layers"], "Relu", "no kernel"]})
+        data["input_writers"].append([])
         data["edges"] = []
+    elif damage == "writer_after":
+        data["input_writers"][0] = [1]  # the first brick's input written by the brick after it
+    else:
+        data["input_writers"].pop()
     saved.write_text(json.dumps(data))
     assert cache.get(path, "chain.onnx") is None
     assert cache.discarded == 1

@@ -98,12 +98,14 @@ def test_a_brick_keeps_the_times_it_was_timed_beside_and_older_records_lack_them
     assert getattr(older_record(shelf, field), field) is None
 
 
-def test_a_brick_keeps_the_bytes_read_before_its_calls_and_older_records_lack_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("field", ["cache_flush_bytes", "cold_input_bytes"])
+def test_a_brick_keeps_the_bytes_read_before_its_calls_and_older_records_lack_them(tmp_path: Path, field: str) -> None:
     shelf = BrickStore(tmp_path).shelf(IDENTITY)
-    shelf.put(replace(brick(), cache_flush_bytes=56 << 20))
+    measured: dict[str, Any] = {field: 56 << 20}
+    shelf.put(replace(brick(), **measured))
     stored = shelf.get(SIGNATURE)
-    assert stored is not None and stored.cache_flush_bytes == 56 << 20
-    assert older_record(shelf, "cache_flush_bytes").cache_flush_bytes is None
+    assert stored is not None and getattr(stored, field) == 56 << 20
+    assert getattr(older_record(shelf, field), field) is None
 
 
 def test_reference_times_are_those_of_the_bricks_that_have_one() -> None:
@@ -178,6 +180,8 @@ def test_old_records_are_not_reused(tmp_path: Path) -> None:
         json.dumps({**brick().to_json(), "cache_flush_bytes": 0}),
         json.dumps({**brick().to_json(), "cache_flush_bytes": 1.5e6}),
         json.dumps({**brick().to_json(), "cache_flush_bytes": True}),
+        json.dumps({**brick().to_json(), "cold_input_bytes": -1}),
+        json.dumps({**brick().to_json(), "cold_input_bytes": "12"}),
         b"\xff\xfe random bytes".decode("latin-1"),
     ],
 )

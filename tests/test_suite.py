@@ -14,6 +14,7 @@ import tiny_models
 from onnx import helper, numpy_helper
 
 from conftest import plan_of
+from pytest_dlbricks.core.graph import TensorSpec
 from pytest_dlbricks.core.runtime import new_options
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.cut.bricks import BrickSpec, brick_signature
@@ -26,6 +27,7 @@ from pytest_dlbricks.reporting.suite import (
     brick_file_name,
     check_export_folder,
     export_suite,
+    exported_distances,
     exported_reads,
     read_brick,
     read_manifest,
@@ -300,3 +302,31 @@ def test_a_manifest_or_map_nested_deeper_than_json_is_read_is_an_error_naming_it
 )
 def test_a_manifest_entry_gives_what_decides_a_bricks_cache_flush_or_nothing(entry: dict, reads: tuple) -> None:
     assert exported_reads(entry) == reads
+
+
+@pytest.mark.parametrize(
+    ("distances", "expected"),
+    [
+        ([0, 49152], (0, 49152)),
+        (None, ()),  # a suite exported before manifests gave them
+        ([49152], ()),  # not one per input
+        ([0, -1], ()),
+        ([0, 1.5], ()),
+        ([0, True], ()),
+        ("0,49152", ()),
+    ],
+)
+def test_a_manifest_entry_gives_how_far_each_input_was_written_or_nothing(distances: object, expected: tuple) -> None:
+    join = BrickSpec(
+        nodes=(helper.make_node("Concat", ["i0", "i1"], ["o0"], axis=1),),
+        inputs=(("i0", TensorSpec(1, (1, 4))), ("i1", TensorSpec(1, (1, 4)))),
+        weights=(),
+        outputs=(("o0", TensorSpec(1, (1, 8))),),
+        values={},
+        opset_imports={"": 17},
+        ir_version=8,
+        functions=(),
+        signature="s",
+    )
+    entry = {} if distances is None else {"input_distances_bytes": distances}
+    assert exported_distances(entry, join) == expected

@@ -664,3 +664,17 @@ def projections(directory: Path, *, layers: int = 3, width: int = 512) -> Path:
     nodes.append(helper.make_node("Relu", [current], ["y"]))
     model = finish(nodes, [tensor("x", [1, width])], [tensor("y", [1, width])], weights)
     return save(model, directory, "projections.onnx")
+
+
+def skip_concat(directory: Path, *, width: int = 4096, between: int = 3) -> Path:
+    """A Relu whose output a Concat joins again after ``between`` elementwise layers of a ``width`` row: the
+    Concat reads one input written right before it and one written ``between`` layers before."""
+    operators = ["Tanh", "Sigmoid", "Neg", "Abs", "Exp"]
+    nodes = [helper.make_node("Relu", ["x"], ["kept"])]
+    current = "kept"
+    for layer in range(between):
+        nodes.append(helper.make_node(operators[layer % len(operators)], [current], [f"h{layer}"]))
+        current = f"h{layer}"
+    nodes.append(helper.make_node("Concat", [current, "kept"], ["y"], axis=1))
+    model = finish(nodes, [tensor("x", [1, width])], [tensor("y", [1, 2 * width])])
+    return save(model, directory, "skip_concat.onnx")

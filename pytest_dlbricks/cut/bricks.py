@@ -206,6 +206,14 @@ def _anonymous(function: onnx.FunctionProto) -> onnx.FunctionProto:
     return copy
 
 
+def brick_input_names(graph: ModelGraph, begin: int, end: int) -> list[str]:
+    """The values layers ``[begin, end)`` read from before them, weights aside, in the order of the brick's
+    inputs (see :func:`describe_brick`)."""
+    produced = {name for layer in graph.layers[begin:end] for name in layer.output if name}
+    reads = (name for index in range(begin, end) for name in graph.layer_reads[index])
+    return [name for name in dict.fromkeys(reads) if name not in produced and name not in graph.weights]
+
+
 def _read_outside(graph: ModelGraph, begin: int, end: int) -> set[str]:
     """Values read by layers outside ``[begin, end)`` or returned by the model."""
     outputs = {name for layer in graph.layers[begin:end] for name in layer.output if name}

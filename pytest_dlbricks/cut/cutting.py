@@ -16,7 +16,7 @@ from typing import TypeVar
 import networkx as nx
 
 from ..core.graph import ModelGraph
-from .bricks import BrickSpec, UnbuildableBrick, describe_brick
+from .bricks import BrickSpec, UnbuildableBrick, brick_input_names, describe_brick
 from .samples import SYNTHETIC
 
 T = TypeVar("T")
@@ -66,6 +66,9 @@ class ModelPlan:
     #: How many of its weights it lists as graph inputs, which onnxruntime runs as no constants (see
     #: :attr:`.ModelGraph.weights_as_inputs`).
     weights_as_inputs: int = 0
+    #: Per window, the window that wrote each input of its brick (None: an input of the model's own), by which
+    #: a brick's inputs are found in the caches or pushed out of them (see :func:`.caches.reuse_distances`).
+    input_writers: tuple[tuple[int | None, ...], ...] = ()
 
     @cached_property
     def signatures(self) -> Counter[str]:
@@ -119,11 +122,13 @@ def plan_model(graph: ModelGraph, granularity: int, display_path: str) -> ModelP
         brick if brick is not None else BrokenBrick(begin, graph.layers[begin].op_type, failures[(begin, end)])
         for begin, end, brick in windows
     ]
+    spans = [(begin, end) for begin, end, _ in windows]
     return ModelPlan(
         path=display_path,
         layers=len(graph.layers),
         bricks=bricks,
-        graph=_brick_graph(graph, [(begin, end) for begin, end, _ in windows]),
+        graph=_brick_graph(graph, spans),
+        input_writers=_input_writers(graph, spans),
         guessed_dims=dict(graph.guessed_dims),
         dim_names=graph.dim_names,
         io=(len(graph.inputs), len(graph.outputs)),
@@ -132,9 +137,20 @@ def plan_model(graph: ModelGraph, granularity: int, display_path: str) -> ModelP
     )
 
 
+def _writers(graph: ModelGraph, windows: list[tuple[int, int]]) -> dict[str, int]:
+    """The window that writes each value a layer writes."""
+    window_of_layer = {layer: index for index, (begin, end) in enumerate(windows) for layer in range(begin, end)}
+    return {name: window_of_layer[i] for i, layer in enumerate(graph.layers) for name in layer.output if name}
+
+
+def _input_writers(graph: ModelGraph, windows: list[tuple[int, int]]) -> tuple[tuple[int | None, ...], ...]:
+    writer = _writers(graph, windows)
+    return tuple(tuple(writer.get(name) for name in brick_input_names(graph, begin, end)) for begin, end in windows)
+
+
 def _brick_graph(graph: ModelGraph, windows: list[tuple[int, int]]) -> nx.DiGraph:
     window_of_layer = {layer: index for index, (begin, end) in enumerate(windows) for layer in range(begin, end)}
-    producer = {name: window_of_layer[i] for i, layer in enumerate(graph.layers) for name in layer.output if name}
+    producer = _writers(graph, windows)
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(windows)))
     for layer_index, reads in enumerate(graph.layer_reads):

@@ -24,7 +24,7 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,17 +109,20 @@ def manifest_entry(
     model: onnx.ModelProto,
     activations: bool = False,
     reads: tuple[float | None, int] = (None, 0),
+    input_distances: Sequence[int] = (),
 ) -> dict[str, object]:
     """What the manifest says of one brick, written to ``file_name`` as ``model``: ``real_values`` are the
     kept values the file carries, described in ``kept_values``; ``withheld_values``, the activations it does not;
     ``flops`` and ``rest_of_model_bytes`` (``reads``), what decides whether and how far its weights are pushed out
-    of the caches before its calls wherever it is timed (see :mod:`.caches`)."""
+    of the caches before its calls wherever it is timed, and ``input_distances_bytes``, how far its inputs are
+    (see :mod:`.caches`)."""
     shipped = shipped_values(brick, activations)
     specs = dict((*brick.inputs, *brick.weights))
     flops, rest = reads
     return {
         "flops": flops,
         "rest_of_model_bytes": rest,
+        "input_distances_bytes": list(input_distances),
         "file": file_name,
         "signature": brick.signature,
         "ops": list(brick.ops),
@@ -153,10 +156,12 @@ def export_suite(
     *,
     activations: bool = False,
     reads: Mapping[str, tuple[float | None, int]] | None = None,
+    input_distances: Mapping[str, Sequence[int]] | None = None,
 ) -> int:
     """Write the suite of ``bricks`` to ``folder``; returns how many bricks it holds. ``activations``
     writes the kept activations too (see the module's description); ``reads`` gives, by signature, a brick's
-    FLOPs and what the rest of the largest model using it reads in a call (see :func:`manifest_entry`).
+    FLOPs and what the rest of the largest model using it reads in a call, and ``input_distances`` how far its
+    inputs were written before it (see :func:`manifest_entry`).
 
     Brick files come first and the manifest last (atomically), so the manifest only ever lists
     files that are complete. Files a previous export listed and this one does not are removed; a
@@ -171,7 +176,16 @@ def export_suite(
         name = brick_file_name(brick)
         model = suite_model(brick, activations)
         write_bytes(folder / name, model.SerializeToString())
-        entries.append(manifest_entry(brick, name, model, activations, (reads or {}).get(brick.signature, (None, 0))))
+        entries.append(
+            manifest_entry(
+                brick,
+                name,
+                model,
+                activations,
+                (reads or {}).get(brick.signature, (None, 0)),
+                (input_distances or {}).get(brick.signature, ()),
+            )
+        )
     manifest = {
         "kind": KIND,
         "version": SUITE_VERSION,
@@ -286,6 +300,17 @@ def _declared(value: onnx.ValueInfoProto, listed: Mapping[str, Any]) -> TensorSp
     if not value.type.HasField("tensor_type") or any(not dim.HasField("dim_value") for dim in tensor_type.shape.dim):
         raise ValueError(f"{value.name} is not a tensor of fixed shape")
     return TensorSpec(tensor_type.elem_type, dims)
+
+
+def exported_distances(entry: Mapping[str, Any], brick: BrickSpec) -> tuple[int, ...]:
+    """A manifest entry's distances of the brick's inputs (see :func:`manifest_entry`); none where the entry
+    lacks them (a suite of an older version) or holds what no export writes."""
+    distances = entry.get("input_distances_bytes")
+    if not isinstance(distances, list) or len(distances) != len(brick.inputs):
+        return ()
+    if not all(type(distance) is int and distance >= 0 for distance in distances):
+        return ()
+    return tuple(distances)
 
 
 def exported_reads(entry: Mapping[str, Any]) -> tuple[float | None, int]:

@@ -50,7 +50,7 @@ from .store_records import is_brick_graph
 #: The point of a run that sweeps nothing.
 ONE_POINT = SweepPoint()
 
-PLAN_VERSION = 5
+PLAN_VERSION = 6
 #: The sub-folder of cuts kept by graph, weights aside.
 GRAPHS = "graphs"
 #: What reading a damaged plan may raise: from JSON (nested deeper than the parser goes too), base64,
@@ -224,6 +224,7 @@ def cut_model_to_json(cut: CutModel) -> dict[str, Any]:
         "layers": plan.layers,
         "bricks": [_brick_to_json(brick) for brick in plan.bricks],
         "edges": [[int(a), int(b)] for a, b in plan.graph.edges],
+        "input_writers": [list(writers) for writers in plan.input_writers],
         "guessed_dims": dict(plan.guessed_dims),
         "dim_names": list(plan.dim_names),
         "io": list(plan.io),
@@ -255,6 +256,9 @@ def cut_model_from_json(data: Mapping[str, Any], display_path: str, point: Sweep
         inputs=str(data["inputs"]),
         data_dependent=tuple(str(op) for op in data["data_dependent"]),
         weights_as_inputs=_count(data["weights_as_inputs"]),
+        input_writers=tuple(
+            tuple(None if writer is None else _count(writer) for writer in writers) for writers in data["input_writers"]
+        ),
     )
     work = {str(signature): _work_from_json(entry) for signature, entry in data["work"].items()}
     specs = [brick for brick in bricks if isinstance(brick, BrickSpec)]
@@ -264,7 +268,20 @@ def cut_model_from_json(data: Mapping[str, Any], display_path: str, point: Sweep
         raise ValueError("the work of a brick is missing")
     if any(isinstance(brick, BrokenBrick) and brick.layer_index >= plan.layers for brick in bricks):
         raise ValueError("a broken brick's layer is not one of the model's")
+    if not _writers_hold(plan):
+        raise ValueError("the writers of the bricks' inputs do not match the bricks")
     return CutModel(plan, work)
+
+
+def _writers_hold(plan: ModelPlan) -> bool:
+    """Each brick's inputs, one writer each, written by a brick before it."""
+    if len(plan.input_writers) != len(plan.bricks):
+        return False
+    return all(
+        (not isinstance(brick, BrickSpec) or len(writers) == len(brick.inputs))
+        and all(writer is None or writer < index for writer in writers)
+        for index, (brick, writers) in enumerate(zip(plan.bricks, plan.input_writers))
+    )
 
 
 def _brick_to_json(brick: Brick) -> dict[str, Any]:

@@ -45,6 +45,10 @@ class StoredBrick:
     #: Bytes read before each timed call to push the brick's weights out of the caches (see :mod:`.caches`);
     #: None when none were (or the record is older).
     cache_flush_bytes: int | None = None
+    #: The bytes read between the writers of the brick's cold inputs and the brick, at its furthest place,
+    #: which its calls were timed with (see :meth:`.RunState.cold_inputs`); None when it had none (or the
+    #: record is older).
+    cold_input_bytes: int | None = None
 
     def age_s(self, now: datetime) -> float:
         return (now - self.measured_at).total_seconds()
@@ -75,6 +79,7 @@ class StoredBrick:
             "probe_s": self.probe_s,
             "reference_s": self.reference_s,
             "cache_flush_bytes": self.cache_flush_bytes,
+            "cold_input_bytes": self.cold_input_bytes,
         }
 
     @classmethod
@@ -89,9 +94,10 @@ class StoredBrick:
             raise TypeError("stats is not a table of statistics")
         precision, timed_out_s = data.get("precision"), data.get("timed_out_s")
         probe_s, reference_s = data.get("probe_s"), data.get("reference_s")
-        flushed = data.get("cache_flush_bytes")
-        if flushed is not None and (type(flushed) is not int or flushed <= 0):
-            raise ValueError(f"cache flush of {flushed!r} bytes")
+        flushed, cold = data.get("cache_flush_bytes"), data.get("cold_input_bytes")
+        for what, count in (("cache flush", flushed), ("cold inputs' distance", cold)):
+            if count is not None and (type(count) is not int or count <= 0):
+                raise ValueError(f"{what} of {count!r} bytes")
         return cls(
             signature=_text(data["signature"]),
             label=_text(data["label"]),
@@ -103,6 +109,7 @@ class StoredBrick:
             probe_s=None if probe_s is None else _seconds(probe_s, positive=True),
             reference_s=None if reference_s is None else _seconds(reference_s, positive=True),
             cache_flush_bytes=flushed,
+            cold_input_bytes=cold,
         )
 
 

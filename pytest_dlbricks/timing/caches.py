@@ -12,12 +12,17 @@ Reading more than the rest of the model reads over-shoots: the 512x512 chain rea
 Only such bricks are treated so: where the arithmetic outlasts the reading (a convolution reads its
 weights once for thousands of outputs), the caches move the time little, and reading tens of MiB before
 every call of every brick made the onnx wheel's CNNs' first run 1.4x longer.
+
+Inputs the model wrote long before a brick reads them (a Concat joining branches, an Add closing a residual
+block) are out of the caches too, as far as the layers in between pushed them: such a brick takes copies of
+them in turn (see :func:`input_copies`), which costs memory rather than reading before every call.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +39,11 @@ DEFAULT_LAST_LEVEL_CACHE = 32 << 20
 #: Bytes read before a call at most: twice the last-level cache pushes out all it held, and no more is
 #: allocated than this on a machine whose last-level cache is very large.
 MAX_FLUSH_BYTES = 256 << 20
+#: Copies of a brick's cold inputs at most, and the bytes they hold at most (see :func:`input_copies`): a
+#: validation holds every brick of a model at once, and a detector at 800x608 had 19 bricks with cold inputs
+#: whose distances summed to 805 MiB.
+MAX_INPUT_COPIES = 256
+MAX_COPY_BYTES = 64 << 20
 #: FLOPs a core computes in the time it reads a byte from memory, roughly (peak FLOP/s over memory
 #: bandwidth): a brick doing fewer per byte of its weights waits on reading them.
 FLOPS_PER_BYTE = 8
@@ -101,6 +111,41 @@ def read_bytes(brick: BrickSpec) -> int:
     """What a call of the brick brings into the caches: its weights and what it writes (its inputs were
     written by the layers before); summed over a model's bricks, what a call of the model reads."""
     return weight_bytes(brick) + sum(spec.nbytes for _, spec in brick.outputs)
+
+
+@dataclass(frozen=True)
+class ColdInputs:
+    """A brick's inputs its models wrote long before it reads them: their positions, the bytes read in between
+    at its furthest place, and how many copies of them its calls take in turn (see :func:`input_copies`)."""
+
+    positions: tuple[int, ...]
+    distance: int
+    copies: int
+
+
+def input_copies(cold_bytes: int, distance: int, core_cache: int) -> int:
+    """How many copies of a brick's cold inputs (``cold_bytes`` together) its calls take in turn, so that
+    each call finds its copy pushed ``distance`` bytes out of the caches by the calls before it, as the
+    layers between the inputs' writers and the brick push them out inside the model: no more of them than
+    :data:`MAX_COPY_BYTES` hold, nor than :data:`MAX_INPUT_COPIES` (each is bound in a call's time); 1, no
+    copy, where so many would not push them out of a core's cache of ``core_cache`` bytes (a few values,
+    whose misses cost little, and which would take a copy per cache line)."""
+    if cold_bytes <= 0:
+        return 1
+    copies = 1 + min(-(-distance // cold_bytes), MAX_COPY_BYTES // cold_bytes - 1, MAX_INPUT_COPIES - 1)
+    return copies if (copies - 1) * cold_bytes > core_cache else 1
+
+
+def reuse_distances(bricks: Sequence[object], input_writers: Sequence[tuple[int | None, ...]]) -> list[list[int]]:
+    """Per brick of a model (a window of its layers, in the order they run), per input, what the bricks
+    between the one that wrote it and this one bring into the caches (see :func:`read_bytes`): 0 for an
+    input of the model's own and for one written by the brick right before."""
+    reads = [read_bytes(brick) if isinstance(brick, BrickSpec) else 0 for brick in bricks]
+    before = np.concatenate([[0], np.cumsum(reads, dtype=np.int64)])
+    return [
+        [0 if writer is None else int(before[index] - before[writer + 1]) for writer in writers]
+        for index, writers in enumerate(input_writers)
+    ]
 
 
 class CacheFlusher:

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from ..core.settings import Settings
 from ..cut.bricks import BrickSpec
+from .caches import ColdInputs
 from .running import BrickError, BrickRunner
 
 #: Interleaved rounds per suspect model.
@@ -68,14 +69,21 @@ def retime(
     block_s: float = BLOCK_S,
     timer: Callable[[], float] = time.perf_counter,
     flushes: Mapping[str, Callable[[], None]] | None = None,
+    cold: Callable[[str], ColdInputs | None] | None = None,
 ) -> dict[str, list[float]]:
     """Seconds per call of each brick of ``signatures`` in each of ``rounds`` interleaved rounds; bricks
     that cannot be built or run here are left out. ``flushes``: what pushes a brick's weights out of the
-    caches before its calls, as when its item timed it (see :mod:`.caches`)."""
+    caches before its calls, and ``cold``, a brick's cold inputs, as when its item timed it (see
+    :mod:`.caches`)."""
     runners: dict[str, BrickRunner] = {}
     for signature in dict.fromkeys(signatures):
         try:
-            runner = BrickRunner(bricks[signature], settings, flush=(flushes or {}).get(signature))
+            runner = BrickRunner(
+                bricks[signature],
+                settings,
+                flush=(flushes or {}).get(signature),
+                cold=cold(signature) if cold is not None else None,
+            )
             runner.check()
         except (BrickError, KeyError):
             continue

@@ -24,6 +24,7 @@ from ..core.runtime import (
 from ..core.settings import DEFAULT_PROVIDERS, Settings
 from ..core.synthetic import SharedWeights, SynthesisError
 from ..cut.bricks import BrickSpec
+from .caches import ColdInputs
 from .synthesis import brick_feeds, brick_model_and_weights, build_brick_model
 
 
@@ -37,7 +38,9 @@ class BrickRunner:
     ``optimized`` marks a brick cut from the graph onnxruntime optimized for ``settings``: onnxruntime
     runs it as it is, without optimizing it again. ``shared`` gives the synthetic weights of a run's
     bricks (see :class:`~.synthetic.SharedWeights`). ``flush``, for a brick that waits on reading its
-    weights, pushes them out of the caches as the rest of its model does (see :mod:`.caches`).
+    weights, pushes them out of the caches as the rest of its model does (see :mod:`.caches`). ``cold``
+    gives the inputs the model wrote long before the brick reads them: each call takes the next of as many
+    copies of them as push the others as far out of the caches (see :func:`.caches.input_copies`).
     """
 
     def __init__(
@@ -49,24 +52,35 @@ class BrickRunner:
         optimized: bool = False,
         shared: SharedWeights | None = None,
         flush: Callable[[], None] | None = None,
+        cold: ColdInputs | None = None,
     ) -> None:
         self.brick = brick
         self.flush = flush
+        #: The cold inputs its calls take copies of; None when it has none, or cannot take copies.
+        self.cold: ColdInputs | None = None
         try:
             feeds = brick_feeds(brick)
             model, weights = brick_model_and_weights(brick, shared)
         except SynthesisError as error:
             raise BrickError(str(error)) from error
-        self._open(
-            model,
-            feeds,
-            settings,
-            parallel,
-            views=view_outputs(brick, feeds),
-            what="brick",
-            optimized=optimized,
-            weights=weights,
-        )
+        views = view_outputs(brick, feeds)
+        self._open(model, feeds, settings, parallel, views=views, what="brick", optimized=optimized, weights=weights)
+        if cold is not None:
+            self._copy_cold_inputs(cold, views)
+
+    def _copy_cold_inputs(self, cold: ColdInputs, views: Mapping[str, np.ndarray]) -> None:
+        """Bind each further copy of the cold inputs. Not for a brick run without a binding, nor one whose
+        outputs are views of its inputs (a reshape, which reads nothing)."""
+        names = [self.brick.inputs[position][0] for position in cold.positions if position < len(self.brick.inputs)]
+        if self._binding is None or views or not names:
+            return
+        for _ in range(cold.copies - 1):
+            feeds = {name: array.copy() if name in names else array for name, array in self.feeds.items()}
+            binding = bind(self.session, feeds)
+            if binding is not None:
+                self._bindings.append(binding)
+        self._hot = [array for name, array in self.feeds.items() if name not in names]
+        self.cold = cold
 
     def _open(
         self,
@@ -98,6 +112,11 @@ class BrickRunner:
             raise BrickError(f"onnxruntime cannot load the {what}: {describe_error(error)}") from error
         self.provider = self.session.get_providers()[0]
         self._binding = bind(self.session, self.feeds, views)
+        #: The bindings calls take in turn: one, but for a brick given cold inputs.
+        self._bindings = [self._binding] if self._binding is not None else []
+        self._turn = 0
+        #: The inputs written again before each call: all, but for the cold ones.
+        self._hot = list(self.feeds.values())
         self._rebind = False
         self._outputs: list[np.ndarray] = []
         self._called = False
@@ -126,12 +145,16 @@ class BrickRunner:
         inputs, a brick would find them in its own core's cache instead, and run faster than it
         does in the model (see docs/method.rst, *Bricks timed as they run in the model*). So the
         inputs are written again, in place, on onnxruntime's threads; for a brick given ``flush``,
-        after its weights were pushed out of the caches (see :mod:`.caches`).
+        after its weights were pushed out of the caches (see :mod:`.caches`). Cold inputs are not written:
+        the call takes the copy the longest unread.
         """
         if self.flush is not None:
             self.flush()
+        if len(self._bindings) > 1:
+            self._turn = (self._turn + 1) % len(self._bindings)
+            self._binding = self._bindings[self._turn]
         if self._rewrites is None:
-            self._rewrites = [input_rewriter(array) for array in self.feeds.values() if _rewritable(array)]
+            self._rewrites = [input_rewriter(array) for array in self._hot if _rewritable(array)]
         for rewrite in self._rewrites:
             rewrite()
 
@@ -183,6 +206,7 @@ class ModelRunner(BrickRunner):
         parallel: bool = False,
     ) -> None:
         self.flush = None
+        self.cold = None
         self._open(model, feeds, settings, parallel, views={}, what="model", data_dir=data_dir)
 
     def check(self) -> None:

@@ -279,7 +279,13 @@ class Baselines:
 
     def _retime(self, signatures: list[str]) -> dict[str, list[float]]:
         """The bricks of ``signatures`` timed again, interleaved, each as its item timed it (see :func:`.retime`)."""
-        return retime(self.run.bricks, signatures, self.settings, flushes=self.run.flushes(signatures))
+        return retime(
+            self.run.bricks,
+            signatures,
+            self.settings,
+            flushes=self.run.flushes(signatures),
+            cold=self.run.cold_inputs,
+        )
 
     def _covering(
         self, baseline: tuple[str, Mapping[str, Any]], report: Mapping[str, Any]

@@ -78,14 +78,18 @@ class DLBricksRun(RunState):
             return {"error": str(manifest)}
         return None if manifest is None else manifest.get(path.name)
 
-    def add_exported_brick(self, brick: BrickSpec, reads: tuple[float | None, int] = (None, 0)) -> bool:
-        """Register a brick read from a suite file, with its FLOPs and what the rest of its model reads (see
-        :func:`.suite.exported_reads`); False when the same brick was met before."""
+    def add_exported_brick(
+        self, brick: BrickSpec, reads: tuple[float | None, int] = (None, 0), input_distances: tuple[int, ...] = ()
+    ) -> bool:
+        """Register a brick read from a suite file, with its FLOPs, what the rest of its model reads and how far
+        its inputs were written before it (see :func:`.suite.exported_reads`); False when the same brick was
+        met before."""
         if brick.signature in self.bricks:
             return False
         self.bricks[brick.signature] = brick
         self.exported.add(brick.signature)
         self.exported_reads[brick.signature] = reads
+        self.exported_distances[brick.signature] = input_distances
         return True
 
     def use_plan_cache(self, cache: PlanCache) -> None:
@@ -193,6 +197,7 @@ class DLBricksRun(RunState):
             optimized=self.already_optimized(signature),
             shared=self.shared_weights,
             flush=self.flushes([signature]).get(signature),
+            cold=self.cold_inputs(signature),
         )
 
     def whole_model_runner(self, plan: ModelPlan, *, parallel: bool) -> ModelRunner:
@@ -436,6 +441,7 @@ class DLBricksRun(RunState):
                 self.settings.describe(),
                 activations=self.settings.export_activations,
                 reads={signature: self.reads(signature) for signature in self.bricks},
+                input_distances={signature: self.input_distances(signature) for signature in self.bricks},
             )
             models = write_maps(maps, report, self.plans)
         except OSError as error:

@@ -114,6 +114,8 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
         )
         if runner.flush is not None:
             benchmark.extra_info["cache_flush_bytes"] = run.flush_bytes(signature)
+        if runner.cold is not None:
+            benchmark.extra_info["cold_input_bytes"] = runner.cold.distance
         # The machine's speed right around the timing, in its fast state (see :meth:`.SpeedTrace.settled`):
         # the call cost taken off the brick follows it.
         before = run.speed.settled() if benchmark.enabled else None

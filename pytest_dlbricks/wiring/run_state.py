@@ -25,7 +25,18 @@ from ..reporting.report import RunReport
 from ..simulating.simulated_costs import Simulation
 from ..storage.plans import PlanCache
 from ..storage.store_records import StoredRun
-from ..timing.caches import FLOPS_PER_BYTE, CacheFlusher, cache_sizes, flush_bytes, read_bytes, rest_of_model
+from ..timing.caches import (
+    FLOPS_PER_BYTE,
+    MAX_COPY_BYTES,
+    CacheFlusher,
+    ColdInputs,
+    cache_sizes,
+    flush_bytes,
+    input_copies,
+    read_bytes,
+    rest_of_model,
+    reuse_distances,
+)
 from ..timing.load import LoadMeter
 from ..timing.overhead import NO_OVERHEAD, REFERENCE, CallOverhead, reference_call
 from ..timing.probes import ExecutorDetection, Peak
@@ -149,6 +160,10 @@ class RunState:
         self.flusher = CacheFlusher()
         #: Bytes each model reads in a call (its layers' weights and outputs), by plan path.
         self._model_bytes: dict[str, int] = {}
+        #: How far each brick's inputs were written before it (see :meth:`input_distances`), found once the
+        #: models are cut; and as exported suites' manifests give them.
+        self._input_distances: dict[str, tuple[int, ...]] | None = None
+        self.exported_distances: dict[str, tuple[int, ...]] = {}
         #: The FLOPs of each brick of an exported suite, and what the rest of its largest model reads in a call,
         #: as the suite's manifest gives them: its models are not here to tell.
         self.exported_reads: dict[str, tuple[float | None, int]] = {}
@@ -242,6 +257,39 @@ class RunState:
         that wait on reading them (see :meth:`flush_bytes`)."""
         sizes = {signature: self.flush_bytes(signature) for signature in signatures if signature in self.bricks}
         return {signature: self.flusher.reader(size) for signature, size in sizes.items() if size}
+
+    def cold_inputs(self, signature: str) -> ColdInputs | None:
+        """The inputs of a brick that its models wrote beyond a core's cache before it reads them (see
+        :meth:`input_distances`), pushed out at most twice the last-level cache (and as far as
+        :data:`.caches.MAX_COPY_BYTES` go); None where their copies would not reach beyond that cache (see
+        :func:`.caches.input_copies`), and in simulated cost, which no cache of this machine's moves."""
+        if self.simulation is not None:
+            return None
+        core_cache, last_level_cache = self.cache_sizes
+        distances = self.input_distances(signature)
+        positions = tuple(position for position, distance in enumerate(distances) if distance > core_cache)
+        if not positions:
+            return None
+        distance = min(max(distances), 2 * last_level_cache, MAX_COPY_BYTES)
+        inputs = self.bricks[signature].inputs
+        copies = input_copies(sum(inputs[position][1].nbytes for position in positions), distance, core_cache)
+        return ColdInputs(positions, distance, copies) if copies > 1 else None
+
+    def input_distances(self, signature: str) -> tuple[int, ...]:
+        """Per input of a brick, the bytes its models read between writing it and the brick reading it (see
+        :func:`.caches.reuse_distances`), at the brick's furthest place; as an exported suite's manifest gives
+        them; none for a brick of no model's."""
+        if self._input_distances is None:
+            found: dict[str, list[int]] = {}
+            for plan in self.plans:
+                if len(plan.input_writers) != len(plan.bricks):
+                    continue  # a plan made without them: its bricks' inputs are taken as written right before
+                for brick, distances in zip(plan.bricks, reuse_distances(plan.bricks, plan.input_writers)):
+                    if isinstance(brick, BrickSpec):
+                        known = found.setdefault(brick.signature, [0] * len(distances))
+                        known[:] = map(max, known, distances)
+            self._input_distances = {signature: tuple(distances) for signature, distances in found.items()}
+        return self.exported_distances.get(signature) or self._input_distances.get(signature, ())
 
     def _read_by(self, plan: ModelPlan) -> int:
         if plan.path not in self._model_bytes:

@@ -133,6 +133,8 @@ class Tracking(Baselines):
             return False
         if stored.cache_flush_bytes is None and self.run.flush_bytes(signature):
             return False  # timed with its weights in the caches, before they were pushed out (see :mod:`.caches`)
+        if stored.cold_input_bytes is None and self.run.cold_inputs(signature) is not None:
+            return False  # timed with every input in the caches, before its cold inputs were copied
         self.run.record_result(
             signature,
             BrickResult(
@@ -179,6 +181,7 @@ class Tracking(Baselines):
                 result.probe_s,
                 result.reference_s,
                 self.run.flush_bytes(signature) or None,
+                cold.distance if (cold := self.run.cold_inputs(signature)) is not None else None,
             )
             self.shelf.put(brick)
             self._save_overhead(self.shelf)
