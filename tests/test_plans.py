@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -18,7 +19,14 @@ from pytest_dlbricks.cut.bricks import BrickSpec
 from pytest_dlbricks.cut.cutting import plan_model
 from pytest_dlbricks.cut.loading import load_model
 from pytest_dlbricks.estimating.analysis import plan_work
-from pytest_dlbricks.storage.plans import ONE_POINT, CutModel, PlanCache, cut_model_from_json, cut_model_to_json
+from pytest_dlbricks.storage.plans import (
+    ONE_POINT,
+    PLAN_VERSION,
+    CutModel,
+    PlanCache,
+    cut_model_from_json,
+    cut_model_to_json,
+)
 
 SETTINGS = Settings(granularity=2, cut="original")
 
@@ -121,6 +129,37 @@ def test_external_data_is_part_of_the_key(tmp_path: Path) -> None:
     assert cache.get(path, "x") is None
 
 
+def read_plan(saved: Path) -> dict:
+    return json.loads(saved.read_bytes().partition(b"\n")[2])
+
+
+def write_plan(saved: Path, data: dict) -> None:
+    """``data`` as a plan file its header vouches for: what the checks of its content must catch."""
+    payload = json.dumps(data).encode()
+    header = json.dumps({"version": PLAN_VERSION, "sha256": hashlib.sha256(payload).hexdigest()}).encode()
+    saved.write_bytes(header + b"\n" + payload)
+
+
+def test_a_plan_changed_since_it_was_written_is_a_miss(tmp_path: Path) -> None:
+    """One byte of a brick's kept value changed, still valid JSON and base64: its header says so."""
+    path = tiny_models.computed_reshape(tmp_path)
+    cache = PlanCache(tmp_path / "plans", SETTINGS)
+    cache.put(path, ONE_POINT, cut(path))
+    (saved,) = (tmp_path / "plans").iterdir()
+    assert cache.get(path, "reshape.onnx") is not None
+    data = read_plan(saved)
+    brick = next(brick for brick in data["bricks"] if brick.get("values"))
+    name = next(iter(brick["values"]))
+    kind, shape, content = brick["values"][name]
+    brick["values"][name] = [kind, shape, ("B" if content[0] != "B" else "C") + content[1:]]
+    header = saved.read_bytes().partition(b"\n")[0]
+    saved.write_bytes(header + b"\n" + json.dumps(data).encode())
+    assert cache.get(path, "reshape.onnx") is None
+    assert cache.discarded == 1
+    write_plan(saved, data)
+    assert cache.get(path, "reshape.onnx") is not None, "the same content, vouched for"
+
+
 @pytest.mark.parametrize("content", ["", "{", '{"version": 2}', '{"version": 1, "bricks": [{"nodes": ["%%"]}]}'])
 def test_an_unreadable_plan_is_a_miss(tmp_path: Path, content: str) -> None:
     path = tiny_models.chain(tmp_path)
@@ -140,7 +179,7 @@ def test_a_plan_with_numbers_no_cut_makes_is_a_miss(tmp_path: Path, damage: str)
     cache = PlanCache(tmp_path / "plans", SETTINGS)
     cache.put(path, ONE_POINT, cut(path))
     (saved,) = (tmp_path / "plans").iterdir()
-    data = json.loads(saved.read_text())
+    data = read_plan(saved)
     layer = next(iter(data["work"].values()))["layers"][0]
     if damage == "bytes":
         layer[2] = 10**400
@@ -156,7 +195,7 @@ def test_a_plan_with_numbers_no_cut_makes_is_a_miss(tmp_path: Path, damage: str)
         data["input_writers"][0] = [1]  # the first brick's input written by the brick after it
     else:
         data["input_writers"].pop()
-    saved.write_text(json.dumps(data))
+    write_plan(saved, data)
     assert cache.get(path, "chain.onnx") is None
     assert cache.discarded == 1
 
@@ -177,10 +216,10 @@ def test_a_plan_whose_values_disagree_with_their_type_and_shape_is_a_miss(tmp_pa
     cache = PlanCache(tmp_path / "plans", SETTINGS)
     cache.put(path, ONE_POINT, cut(path))
     (saved,) = (tmp_path / "plans").iterdir()
-    data = json.loads(saved.read_text())
+    data = read_plan(saved)
     brick = next(brick for brick in data["bricks"] if brick.get("values"))
     brick["values"][next(iter(brick["values"]))] = damage
-    saved.write_text(json.dumps(data))
+    write_plan(saved, data)
     assert cache.get(path, "reshape.onnx") is None
     assert cache.discarded == 1
 

@@ -62,10 +62,16 @@ def _places(document: Any) -> list[tuple[Any, Any]]:
 
 
 def _edit(change: Callable[[random.Random, list[tuple[Any, Any]]], None]) -> Callable[[random.Random, bytes], bytes]:
+    """A change to the JSON of a record; of a plan's, under its header line, which is kept."""
+
     def mutate(rng: random.Random, data: bytes) -> bytes:
-        document = json.loads(data)
+        try:
+            header, document = b"", json.loads(data)
+        except ValueError:
+            header, body = data.split(b"\n", 1)
+            header, document = header + b"\n", json.loads(body)
         change(rng, _places(document))
-        return json.dumps(document).encode()
+        return header + json.dumps(document).encode()
 
     return mutate
 

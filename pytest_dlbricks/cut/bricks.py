@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +36,7 @@ class BrickSpec:
     weights: tuple[tuple[str, TensorSpec], ...]
     outputs: tuple[tuple[str, TensorSpec], ...]
     #: Real values kept for inputs and weights that steer computation, by canonical name.
-    values: dict[str, np.ndarray]
+    values: Mapping[str, np.ndarray]
     opset_imports: dict[str, int]
     ir_version: int
     functions: tuple[onnx.FunctionProto, ...]
@@ -288,7 +288,7 @@ def _signature(
     inputs: Sequence[tuple[str, TensorSpec]],
     weights: Sequence[tuple[str, TensorSpec]],
     outputs: Sequence[tuple[str, TensorSpec]],
-    values: dict[str, np.ndarray],
+    values: Mapping[str, np.ndarray],
     opsets: dict[str, int],
     functions: Sequence[onnx.FunctionProto],
     activations: Iterable[str] = (),
