@@ -35,12 +35,11 @@ from pytest_dlbricks.cut.bricks import BrickSpec
 from pytest_dlbricks.cut.cutting import plan_model
 from pytest_dlbricks.cut.loading import load_model
 from pytest_dlbricks.timing.caches import (
-    MAX_COPY_BYTES,
     MAX_FLUSH_BYTES,
     CacheFlusher,
-    ColdInputs,
     cache_sizes,
-    input_copies,
+    cold_inputs,
+    furthest_distances,
     reuse_distances,
 )
 from pytest_dlbricks.timing.retiming import median_call
@@ -65,15 +64,6 @@ class PushedOut:
         self.flush()
 
 
-def cold_inputs(brick: BrickSpec, distances: list[int]) -> ColdInputs | None:
-    """The brick's inputs beyond a core's cache, as a run copies them (see ``RunState.cold_inputs``)."""
-    core_cache, last_level_cache = cache_sizes()
-    positions = tuple(position for position, distance in enumerate(distances) if distance > core_cache)
-    distance = min(max(distances, default=0), 2 * last_level_cache, MAX_COPY_BYTES)
-    copies = input_copies(sum(brick.inputs[position][1].nbytes for position in positions), distance, core_cache)
-    return ColdInputs(positions, distance, copies) if positions and copies > 1 else None
-
-
 def count(models: list[Path], settings: Settings) -> None:
     """Per model, the distinct bricks at the run's granularity whose inputs a run copies, at their furthest place,
     what one call of each would read first to push them out instead, and what their copies hold."""
@@ -84,14 +74,10 @@ def count(models: list[Path], settings: Settings) -> None:
             print(f"{path.name}: not loaded ({error})")
             continue
         plan = plan_model(graph, settings.granularity, path.name)
-        furthest: dict[str, list[int]] = {}
-        specs: dict[str, BrickSpec] = {}
-        for brick, distances in zip(plan.bricks, reuse_distances(plan.bricks, plan.input_writers)):
-            if isinstance(brick, BrickSpec):
-                specs[brick.signature] = brick
-                known = furthest.setdefault(brick.signature, [0] * len(distances))
-                known[:] = map(max, known, distances)
-        cold = {signature: cold_inputs(specs[signature], distances) for signature, distances in furthest.items()}
+        specs = {brick.signature: brick for brick in plan.bricks if isinstance(brick, BrickSpec)}
+        furthest = furthest_distances([plan])
+        sizes = cache_sizes()
+        cold = {signature: cold_inputs(specs[signature], distances, sizes) for signature, distances in furthest.items()}
         copied = {signature: found for signature, found in cold.items() if found is not None}
         held = sum(
             found.copies * sum(specs[signature].inputs[position][1].nbytes for position in found.positions)
@@ -124,14 +110,16 @@ def main() -> None:
     flusher = CacheFlusher()
     sums: defaultdict[tuple[str, str], float] = defaultdict(float)
     counts: Counter[str] = Counter()
-    last_level_cache = cache_sizes()[1]
+    sizes = cache_sizes()
+    last_level_cache = sizes[1]
     print(f"{'layer':>5} {'op':14} {'distance MB':>11} {'in caches us':>12} {'pushed out us':>13} {'copies us':>9}")
     for index, (brick, distances) in enumerate(zip(plan.bricks, reuse_distances(plan.bricks, plan.input_writers))):
         if not isinstance(brick, BrickSpec) or brick.ops[0] not in ops:
             continue
         distance = min(max(distances, default=0), 2 * last_level_cache, MAX_FLUSH_BYTES)
         runners = [
-            BrickRunner(brick, settings, optimized=True, cold=cold) for cold in (None, cold_inputs(brick, distances))
+            BrickRunner(brick, settings, optimized=True, cold=cold)
+            for cold in (None, cold_inputs(brick, distances, sizes))
         ]
         for runner in runners:
             runner.check()

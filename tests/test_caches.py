@@ -3,6 +3,7 @@ bricks, how many bytes, the machine's cache sizes, and a run that times such bri
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -334,3 +335,17 @@ def test_a_suite_timed_elsewhere_copies_the_inputs_its_manifest_says_are_far(
         benchmarks = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
         cold = {b["extra_info"]["ops"][0]: b["extra_info"].get("cold_input_bytes") for b in benchmarks}
         assert cold == {"Relu": None, "Tanh": None, "Sigmoid": None, "Neg": None, "Concat": expected}
+
+
+def test_a_brick_used_at_several_places_is_pushed_out_as_far_as_its_furthest(tmp_path: Path) -> None:
+    """The same Concat joins an input written one layer before in one model and three in another."""
+    for folder in ("near", "far"):
+        (tmp_path / folder).mkdir()
+    near, _ = skip_plan(tiny_models.skip_concat(tmp_path / "near", width=4096, between=1))
+    far, _ = skip_plan(tiny_models.skip_concat(tmp_path / "far", width=4096, between=3))
+    concat, same = far.bricks[-1], near.bricks[-1]
+    assert isinstance(concat, BrickSpec) and isinstance(same, BrickSpec) and same.signature == concat.signature
+    assert caches.furthest_distances([near])[concat.signature] == (0, 4096 * 4)
+    assert caches.furthest_distances([near, far])[concat.signature] == (0, 3 * 4096 * 4)
+    unwritten = dataclasses.replace(far, input_writers=())  # a plan made before writers were kept
+    assert caches.furthest_distances([near, unwritten])[concat.signature] == (0, 4096 * 4)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..cut.bricks import BrickSpec
+from ..cut.cutting import ModelPlan
 from .speed_trace import MIN_SAMPLES
 
 #: Where Linux describes the first CPU's caches (``level``, ``size`` in each ``index*`` folder).
@@ -136,6 +137,19 @@ def input_copies(cold_bytes: int, distance: int, core_cache: int) -> int:
     return copies if (copies - 1) * cold_bytes > core_cache else 1
 
 
+def cold_inputs(brick: BrickSpec, distances: Sequence[int], sizes: tuple[int, int]) -> ColdInputs | None:
+    """The inputs of ``brick`` written further before it than a core's cache (``distances`` per input, see
+    :func:`reuse_distances`; ``sizes`` of :func:`cache_sizes`), pushed out at most twice the last-level cache
+    and :data:`MAX_COPY_BYTES`; None where there are none, or their copies would stay in that cache."""
+    core_cache, last_level_cache = sizes
+    positions = tuple(position for position, distance in enumerate(distances) if distance > core_cache)
+    if not positions:
+        return None
+    distance = min(max(distances), 2 * last_level_cache, MAX_COPY_BYTES)
+    copies = input_copies(sum(brick.inputs[position][1].nbytes for position in positions), distance, core_cache)
+    return ColdInputs(positions, distance, copies) if copies > 1 else None
+
+
 def reuse_distances(bricks: Sequence[object], input_writers: Sequence[tuple[int | None, ...]]) -> list[list[int]]:
     """Per brick of a model (a window of its layers, in the order they run), per input, what the bricks
     between the one that wrote it and this one bring into the caches (see :func:`read_bytes`): 0 for an
@@ -146,6 +160,21 @@ def reuse_distances(bricks: Sequence[object], input_writers: Sequence[tuple[int 
         [0 if writer is None else int(before[index] - before[writer + 1]) for writer in writers]
         for index, writers in enumerate(input_writers)
     ]
+
+
+def furthest_distances(plans: Iterable[ModelPlan]) -> dict[str, tuple[int, ...]]:
+    """Per distinct brick of ``plans``, per input, its distance at the brick's furthest place (see
+    :func:`reuse_distances`); a plan made without its bricks' writers counts their inputs as written right
+    before."""
+    found: dict[str, list[int]] = {}
+    for plan in plans:
+        if len(plan.input_writers) != len(plan.bricks):
+            continue
+        for brick, distances in zip(plan.bricks, reuse_distances(plan.bricks, plan.input_writers)):
+            if isinstance(brick, BrickSpec):
+                known = found.setdefault(brick.signature, [0] * len(distances))
+                known[:] = map(max, known, distances)
+    return {signature: tuple(distances) for signature, distances in found.items()}
 
 
 class CacheFlusher:

@@ -27,15 +27,14 @@ from ..storage.plans import PlanCache
 from ..storage.store_records import StoredRun
 from ..timing.caches import (
     FLOPS_PER_BYTE,
-    MAX_COPY_BYTES,
     CacheFlusher,
     ColdInputs,
     cache_sizes,
+    cold_inputs,
     flush_bytes,
-    input_copies,
+    furthest_distances,
     read_bytes,
     rest_of_model,
-    reuse_distances,
 )
 from ..timing.load import LoadMeter
 from ..timing.overhead import NO_OVERHEAD, REFERENCE, CallOverhead, reference_call
@@ -260,35 +259,17 @@ class RunState:
 
     def cold_inputs(self, signature: str) -> ColdInputs | None:
         """The inputs of a brick that its models wrote beyond a core's cache before it reads them (see
-        :meth:`input_distances`), pushed out at most twice the last-level cache (and as far as
-        :data:`.caches.MAX_COPY_BYTES` go); None where their copies would not reach beyond that cache (see
-        :func:`.caches.input_copies`), and in simulated cost, which no cache of this machine's moves."""
+        :func:`.caches.cold_inputs`); none in simulated cost, which no cache of this machine's moves."""
         if self.simulation is not None:
             return None
-        core_cache, last_level_cache = self.cache_sizes
-        distances = self.input_distances(signature)
-        positions = tuple(position for position, distance in enumerate(distances) if distance > core_cache)
-        if not positions:
-            return None
-        distance = min(max(distances), 2 * last_level_cache, MAX_COPY_BYTES)
-        inputs = self.bricks[signature].inputs
-        copies = input_copies(sum(inputs[position][1].nbytes for position in positions), distance, core_cache)
-        return ColdInputs(positions, distance, copies) if copies > 1 else None
+        return cold_inputs(self.bricks[signature], self.input_distances(signature), self.cache_sizes)
 
     def input_distances(self, signature: str) -> tuple[int, ...]:
         """Per input of a brick, the bytes its models read between writing it and the brick reading it (see
         :func:`.caches.reuse_distances`), at the brick's furthest place; as an exported suite's manifest gives
         them; none for a brick of no model's."""
         if self._input_distances is None:
-            found: dict[str, list[int]] = {}
-            for plan in self.plans:
-                if len(plan.input_writers) != len(plan.bricks):
-                    continue  # a plan made without them: its bricks' inputs are taken as written right before
-                for brick, distances in zip(plan.bricks, reuse_distances(plan.bricks, plan.input_writers)):
-                    if isinstance(brick, BrickSpec):
-                        known = found.setdefault(brick.signature, [0] * len(distances))
-                        known[:] = map(max, known, distances)
-            self._input_distances = {signature: tuple(distances) for signature, distances in found.items()}
+            self._input_distances = furthest_distances(self.plans)
         return self.exported_distances.get(signature) or self._input_distances.get(signature, ())
 
     def _read_by(self, plan: ModelPlan) -> int:
