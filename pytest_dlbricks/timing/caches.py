@@ -164,12 +164,9 @@ def reuse_distances(bricks: Sequence[object], input_writers: Sequence[tuple[int 
 
 def furthest_distances(plans: Iterable[ModelPlan]) -> dict[str, tuple[int, ...]]:
     """Per distinct brick of ``plans``, per input, its distance at the brick's furthest place (see
-    :func:`reuse_distances`); a plan made without its bricks' writers counts their inputs as written right
-    before."""
+    :func:`reuse_distances`); none from a plan made without its bricks' writers."""
     found: dict[str, list[int]] = {}
     for plan in plans:
-        if len(plan.input_writers) != len(plan.bricks):
-            continue
         for brick, distances in zip(plan.bricks, reuse_distances(plan.bricks, plan.input_writers)):
             if isinstance(brick, BrickSpec):
                 known = found.setdefault(brick.signature, [0] * len(distances))

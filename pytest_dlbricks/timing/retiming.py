@@ -69,11 +69,11 @@ def retime(
     block_s: float = BLOCK_S,
     timer: Callable[[], float] = time.perf_counter,
     flushes: Mapping[str, Callable[[], None]] | None = None,
-    cold: Callable[[str], ColdInputs | None] | None = None,
+    colds: Mapping[str, ColdInputs | None] | None = None,
 ) -> dict[str, list[float]]:
     """Seconds per call of each brick of ``signatures`` in each of ``rounds`` interleaved rounds; bricks
     that cannot be built or run here are left out. ``flushes``: what pushes a brick's weights out of the
-    caches before its calls, and ``cold``, a brick's cold inputs, as when its item timed it (see
+    caches before its calls, and ``colds``, a brick's cold inputs, as when its item timed it (see
     :mod:`.caches`)."""
     runners: dict[str, BrickRunner] = {}
     for signature in dict.fromkeys(signatures):
@@ -82,7 +82,7 @@ def retime(
                 bricks[signature],
                 settings,
                 flush=(flushes or {}).get(signature),
-                cold=cold(signature) if cold is not None else None,
+                cold=(colds or {}).get(signature),
             )
             runner.check()
         except (BrickError, KeyError):

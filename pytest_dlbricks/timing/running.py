@@ -114,8 +114,8 @@ class BrickRunner:
         held less memory (a validation of it and DenseNet-121, 1.06 GB at most instead of 1.23 GB; 0.98 GB
         without copies). Not for a brick run without a binding, nor one whose outputs are views of its inputs
         (a reshape, which reads nothing)."""
-        names = [self.brick.inputs[position][0] for position in cold.positions if position < len(self.brick.inputs)]
-        if self._binding is None or views or not names:
+        names = [self.brick.inputs[position][0] for position in cold.positions]
+        if self._binding is None or views:
             return
         for _ in range(cold.copies - 1):
             feeds = {name: array.copy() if name in names else array for name, array in self.feeds.items()}

@@ -284,7 +284,7 @@ class Baselines:
             signatures,
             self.settings,
             flushes=self.run.flushes(signatures),
-            cold=self.run.cold_inputs,
+            colds={s: self.run.cold_inputs(s) for s in signatures if s in self.run.bricks},
         )
 
     def _covering(
