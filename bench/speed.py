@@ -14,8 +14,9 @@ close together on a shared machine. Scenarios, each the plugin beside the baseli
   on the models that have that dimension; the baseline times every model at every size;
 * ``variants``: a first run on k fine-tuned variants of one model (``--variant-of``, default a ResNet-50
   where there is one; k from ``--variants``, default 4 and 8): its layers, every weight scaled by noise of
-  its own (weights that old exporters compute with ConstantOfShape are made real weights first), one
-  row per k (``variants4``, ``variants8``).
+  its own, and every quantized one (8-bit integers of two or more dimensions) moved by a step of its own
+  (weights that old exporters compute with ConstantOfShape are made real weights first), one row per k
+  (``variants4``, ``variants8``).
 * ``history``: a model's version history as CI runs it: ``--commits`` commits (default 10), each changing one
   more activation of one model (the swappable model with the most activations) while the others stay, every
   commit a run of the whole suite; the plugin keeps its store from commit to commit (filled by a run of the
@@ -418,7 +419,8 @@ def variant_source(args: argparse.Namespace, models: list[Model]) -> Model:
 
 def make_variants(model: Model, count: int, folder: Path) -> list[Model]:
     """``count`` fine-tuned variants of ``model``, each in a folder of its own: the same layers, every weight
-    (a float tensor of more than :data:`MAX_KEPT_FLOATS` values) scaled by noise of its own."""
+    (a float tensor of more than :data:`MAX_KEPT_FLOATS` values) scaled by noise of its own, every quantized
+    weight moved by -1, 0 or +1 (within its type's range) at random, as a model tuned, then quantized again."""
     import numpy as np
     import onnx
     from onnx import numpy_helper
@@ -434,6 +436,10 @@ def make_variants(model: Model, count: int, folder: Path) -> list[Model]:
             if values.dtype.kind == "f" and values.size > MAX_KEPT_FLOATS:
                 noise = 1 + TUNING_NOISE * rng.standard_normal(values.shape)
                 tensor.CopyFrom(numpy_helper.from_array((values * noise).astype(values.dtype), tensor.name))
+            elif values.dtype in (np.int8, np.uint8) and values.ndim >= 2:
+                limits = np.iinfo(values.dtype)
+                moved = np.clip(values.astype(np.int16) + rng.integers(-1, 2, values.shape), limits.min, limits.max)
+                tensor.CopyFrom(numpy_helper.from_array(moved.astype(values.dtype), tensor.name))
         target = folder / f"{model.name}-{number}" / model.path.name
         target.parent.mkdir(parents=True)
         onnx.save(variant, str(target))

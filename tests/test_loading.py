@@ -205,6 +205,37 @@ def test_int_values_that_steer_computation_keep_their_real_values(tmp_path: Path
     assert "flat" not in graph.kept_values
 
 
+def test_quantized_weights_activations_sums_and_biases_are_synthesized_zero_points_kept(tmp_path: Path) -> None:
+    graph = load_model(tiny_models.quantized_matmul(tmp_path))
+    assert ops(graph) == ["DynamicQuantizeLinear", "MatMulInteger", "Add", "Cast", "Mul"]
+    assert graph.specs["w"] == TensorSpec(onnx.TensorProto.INT8, (64, 32))
+    assert graph.specs["biased"] == TensorSpec(onnx.TensorProto.INT32, (4, 32))
+    assert "w" not in graph.kept_values, "a quantized weight is a weight"
+    assert "xq" not in graph.kept_values, "a quantized activation is data"
+    assert "product" not in graph.kept_values, "the sums of quantized products are data"
+    assert "biased" not in graph.kept_values, "and so are they with their bias"
+    assert graph.kept_values["w_zero"].tolist() == [0] * 32, "per-column zero points may steer a kernel"
+    assert "bias" not in graph.kept_values, "a bias added to them is data too"
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shape", "steers"),
+    [
+        (onnx.TensorProto.INT8, (64, 32), False),
+        (onnx.TensorProto.UINT8, (1, 3, 8, 8), False),
+        (onnx.TensorProto.INT8, (32,), True),
+        (onnx.TensorProto.UINT8, (), True),
+        (onnx.TensorProto.INT64, (64, 32), True),
+        (onnx.TensorProto.INT32, (4, 16), True),
+        (onnx.TensorProto.BOOL, (4, 16), True),
+    ],
+)
+def test_only_quantized_tensors_of_two_or_more_dimensions_are_data_among_integers(
+    dtype: int, shape: tuple[int, ...], steers: bool
+) -> None:
+    assert TensorSpec(dtype, shape).steers(constant=True) is steers
+
+
 def test_a_0d_value_is_kept_0d(tmp_path: Path) -> None:
     graph = load_model(tiny_models.scalar_range(tmp_path))
     assert graph.kept_values["n"].shape == ()

@@ -169,6 +169,20 @@ def test_nothing_of_the_model_leaks_into_the_suite(tmp_path: Path) -> None:
             assert not any(stored.shape == w.shape and np.allclose(stored, w) for w in weights), "a real weight"
 
 
+def test_a_quantized_models_weights_never_reach_the_suite(tmp_path: Path) -> None:
+    path = tiny_models.quantized_matmul(tmp_path)
+    (weight,) = [numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer if t.name == "w"]
+    bricks = distinct(path, granularity=1) + distinct(path, granularity=2)
+    export_suite(tmp_path / "suite", bricks, SETTINGS.describe())
+    exported = [
+        numpy_helper.to_array(tensor)
+        for file in (tmp_path / "suite").glob("*.onnx")
+        for tensor in onnx.load(str(file)).graph.initializer
+    ]
+    assert any(stored.shape == weight.shape for stored in exported), "the weight's brick was exported"
+    assert not any(stored.shape == weight.shape and np.array_equal(stored, weight) for stored in exported)
+
+
 def test_a_changed_brick_file_is_refused(tmp_path: Path) -> None:
     (brick,) = distinct(tiny_models.chain(tmp_path))
     export_suite(tmp_path / "suite", [brick], SETTINGS.describe())

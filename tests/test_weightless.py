@@ -41,6 +41,14 @@ def test_weights_are_no_part_of_a_graph_s_identity() -> None:
     assert digest_of(half) != digest_of(tiny_models.chain_model(seed=0)), "a weight's type is part of it"
 
 
+def test_quantized_weights_are_no_part_of_it_their_zero_points_are(tmp_path: Path) -> None:
+    first = onnx.load(tiny_models.quantized_matmul(tmp_path, seed=0, name="q0.onnx"))
+    tuned = onnx.load(tiny_models.quantized_matmul(tmp_path, seed=1, name="q1.onnx"))
+    assert digest_of(first) == digest_of(tuned)
+    shifted = with_initializer(first, "w_zero", np.ones(32))
+    assert digest_of(shifted) != digest_of(first)
+
+
 def test_values_that_may_steer_computation_are_part_of_it() -> None:
     shape = tiny_models.finish(
         [
@@ -93,6 +101,21 @@ def test_variants_take_the_cut_of_the_first(pytester: pytest.Pytester, monkeypat
         models["variant0.onnx"]["sequential_s"]
     }, "the same bricks, the same estimate"
     assert models["other.onnx"]["sequential_s"] != models["variant0.onnx"]["sequential_s"]
+
+
+def test_quantized_variants_share_their_cut_and_every_brick(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for seed in range(2):
+        tiny_models.quantized_matmul(pytester.path, seed=seed, name=f"tuned{seed}.onnx")
+    loaded = loads(monkeypatch)
+    args = ("--dlbricks-granularity=2", "--dlbricks-json=r.json", "--dlbricks-store=none", "--benchmark-disable")
+    result = run_dlbricks(pytester, *args, "tuned0.onnx", "tuned1.onnx", dims=())
+    assert result.ret == pytest.ExitCode.OK
+    assert [path.name for path in loaded] == ["tuned0.onnx"]
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert [model["unique_bricks"] for model in report["models"]] == [3, 3]
+    assert len(report["bricks"]) == 3, "the second variant's bricks are the first's"
 
 
 def test_a_variant_takes_a_cut_kept_in_the_store(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -678,3 +678,24 @@ def skip_concat(directory: Path, *, width: int = 4096, between: int = 3) -> Path
     nodes.append(helper.make_node("Concat", [current, "kept"], ["y"], axis=1))
     model = finish(nodes, [tensor("x", [1, width])], [tensor("y", [1, 2 * width])])
     return save(model, directory, "skip_concat.onnx")
+
+
+def quantized_matmul(directory: Path, *, seed: int = 0, name: str = "quantized.onnx") -> Path:
+    """A dynamically quantized projection, as quantization tools write one: the row quantized at run time, an
+    int8 weight of 64x32 (drawn from ``seed``) and its per-column zero points, an int32 bias added to the
+    product, the sum dequantized."""
+    rng = np.random.default_rng(seed)
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "scale", "zero"]),
+        helper.make_node("MatMulInteger", ["xq", "w", "zero", "w_zero"], ["product"]),
+        helper.make_node("Add", ["product", "bias"], ["biased"]),
+        helper.make_node("Cast", ["biased"], ["wide"], to=FLOAT),
+        helper.make_node("Mul", ["wide", "scale"], ["y"]),
+    ]
+    weights = [
+        array("w", rng.integers(-127, 128, (64, 32)).astype(np.int8)),
+        array("w_zero", np.zeros(32, np.int8)),
+        array("bias", rng.integers(-1000, 1000, 32).astype(np.int32)),
+    ]
+    model = finish(nodes, [tensor("x", [4, 64])], [tensor("y", [4, 32])], weights)
+    return save(model, directory, name)

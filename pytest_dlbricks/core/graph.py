@@ -39,6 +39,19 @@ FLOAT_TYPES = frozenset(
         onnx.TensorProto.BFLOAT16,
     }
 )
+#: Integer types of quantized weights and activations. Shapes, indices and axes are 32 or 64 bits, masks
+#: and conditions booleans: such a tensor of two or more dimensions is data, whose values move no work
+#: (zero points and other per-channel parameters are scalars and vectors).
+QUANTIZED_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.UINT8})
+#: Operators multiplying quantized tensors into 32-bit sums, and those that carry such a sum on (see
+#: :func:`quantized_accumulators`).
+INTEGER_PRODUCT_OPS = frozenset({"MatMulInteger", "ConvInteger"})
+SUM_CARRYING_OPS = frozenset({"Add", "Sub", "Mul"})
+
+
+def is_quantized_data(dtype: int, shape: tuple[int, ...]) -> bool:
+    """Whether a tensor of this ONNX element type and shape holds quantized weights or activations."""
+    return dtype in QUANTIZED_TYPES and len(shape) >= 2
 
 
 @dataclass(frozen=True)
@@ -64,10 +77,14 @@ class TensorSpec:
         """Whether a tensor of this spec likely steers computation, so synthetic values would change the work.
 
         Integer and boolean tensors do (shapes, indices, masks, conditions); so do constant float scalars
-        (epsilons, exponents). Other float tensors are weights or activations: only their shape matters.
+        (epsilons, exponents). Other float tensors are weights or activations, and so are quantized ones
+        (see :func:`is_quantized_data`): only their shape matters. Keeping them would also hand a model's
+        real quantized weights to every brick suite exported from it.
         """
         if self.is_float:
             return constant and self.numel <= 1
+        if is_quantized_data(self.dtype, self.shape):
+            return False
         return self.numel <= MAX_KEPT_INTEGER_ELEMENTS
 
     def describe(self) -> str:
@@ -181,6 +198,21 @@ def steering_slot_values(layers: Iterable[onnx.NodeProto]) -> set[str]:
         for slot in STEERING_SLOTS.get(layer.op_type, ())
         if slot < len(layer.input) and layer.input[slot]
     }
+
+
+def quantized_accumulators(layers: Iterable[onnx.NodeProto]) -> set[str]:
+    """Names of the 32-bit sums the layers' integer products write (MatMulInteger, ConvInteger), of what adding
+    to or scaling such a sum writes, in order, and of what is added to it or scales it (a bias): quantized data
+    derived from the weights, whose values move no work either (see :func:`is_quantized_data`)."""
+    sums: set[str] = set()
+    for layer in layers:
+        if layer.domain:
+            continue
+        if layer.op_type in INTEGER_PRODUCT_OPS:
+            sums.update(layer.output)
+        elif layer.op_type in SUM_CARRYING_OPS and sums.intersection(layer.input):
+            sums.update([*layer.input, *layer.output])
+    return sums
 
 
 def data_dependent_ops(node: onnx.NodeProto) -> set[str]:

@@ -5,10 +5,12 @@ constant subgraphs such as old exporters' ConstantOfShape weights); they are not
 that steer computation (integer, boolean and string tensors, tiny tensors, and whatever feeds a
 shape, size or scale slot such as Resize's scales) keep their real values, so that every brick does
 the same work as inside the model; so do the activations read near an operator whose work depends
-on its data (If, NonZero, ...), as the reference run computed them. Inputs are the user's sample
-inputs where given (see :mod:`.samples`), else synthetic; the reference run runs on them. Their
-sizes are written into the model onnxruntime is given, unless it refuses them there (see
-:meth:`_ModelLoader.on_runtime`) or runs more nodes without them (see :func:`_declared_if_it_runs_more`).
+on its data (If, NonZero, ...), as the reference run computed them. Quantized weights and
+activations, and the sums of their products, are integers that steer nothing: they are synthesized, as
+float ones are. Inputs are the user's sample inputs where given (see :mod:`.samples`), else synthetic;
+the reference run runs on them. Their sizes are written into the model onnxruntime is given, unless it
+refuses them there (see :meth:`_ModelLoader.on_runtime`) or runs more nodes without them (see
+:func:`_declared_if_it_runs_more`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ..core.graph import (
     data_dependent_ops,
     nested_tensors,
     node_inputs,
+    quantized_accumulators,
     steering_slot_values,
 )
 from ..core.runtime import load_refusal, optimize_model, run_reference
@@ -316,10 +319,11 @@ class _ModelLoader(ModelParts):
         needed = self._values_layers_touch(layers)
         missing = [name for name in needed if name not in specs]
         slots = steering_slot_values(layers)
+        accumulators = quantized_accumulators(layers)
         near = self._near_data_dependent(layers, reach, weights)
 
         def steers(name: str, spec: TensorSpec) -> bool:
-            return spec.steers(constant=name in weights) or name in slots
+            return name in slots or (spec.steers(constant=name in weights) and name not in accumulators)
 
         def keeps(name: str, spec: TensorSpec) -> bool:
             return steers(name, spec) or name in near

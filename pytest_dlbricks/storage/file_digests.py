@@ -30,7 +30,8 @@ from ..cut.weightless import graph_digest
 from .atomic_files import write_json
 
 #: A record of another version is read as absent (no damage): the file is read again and its record rewritten.
-VERSION = 2
+#: 3: quantized weights are left out of the graph's digest as float ones are.
+VERSION = 3
 #: How long before it is read a file must have last changed for its digest to be kept: more than the
 #: coarsest file times in use (2 s on FAT) and the kernel's coarse clock that stamps them.
 SETTLED_NS = 2_000_000_000
