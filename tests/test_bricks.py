@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 import tiny_models
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from conftest import plan_of
 from pytest_dlbricks.core.graph import ModelGraph, TensorSpec
@@ -153,6 +153,37 @@ def test_kept_values_are_carried_under_canonical_names(tmp_path: Path) -> None:
     assert reshape.ops == ("Reshape",)
     assert [name for name, _ in reshape.inputs] == ["input_0", "input_1"]
     assert reshape.values["input_1"].tolist() == [2, -1]
+
+
+def test_a_quantized_weight_inside_a_branch_is_blanked_its_shape_kept(tmp_path: Path) -> None:
+    weight = np.arange(512).astype(np.int8).reshape(2, 256)
+    then_branch = helper.make_graph(
+        [
+            helper.make_node("Cast", ["Wq"], ["Wf"], to=onnx.TensorProto.FLOAT),
+            helper.make_node("Reshape", ["Wf", "row"], ["Wr"]),
+            helper.make_node("Add", ["x", "Wr"], ["added"]),
+        ],
+        "then",
+        [],
+        [tiny_models.tensor("added", [1, 512])],
+        [tiny_models.array("Wq", weight), tiny_models.array("row", np.array([1, 512], np.int64))],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["same"])], "else", [], [tiny_models.tensor("same", [1, 512])]
+    )
+    model = tiny_models.finish(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)],
+        [tiny_models.tensor("x", [1, 512]), tiny_models.tensor("c", [], tiny_models.BOOL)],
+        [tiny_models.tensor("y", [1, 512])],
+    )
+    brick = describe_brick(load_model(tiny_models.save(model, tmp_path, "quantized_branch.onnx")), 0, 1)
+    held = {
+        tensor.data_type: numpy_helper.to_array(tensor)
+        for tensor in subgraph(brick.nodes[0], "then_branch").initializer
+    }
+    assert held[onnx.TensorProto.INT8].shape == weight.shape
+    assert len(np.unique(held[onnx.TensorProto.INT8])) == 1, "the branch's int8 weight is blanked"
+    assert held[onnx.TensorProto.INT64].tolist() == [1, 512], "its shape steers, and is kept"
 
 
 # -- subgraphs: outer-scope names ----------------------------------------------------------------

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..core.graph import ModelGraph, TensorSpec, format_bytes, memory_limit
+from ..core.graph import ModelGraph, TensorSpec, format_bytes, is_quantized_data, memory_limit
 
 #: Operator names shown in a brick's label before the rest is summarised.
 LABEL_OPS = 4
@@ -275,9 +275,10 @@ def _strip(node: onnx.NodeProto) -> None:
 
 
 def _blank_weight(tensor: onnx.TensorProto) -> None:
-    """Replace a float weight's values by a constant, keeping a scalar (an epsilon, an exponent) as it is."""
+    """Replace a float or quantized weight's values by a constant, keeping a scalar (an epsilon, an exponent)
+    and what else steers computation as it is."""
     spec = TensorSpec(tensor.data_type, tuple(tensor.dims))
-    if not spec.is_float or spec.steers(constant=True):
+    if not (spec.is_float or is_quantized_data(spec.dtype, spec.shape)) or spec.steers(constant=True):
         return
     dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
     tensor.CopyFrom(numpy_helper.from_array(np.full(spec.shape, BODY_WEIGHT, dtype=dtype), tensor.name))
