@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import tiny_models
 
+from conftest import run_dlbricks
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.core.sweeps import SweepPoint
 from pytest_dlbricks.cut.bricks import BrickSpec
@@ -22,6 +24,7 @@ from pytest_dlbricks.estimating.analysis import plan_work
 from pytest_dlbricks.storage.plans import (
     ONE_POINT,
     PLAN_VERSION,
+    UNUSED_FOR_S,
     CutModel,
     PlanCache,
     cut_model_from_json,
@@ -158,6 +161,54 @@ def test_a_plan_changed_since_it_was_written_is_a_miss(tmp_path: Path) -> None:
     assert cache.discarded == 1
     write_plan(saved, data)
     assert cache.get(path, "reshape.onnx") is not None, "the same content, vouched for"
+
+
+def test_plans_no_run_used_for_long_are_removed_and_nothing_else(tmp_path: Path) -> None:
+    old, used, fresh = (
+        tiny_models.chain(tmp_path, f"{name}.onnx", kernel=k) for name, k in [("o", 1), ("u", 3), ("f", 5)]
+    )
+    cache = PlanCache(tmp_path / "plans", SETTINGS)
+    for path in (old, used, fresh):
+        cache.put(path, ONE_POINT, cut(path))
+        cache.put_by_graph(hashlib.sha256(path.name.encode()).hexdigest(), cut(path))
+    foreign = [tmp_path / "plans" / "notes.json", tmp_path / "plans" / f"{'b' * 64}.txt"]
+    for other in foreign:
+        other.write_text("{}")
+    now = time.time()
+    long_ago = now - UNUSED_FOR_S - 60
+    for file in [*(tmp_path / "plans").rglob("*.*")]:
+        os.utime(file, (long_ago, long_ago))
+    os.utime(tmp_path / "plans" / f"{cache.key(fresh)}.json")
+    assert cache.get(used, "u.onnx") is not None, "reading a plan marks it used"
+    assert cache.prune(now) == 4, "the unused plan and the three graph copies"
+    left = sorted(file.name for file in (tmp_path / "plans").rglob("*") if file.is_file())
+    assert left == sorted([f"{cache.key(used)}.json", f"{cache.key(fresh)}.json", *(other.name for other in foreign)])
+    assert cache.get(old, "o.onnx") is None
+    assert cache.prune(now) == 0
+
+
+def test_a_run_removes_the_plans_no_run_used_for_long_and_says_so(pytester: pytest.Pytester) -> None:
+    tiny_models.chain(pytester.path, "model.onnx")
+    args = ("--dlbricks-granularity=2", "--dlbricks-precision=off", "model.onnx")
+    assert run_dlbricks(pytester, *args, dims=()).ret == pytest.ExitCode.OK
+    (plans,) = (pytester.path / ".benchmarks" / "dlbricks").glob("*/plans")
+    (kept,) = plans.glob("*.json")
+    stale = plans / f"{'0' * 64}.json"
+    stale.write_bytes(kept.read_bytes())
+    long_ago = time.time() - UNUSED_FOR_S - 60
+    for file in plans.rglob("*.json"):
+        os.utime(file, (long_ago, long_ago))
+    result = run_dlbricks(pytester, *args, dims=())
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["dlbricks: 2 cut models no run used for 30 days removed from store .benchmarks*"])
+    assert kept.exists() and not stale.exists(), "the plan this run read stays; its graph copy, unread, went too"
+    result = run_dlbricks(pytester, *args, dims=())
+    assert "removed from store" not in result.stdout.str()
+
+
+def test_pruning_a_store_without_plans_is_no_error(tmp_path: Path) -> None:
+    assert PlanCache(tmp_path / "absent", SETTINGS).prune() == 0
+    assert PlanCache(None, SETTINGS).prune() == 0
 
 
 @pytest.mark.parametrize("content", ["", "{", '{"version": 2}', '{"version": 1, "bricks": [{"nodes": ["%%"]}]}'])

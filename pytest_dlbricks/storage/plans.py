@@ -19,14 +19,22 @@ header with Python's compiler: a third of a second of a re-run of 42 models' 3,5
 be read, whose bytes changed since it was written, or whose bricks do not match their work and graph, is a
 miss, counted in :attr:`PlanCache.discarded`: the model is loaded as usual. The digest stands for computing
 every brick's signature again: reading the zoo's 43 kept plans took 0.35 s with it, 0.23 s now.
+
+Every change to a model, and every version of pytest-dlbricks, leaves a plan behind: a model's history in CI
+would grow the store without end. A run that reads a plan marks it used (its modification time); a run
+removes the plans no run used for :data:`UNUSED_FOR_S` (see :meth:`PlanCache.prune`).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import math
+import os
+import re
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -56,6 +64,10 @@ ONE_POINT = SweepPoint()
 PLAN_VERSION = 6
 #: The sub-folder of cuts kept by graph, weights aside.
 GRAPHS = "graphs"
+#: A kept plan no run has read or written for this long is removed (see :meth:`PlanCache.prune`).
+UNUSED_FOR_S = 30 * 24 * 3600
+#: The name of a plan file: its key, a SHA-256. Nothing else in the plans' folders is ever removed.
+_PLAN_NAME = re.compile(r"[0-9a-f]{64}\.json")
 #: What reading a damaged plan may raise: from JSON (nested deeper than the parser goes too), base64,
 #: protobuf, numpy's format (a header claiming more memory than there is), or a wrong type.
 _DAMAGE = (
@@ -138,17 +150,38 @@ class PlanCache:
         if self.folder is not None:
             self._write(f"{GRAPHS}/{key}", data)
 
+    def prune(self, now: float | None = None) -> int:
+        """Remove the plans no run has read or written for :data:`UNUSED_FOR_S` before ``now`` (this moment where not
+        given); returns how many. A plan another run removes first, or one that cannot be removed, stays a miss
+        or a file."""
+        if self.folder is None:
+            return 0
+        oldest = (time.time() if now is None else now) - UNUSED_FOR_S
+        removed = 0
+        for folder in (self.folder, self.folder / GRAPHS):
+            with contextlib.suppress(OSError):
+                for entry in os.scandir(folder):
+                    if _PLAN_NAME.fullmatch(entry.name) and _unused_since(entry, oldest):
+                        with contextlib.suppress(OSError):
+                            os.unlink(entry.path)
+                            removed += 1
+        return removed
+
     def _read(self, key: str, display_path: str, point: SweepPoint) -> CutModel | None:
         assert self.folder is not None
+        path = self.folder / f"{key}.json"
         try:
-            content = (self.folder / f"{key}.json").read_bytes()
+            content = path.read_bytes()
         except OSError:  # absent, or no folder to hold it: a miss, no damage
             return None
         try:
-            return cut_model_from_json(json.loads(_checked_payload(content)), display_path, point)
+            cut = cut_model_from_json(json.loads(_checked_payload(content)), display_path, point)
         except _DAMAGE:
             self.discarded += 1
             return None
+        with contextlib.suppress(OSError):  # a plan that cannot be marked used may only be cut again later
+            os.utime(path)
+        return cut
 
     def _write(self, key: str, data: dict[str, Any]) -> None:
         assert self.folder is not None
@@ -205,6 +238,14 @@ def source_digest() -> str:
         sha.update(module.relative_to(package).as_posix().encode())
         sha.update(module.read_bytes())
     return sha.hexdigest()
+
+
+def _unused_since(entry: os.DirEntry[str], oldest: float) -> bool:
+    """Whether ``entry`` is a file (not a link) last modified before ``oldest``."""
+    try:
+        return entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < oldest
+    except OSError:
+        return False
 
 
 def _external_files(names: tuple[str, ...], folder: Path) -> list[list[object]]:

@@ -146,6 +146,8 @@ class Baselines:
         self.machine_info_cache: MachineInfoCache | None = None
         self._saved_overhead: CallOverhead | None = None
         self.plans: PlanCache | None = None
+        #: Kept plans this run removed, no run having used them for long (see :meth:`.PlanCache.prune`).
+        self.pruned = 0
         #: The store's records of the collected bricks, read once when collection is over (None: none usable).
         self.stored: dict[str, StoredBrick | None] = {}
 

@@ -30,7 +30,7 @@ from ..reporting.comparing import (
 from ..reporting.entries import BrickResult
 from ..reporting.estimates import PREFIX, SPREAD, EstimateCheck, model_estimates, reused_brick
 from ..storage.file_digests import FileDigests
-from ..storage.plans import PlanCache
+from ..storage.plans import UNUSED_FOR_S, PlanCache
 from ..storage.store import BrickStore, Shelf
 from ..storage.store_records import ModelManifest, StoredBrick, StoredExecutor, StoredPeak, StoredRun
 from ..timing.probes import detection_conditions
@@ -224,6 +224,8 @@ class Tracking(Baselines):
             # as if its estimate were coming (the plans kept while collecting only spare a later cut).
             if self.store is not None and self.shelf is not None and not self.config.option.collectonly:
                 self._save_models(self.store, self.shelf)
+        if self.plans is not None and not self.config.option.collectonly:
+            self.pruned = self.plans.prune()
         return (yield)
 
     def _measure_lost_overhead(self, session: pytest.Session) -> None:
@@ -312,6 +314,10 @@ class Tracking(Baselines):
         write = self.dlbricks.line_writer(terminalreporter)
         if self.reused_at or self.saved:
             write(f"dlbricks: {self._store_use()}")
+        if self.pruned:
+            days = UNUSED_FOR_S // (24 * 3600)
+            removed = plural(self.pruned, "cut model")
+            write(f"dlbricks: {removed} no run used for {days} days removed from store {self._store_name()}")
         damage = self.run.store_damage or {}
         if any(damage.values()):
             write(f"dlbricks: store {self._store_name()}: {describe_damage(damage)}", yellow=True)
