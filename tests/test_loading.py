@@ -218,6 +218,13 @@ def test_quantized_weights_activations_sums_and_biases_are_synthesized_zero_poin
     assert "bias" not in graph.kept_values, "a bias added to them is data too"
 
 
+def test_a_quantized_convolutions_kernel_and_bias_are_synthesized(tmp_path: Path) -> None:
+    graph = load_model(tiny_models.quantized_conv(tmp_path))
+    assert ops(graph) == ["QLinearConv"]
+    assert "w" not in graph.kept_values and "bias" not in graph.kept_values
+    assert graph.kept_values["w_zero"].tolist() == [0] * 8
+
+
 @pytest.mark.parametrize(
     ("dtype", "shape", "steers"),
     [

@@ -49,6 +49,15 @@ def test_quantized_weights_are_no_part_of_it_their_zero_points_are(tmp_path: Pat
     assert digest_of(shifted) != digest_of(first)
 
 
+def test_a_quantized_convolutions_kernel_and_bias_are_no_part_of_it(tmp_path: Path) -> None:
+    first, tuned = tmp_path / "first", tmp_path / "tuned"
+    first.mkdir()
+    tuned.mkdir()
+    assert digest_of(onnx.load(tiny_models.quantized_conv(first, seed=0))) == digest_of(
+        onnx.load(tiny_models.quantized_conv(tuned, seed=1))
+    )
+
+
 def test_values_that_may_steer_computation_are_part_of_it() -> None:
     shape = tiny_models.finish(
         [

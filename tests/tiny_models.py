@@ -699,3 +699,25 @@ def quantized_matmul(directory: Path, *, seed: int = 0, name: str = "quantized.o
     ]
     model = finish(nodes, [tensor("x", [4, 64])], [tensor("y", [4, 32])], weights)
     return save(model, directory, name)
+
+
+def quantized_conv(directory: Path, *, seed: int = 0) -> Path:
+    """A quantized convolution (QLinearConv) as static quantization writes one: a uint8 image, an int8 kernel of
+    8x4x3x3 and an int32 bias (both drawn from ``seed``), per-channel scales and zero points."""
+    rng = np.random.default_rng(seed)
+    weights = [
+        array("x_scale", np.array(0.02, np.float32)),
+        array("x_zero", np.array(128, np.uint8)),
+        array("w", rng.integers(-127, 128, (8, 4, 3, 3)).astype(np.int8)),
+        array("w_scale", np.full(8, 0.01, np.float32)),
+        array("w_zero", np.zeros(8, np.int8)),
+        array("y_scale", np.array(0.05, np.float32)),
+        array("y_zero", np.array(128, np.uint8)),
+        array("bias", rng.integers(-1000, 1000, 8).astype(np.int32)),
+    ]
+    inputs = ["x", "x_scale", "x_zero", "w", "w_scale", "w_zero", "y_scale", "y_zero", "bias"]
+    nodes = [helper.make_node("QLinearConv", inputs, ["y"], pads=[1, 1, 1, 1])]
+    model = finish(
+        nodes, [tensor("x", [1, 4, 8, 8], TensorProto.UINT8)], [tensor("y", [1, 8, 8, 8], TensorProto.UINT8)], weights
+    )
+    return save(model, directory, "quantized_conv.onnx")

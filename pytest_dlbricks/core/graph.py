@@ -47,6 +47,8 @@ QUANTIZED_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.UINT8})
 #: :func:`quantized_accumulators`).
 INTEGER_PRODUCT_OPS = frozenset({"MatMulInteger", "ConvInteger"})
 SUM_CARRYING_OPS = frozenset({"Add", "Sub", "Mul"})
+#: Inputs, by position, that are the 32-bit bias a quantized operator adds to its sums.
+QUANTIZED_BIAS_SLOTS = {"QLinearConv": 8}
 
 
 def is_quantized_data(dtype: int, shape: tuple[int, ...]) -> bool:
@@ -202,8 +204,9 @@ def steering_slot_values(layers: Iterable[onnx.NodeProto]) -> set[str]:
 
 def quantized_accumulators(layers: Iterable[onnx.NodeProto]) -> set[str]:
     """Names of the 32-bit sums the layers' integer products write (MatMulInteger, ConvInteger), of what adding
-    to or scaling such a sum writes, in order, and of what is added to it or scales it (a bias): quantized data
-    derived from the weights, whose values move no work either (see :func:`is_quantized_data`)."""
+    to or scaling such a sum writes, in order, and of what is added to it or scales it (a bias, QLinearConv's
+    too): quantized data derived from the weights, whose values move no work either (see
+    :func:`is_quantized_data`)."""
     sums: set[str] = set()
     for layer in layers:
         if layer.domain:
@@ -212,6 +215,9 @@ def quantized_accumulators(layers: Iterable[onnx.NodeProto]) -> set[str]:
             sums.update(layer.output)
         elif layer.op_type in SUM_CARRYING_OPS and sums.intersection(layer.input):
             sums.update([*layer.input, *layer.output])
+        slot = QUANTIZED_BIAS_SLOTS.get(layer.op_type)
+        if slot is not None and slot < len(layer.input) and layer.input[slot]:
+            sums.add(layer.input[slot])
     return sums
 
 
