@@ -90,9 +90,41 @@ def test_a_run_whose_thread_lost_its_core_most_of_the_time_is_not_trusted() -> N
 
 
 def test_validated_models_are_counted_against_the_margin() -> None:
-    verdict = judge(precisions=[0.05], noise=None, speed_spread=None, load=None, threads=1, ratios=[1.02, 0.9, 1.2])
+    ratios = {"a.onnx": 1.02, "b.onnx": 0.9, "c.onnx": 1.2}
+    verdict = judge(precisions=[0.05], noise=None, speed_spread=None, load=None, threads=1, ratios=ratios)
     assert verdict.validated_within == (1, 3)
     assert "1/3 validated within it" in verdict_line(verdict.as_json())
+
+
+def test_validated_models_are_counted_against_their_own_margins_and_the_furthest_out_named() -> None:
+    """The table's Within column gives each model a margin of its own: validation says which it held."""
+    verdict = judge(
+        precisions=[0.3, 0.05, 0.05],
+        noise=None,
+        speed_spread=None,
+        load=None,
+        threads=1,
+        ratios={"small.onnx": 0.8, "cnn.onnx": 1.25, "mlp.onnx": 1.03},
+        precisions_by_path={"small.onnx": 0.3, "cnn.onnx": 0.05, "mlp.onnx": 0.05},
+    )
+    assert verdict.validated_within == (3, 3), "all within the run's +-30%"
+    assert verdict.own_within == (2, 3)
+    assert verdict.widest_miss == ("cnn.onnx", 1.25, pytest.approx(0.05))
+    assert verdict.as_json()["own_within"] == [2, 3]
+    assert "; 3/3 validated within it, 2/3 within their own (furthest out: cnn.onnx, 1.25x against +-5%)" in (
+        verdict_line(verdict.as_json())
+    )
+    held = judge(
+        precisions=[0.05],
+        noise=None,
+        speed_spread=None,
+        load=None,
+        threads=1,
+        ratios={"a.onnx": 1.01},
+        precisions_by_path={"a.onnx": 0.05},
+    )
+    assert held.own_within == (1, 1) and held.widest_miss is None
+    assert verdict_line(held.as_json()).endswith("1/1 validated within it, 1/1 within their own")
 
 
 def test_parallel_estimates_are_said_to_lie_outside_the_margin() -> None:
@@ -117,6 +149,19 @@ def test_parallel_estimates_are_said_to_lie_outside_the_margin() -> None:
     sequential_only = judge_report(report)
     assert sequential_only is not None and "parallel" not in sequential_only.as_json()
     assert "Parallel" not in verdict_line(sequential_only.as_json())
+
+
+def test_a_report_s_validated_models_are_held_to_their_own_margins() -> None:
+    models = [
+        {"path": "tiny_resnet.onnx", "complete": True, "precision": 0.06, "ratio": 1.36},
+        {"path": "mlp.onnx", "complete": True, "precision": 0.39, "ratio": 0.78},
+    ]
+    verdict = judge_report({"settings": {"intra_op_threads": 1}, "summary": {}, "models": models})
+    assert verdict is not None and verdict.validated_within == (2, 2)
+    assert verdict.own_within == (1, 2) and verdict.widest_miss == ("tiny_resnet.onnx", 1.36, pytest.approx(0.06))
+    assert "2/2 validated within it, 1/2 within their own (furthest out: tiny_resnet.onnx, 1.36x against +-6%)" in (
+        verdict_line(verdict.as_json())
+    )
 
 
 def test_nothing_measured_gives_no_margin() -> None:
@@ -237,7 +282,7 @@ def test_bricks_timed_again_in_validation_count_as_far_as_their_estimate_moved()
         speed_spread=None,
         load=QUIET,
         threads=0,
-        ratios=[1.1],
+        ratios={"a.onnx": 1.1},
         drifts={"a.onnx": 1.1, "b.onnx": 0.8, "c.onnx": None},
     )
     assert verdict.sources["drift"] == pytest.approx(0.25), "the larger over the smaller: 0.8 is as far as 1.25"

@@ -90,6 +90,11 @@ class Verdict:
     parallel_within: tuple[int, int] | None = None
     #: Whether the run gives parallel estimates (which the margin does not cover).
     parallel: bool = False
+    #: Validated models whose measured time lies within their own margin (see :func:`model_margins`: the table's
+    #: Within column), and how many were validated; None where none was, or the run has no margin.
+    own_within: tuple[int, int] | None = None
+    #: The validated model furthest outside its own margin: its path, ratio and margin (None: none is outside).
+    widest_miss: tuple[str, float, float] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +113,8 @@ class Verdict:
                 if self.parallel
                 else {}
             ),
+            **({"own_within": list(self.own_within)} if self.own_within is not None else {}),
+            **({"widest_miss": list(self.widest_miss)} if self.widest_miss is not None else {}),
         }
 
 
@@ -153,7 +160,7 @@ def judge(
     speed_spread: float | None,
     load: Mapping[str, Any] | None,
     threads: int,
-    ratios: Iterable[float] = (),
+    ratios: Mapping[str, float] | None = None,
     drifts: Mapping[str, float | None] | None = None,
     earlier: Mapping[str, Any] | None = None,
     memory: float | None = None,
@@ -162,8 +169,8 @@ def judge(
 ) -> Verdict:
     """The run's verdict from its models' estimate margins, its noise, its speed trace's spread, its load
     summary (see :func:`.load.load_summary`), its intra-op ``threads`` (0: onnxruntime's choice), when
-    validated its models' estimate-over-measured ``ratios``, the item estimates over those of the same bricks timed
-    again (``drifts`` by path, see :func:`widest_drift`), what the runs that timed its reused bricks
+    validated its models' estimate-over-measured ``ratios`` (by path), the item estimates over those of the same
+    bricks timed again (``drifts`` by path, see :func:`widest_drift`), what the runs that timed its reused bricks
     found (``earlier``: their largest ``speed`` and ``load`` parts, see :attr:`.entries.Summary.reused_from`),
     and the memory part (see :func:`memory_margin`; None: no brick was timed with its weights out of cache);
     with each complete model's estimate margin by path (``precisions_by_path``), each model's own margin (see
@@ -202,8 +209,10 @@ def judge(
     reason = _load_reason(load, pool if pool > 1 else None) if load is not None and loaded else None
     margin = math.sqrt(sum(part**2 for part in sources.values())) if sources and trusted else None
     advice = _advice(sources, margin, trusted, loaded, threads)
-    within = _within(list(ratios), margin)
+    ratios = ratios or {}
+    within = _within(list(ratios.values()), margin)
     models = model_margins(sources, margin, precisions_by_path or {}, noise, drifts or {})
+    own = {path: (ratio, models[path]) for path, ratio in ratios.items() if path in models}
     return Verdict(
         margin,
         trusted,
@@ -216,7 +225,20 @@ def judge(
         models=models,
         parallel_within=_within(list(parallel_ratios or ()), margin),
         parallel=parallel_ratios is not None,
+        own_within=(sum(1 for ratio, own_margin in own.values() if abs(ratio - 1) <= own_margin), len(own))
+        if own
+        else None,
+        widest_miss=_widest_miss(own),
     )
+
+
+def _widest_miss(own: Mapping[str, tuple[float, float]]) -> tuple[str, float, float] | None:
+    """The model (by path) whose ratio lies furthest outside its own margin, with both; None where all lie within."""
+    outside = {path: abs(ratio - 1) - margin for path, (ratio, margin) in own.items() if abs(ratio - 1) > margin}
+    if not outside:
+        return None
+    path = max(outside, key=outside.__getitem__)
+    return path, *own[path]
 
 
 def _within(ratios: list[float], margin: float | None) -> tuple[int, int] | None:
@@ -348,7 +370,9 @@ def judge_report(report: Mapping[str, Any]) -> Verdict | None:
         speed_spread=speed_margin(summary.get("speed")),
         load=load if isinstance(load, Mapping) and _number(load.get("core_share")) is not None else None,
         threads=int((report.get("settings") or {}).get("intra_op_threads") or 0),
-        ratios=[ratio for model in complete if (ratio := _number(model.get("ratio"))) is not None],
+        ratios={
+            str(model.get("path")): ratio for model in complete if (ratio := _number(model.get("ratio"))) is not None
+        },
         drifts=_drifts(complete),
         earlier=summary.get("reused_from") if isinstance(summary.get("reused_from"), Mapping) else None,
         memory=memory_margin(summary.get("memory")),
@@ -413,8 +437,19 @@ def verdict_line(verdict: Mapping[str, Any]) -> str:
     within = verdict.get("validated_within")
     if within:
         line += f"; {within[0]}/{within[1]} validated within it"
+        line += _own_clause(verdict.get("own_within"), verdict.get("widest_miss"))
     line += _parallel_clause(verdict.get("parallel"), margin is not None)
     return line + (f"; to tighten: {', '.join(advice)}" if advice else "")
+
+
+def _own_clause(own: object, miss: object) -> str:
+    """How many validated models fell within their own margin (the table's Within), and the furthest outside."""
+    if not (isinstance(own, list) and len(own) == 2):
+        return ""
+    clause = f", {own[0]}/{own[1]} within their own"
+    if isinstance(miss, list) and len(miss) == 3 and all(isinstance(part, (int, float)) for part in miss[1:]):
+        clause += f" (furthest out: {miss[0]}, {miss[1]:.2f}x against +-{max(miss[2], 0.01):.0%})"
+    return clause
 
 
 def _parallel_clause(parallel: object, margined: bool) -> str:
