@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from pytest_dlbricks.core.verdict import (
+    Verdict,
     judge,
     judge_report,
     load_margin,
@@ -96,16 +97,23 @@ def test_validated_models_are_counted_against_the_margin() -> None:
     assert "1/3 validated within it" in verdict_line(verdict.as_json())
 
 
-def test_validated_models_are_counted_against_their_own_margins_and_the_furthest_out_named() -> None:
-    """The table's Within column gives each model a margin of its own: validation says which it held."""
-    verdict = judge(
-        precisions=[0.3, 0.05, 0.05],
+def validated(ratios: dict[str, float], precisions: dict[str, float]) -> Verdict:
+    """The verdict of a quiet run on one thread whose models' estimates have these margins and validated ratios."""
+    return judge(
+        precisions=list(precisions.values()),
         noise=None,
         speed_spread=None,
         load=None,
         threads=1,
-        ratios={"small.onnx": 0.8, "cnn.onnx": 1.25, "mlp.onnx": 1.03},
-        precisions_by_path={"small.onnx": 0.3, "cnn.onnx": 0.05, "mlp.onnx": 0.05},
+        ratios=ratios,
+        precisions_by_path=precisions,
+    )
+
+
+def test_validated_models_are_counted_against_their_own_margins_and_the_furthest_out_named() -> None:
+    """The table's Within column gives each model a margin of its own: validation says which it held."""
+    verdict = validated(
+        {"small.onnx": 0.8, "cnn.onnx": 1.25, "mlp.onnx": 1.03}, {"small.onnx": 0.3, "cnn.onnx": 0.05, "mlp.onnx": 0.05}
     )
     assert verdict.validated_within == (3, 3), "all within the run's +-30%"
     assert verdict.own_within == (2, 3)
@@ -114,15 +122,7 @@ def test_validated_models_are_counted_against_their_own_margins_and_the_furthest
     assert "; 3/3 validated within it, 2/3 within their own (furthest out: cnn.onnx, 1.25x against +-5%)" in (
         verdict_line(verdict.as_json())
     )
-    held = judge(
-        precisions=[0.05],
-        noise=None,
-        speed_spread=None,
-        load=None,
-        threads=1,
-        ratios={"a.onnx": 1.01},
-        precisions_by_path={"a.onnx": 0.05},
-    )
+    held = validated({"a.onnx": 1.01}, {"a.onnx": 0.05})
     assert held.own_within == (1, 1) and held.widest_miss is None
     assert verdict_line(held.as_json()).endswith("1/1 validated within it, 1/1 within their own")
 
