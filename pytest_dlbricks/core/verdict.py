@@ -225,11 +225,16 @@ def judge(
         models=models,
         parallel_within=_within(list(parallel_ratios or ()), margin),
         parallel=parallel_ratios is not None,
-        own_within=(sum(1 for ratio, own_margin in own.values() if abs(ratio - 1) <= own_margin), len(own))
-        if own
-        else None,
+        own_within=_within_own(own),
         widest_miss=_widest_miss(own),
     )
+
+
+def _within_own(own: Mapping[str, tuple[float, float]]) -> tuple[int, int] | None:
+    """How many models (by path: ratio, own margin) lie within their own margin of 1, of how many; None without any."""
+    if not own:
+        return None
+    return sum(1 for ratio, margin in own.values() if abs(ratio - 1) <= margin), len(own)
 
 
 def _widest_miss(own: Mapping[str, tuple[float, float]]) -> tuple[str, float, float] | None:
