@@ -619,12 +619,8 @@ def net(pytester: pytest.Pytester, kernel: int) -> None:
 
 
 def test_a_regression_introduced_into_a_model_fails_the_session(
-    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]]
 ) -> None:
-    # The first run must be the baseline whatever the machine's noise (mlp's microsecond bricks spread by
-    # 15-50% beside a busy core): passing over noisy runs is tested apart.
-    monkeypatch.setattr("pytest_dlbricks.reporting.report.HIGH_NOISE", 1.0)
-    monkeypatch.setattr("pytest_dlbricks.wiring.tracking.HIGH_NOISE", 1.0)
     copy_models(SAMPLE_MODELS / "mlp.onnx")
     net(pytester, kernel=1)
     args = ("--dlbricks-granularity=2", "--benchmark-autosave", "--dlbricks-json=r.json", "models")
@@ -679,12 +675,10 @@ def test_a_regression_introduced_into_a_model_fails_the_session(
 
 
 def test_a_run_of_some_models_is_no_baseline_for_the_others(
-    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]]
 ) -> None:
     """A run of mlp alone (-k), saved, passes the gate; net made slower is still compared with the run that
     estimated it."""
-    monkeypatch.setattr("pytest_dlbricks.reporting.report.HIGH_NOISE", 1.0)
-    monkeypatch.setattr("pytest_dlbricks.wiring.tracking.HIGH_NOISE", 1.0)
     copy_models(SAMPLE_MODELS / "mlp.onnx")
     net(pytester, kernel=1)
     args = ("--dlbricks-granularity=2", "--benchmark-autosave", "--dlbricks-compare", "--dlbricks-compare-fail=10%")
@@ -766,10 +760,9 @@ def test_a_damaged_saved_run_is_passed_over_or_refused_by_name(
 
 
 def test_a_baseline_damaged_where_only_judging_reads_leaves_the_gate_inconclusive_and_the_report_whole(
-    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, copy_models: Callable[..., list[Path]]
 ) -> None:
     """A brick's rounds are read only to judge a model whose bricks changed."""
-    monkeypatch.setattr("pytest_dlbricks.reporting.report.HIGH_NOISE", 1.0)
     (pytester.path / "models").mkdir()
     net(pytester, kernel=1)
     args = ("--dlbricks-granularity=1", "--benchmark-autosave", "--dlbricks-json=r.json", "models")
