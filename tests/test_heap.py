@@ -1,5 +1,5 @@
-"""Python's cyclic garbage collector is kept off what collection built, from the end of collection to the
-end of the run, and handed it back then, for a process that goes on (as this one does)."""
+"""Python's cyclic garbage collector is paused while collection builds, kept off what it built from the end of
+collection to the end of the run, and handed it back then, for a process that goes on (as this one does)."""
 
 from __future__ import annotations
 
@@ -89,3 +89,52 @@ def test_a_run_without_dlbricks_freezes_nothing(pytester: pytest.Pytester, nothi
     pytester.makepyfile("def test_one(): pass")
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
     assert frozen_during_items(pytester) == [0]
+
+
+#: A conftest that writes down whether the cyclic collector runs as a model file is collected, as the items are
+#: modified, and as each brick's item starts.
+PAUSE_CONFTEST = """
+import gc, json, pathlib
+
+def record(when):
+    with pathlib.Path("enabled.jsonl").open("a") as out:
+        out.write(json.dumps([when, gc.isenabled()]) + "\\n")
+
+def pytest_collectstart(collector):
+    record("collecting " + type(collector).__name__)
+
+def pytest_collection_modifyitems(items):
+    record("modifying items")
+
+def pytest_runtest_setup(item):
+    record("item")
+"""
+
+
+def collector_running(pytester: pytest.Pytester) -> list[list[object]]:
+    """Whether the cyclic collector ran at each moment :data:`PAUSE_CONFTEST` records, in a run on a chain."""
+    pytester.makeconftest(PAUSE_CONFTEST)
+    (pytester.path / "models").mkdir()
+    chain(pytester.path / "models")
+    result = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-store=none", "models", dims=())
+    result.assert_outcomes(passed=1)
+    return [json.loads(line) for line in (pytester.path / "enabled.jsonl").read_text().splitlines()]
+
+
+def test_the_collector_is_paused_while_collecting_and_runs_again_for_the_items(pytester: pytest.Pytester) -> None:
+    assert gc.isenabled()
+    moments = collector_running(pytester)
+    assert ["collecting ModelFile", False] in moments
+    assert ["modifying items", False] in moments
+    assert moments[-1] == ["item", True]
+    assert all(running is False for when, running in moments if when != "item")
+    assert gc.isenabled()
+
+
+def test_a_collector_someone_else_paused_stays_paused(pytester: pytest.Pytester) -> None:
+    gc.disable()
+    try:
+        assert collector_running(pytester)[-1] == ["item", False]
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

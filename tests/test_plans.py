@@ -121,6 +121,22 @@ def test_the_cache_finds_a_model_again_until_something_changes(tmp_path: Path) -
     assert cache.get(path, "chain.onnx") is None, "a changed model is cut again"
 
 
+def test_a_brick_many_plans_hold_is_read_once(tmp_path: Path) -> None:
+    """Models that share a brick (two chains of the same Conv+Relu blocks, one longer, 7 bricks in all) read it back
+    as one object, as the run keeps one brick per signature: a re-run of many models builds each brick once."""
+    cache = PlanCache(tmp_path / "plans", SETTINGS)
+    paths = [tiny_models.chain(tmp_path, "short.onnx", seed=1), tiny_models.chain(tmp_path, "long.onnx", blocks=4)]
+    for path in paths:
+        cache.put(path, ONE_POINT, cut(path))
+    found = [cache.get(path, path.name) for path in paths]
+    assert all(model is not None for model in found)
+    bricks = [
+        brick for model in found if model is not None for brick in model.plan.bricks if isinstance(brick, BrickSpec)
+    ]
+    assert len(bricks) == 7 and len({brick.signature for brick in bricks}) == 1
+    assert len({id(brick) for brick in bricks}) == 1
+
+
 def test_external_data_is_part_of_the_key(tmp_path: Path) -> None:
     path = tiny_models.external_weights(tmp_path)
     cache = PlanCache(tmp_path / "plans", SETTINGS)

@@ -107,6 +107,8 @@ class PlanCache:
         self.digests = digests or FileDigests(None)
         #: The cuts this run made, by :meth:`graph_key`, as plain data.
         self._cut_now: dict[str, dict[str, Any]] = {}
+        #: The bricks of the plans read, by signature: a brick many models use is built once.
+        self._bricks: dict[str, BrickSpec] = {}
 
     def get(
         self, path: Path, display_path: str, point: SweepPoint = ONE_POINT, samples: str | None = None
@@ -134,7 +136,7 @@ class PlanCache:
         """The cut of a model of the same graph (:meth:`graph_key` ``key``), made in this run or kept before, under
         the name of the model that takes it; None if none."""
         if key in self._cut_now:
-            return cut_model_from_json(self._cut_now[key], display_path, point)
+            return cut_model_from_json(self._cut_now[key], display_path, point, self._bricks)
         return None if self.folder is None else self._read(f"{GRAPHS}/{key}", display_path, point)
 
     def put_by_graph(self, key: str, cut: CutModel) -> None:
@@ -175,7 +177,7 @@ class PlanCache:
         except OSError:  # absent, or no folder to hold it: a miss, no damage
             return None
         try:
-            cut = cut_model_from_json(json.loads(_checked_payload(content)), display_path, point)
+            cut = cut_model_from_json(json.loads(_checked_payload(content)), display_path, point, self._bricks)
         except _DAMAGE:
             self.discarded += 1
             return None
@@ -279,8 +281,16 @@ def cut_model_to_json(cut: CutModel) -> dict[str, Any]:
     }
 
 
-def cut_model_from_json(data: Mapping[str, Any], display_path: str, point: SweepPoint = ONE_POINT) -> CutModel:
-    bricks: list[Brick] = [_brick_from_json(entry) for entry in data["bricks"]]
+def cut_model_from_json(
+    data: Mapping[str, Any],
+    display_path: str,
+    point: SweepPoint = ONE_POINT,
+    known: dict[str, BrickSpec] | None = None,
+) -> CutModel:
+    """A cut model from its plain data; ``known``: bricks built before, by signature, taken instead of building
+    them again, and where the new ones are added."""
+    known = {} if known is None else known
+    bricks: list[Brick] = [_brick_from_json(entry, known) for entry in data["bricks"]]
     graph = nx.DiGraph()
     graph.add_nodes_from(range(len(bricks)))
     graph.add_edges_from((_count(a), _count(b)) for a, b in data["edges"])
@@ -345,11 +355,17 @@ def _brick_to_json(brick: Brick) -> dict[str, Any]:
     return _spec_to_json(brick)
 
 
-def _brick_from_json(data: Mapping[str, Any]) -> Brick:
+def _brick_from_json(data: Mapping[str, Any], known: dict[str, BrickSpec]) -> Brick:
     if "broken" in data:
         index, op_type, reason = data["broken"]
         return BrokenBrick(_count(index), str(op_type), str(reason))
-    return _spec_from_json(data)
+    # A run keeps one brick per signature, the first model's (see :meth:`.DLBricksRun.add_model`): later plans'
+    # copies of it are never built.
+    signature = str(data["signature"])
+    spec = known.get(signature)
+    if spec is None:
+        spec = known[signature] = _spec_from_json(data)
+    return spec
 
 
 def _spec_to_json(spec: BrickSpec) -> dict[str, Any]:
@@ -411,7 +427,7 @@ def _tensors(tensors: tuple[tuple[str, TensorSpec], ...]) -> list[list[object]]:
 
 
 def _specs(data: list[list[Any]]) -> tuple[tuple[str, TensorSpec], ...]:
-    return tuple((str(name), TensorSpec(_count(dtype), tuple(_count(d) for d in shape))) for name, dtype, shape in data)
+    return tuple((str(name), TensorSpec(_count(dtype), tuple(map(_count, shape)))) for name, dtype, shape in data)
 
 
 def _count(value: Any) -> int:

@@ -76,8 +76,12 @@ class ModelFile(pytest.File):
                     " so too (take them out of the graph inputs if nothing overrides them)"
                 )
             )
+        resolved = None
         for brick in new_bricks:
-            yield brick_item(self, self.run, brick, point)
+            item = brick_item(self, self.run, brick, point, resolved)
+            # Every brick's test asks for the same fixtures: pytest resolves them once, as for a parametrized test.
+            resolved = getattr(item, "_fixtureinfo", None)
+            yield item
         if self.run.settings.validate:
             simulated = self.run.simulation is not None
             for executor in ["sequential"] if simulated else self.run.executors_to_validate(plan):
@@ -117,13 +121,18 @@ class BrickFile(pytest.File):
 
 
 def brick_item(
-    parent: pytest.File, run: DLBricksRun, brick: BrickSpec, point: SweepPoint | None = None
+    parent: pytest.File,
+    run: DLBricksRun,
+    brick: BrickSpec,
+    point: SweepPoint | None = None,
+    fixtureinfo: Any = None,
 ) -> pytest.Function:
-    """The benchmark item of a distinct brick, selectable with ``-k`` by its operators and sweep point."""
+    """The benchmark item of a distinct brick, selectable with ``-k`` by its operators and sweep point;
+    ``fixtureinfo``: its fixtures as pytest resolved them for another brick of ``parent`` (None: resolve them)."""
     point = point or SweepPoint()
     test = simulated_brick_test if run.simulation is not None else brick_test
     item = pytest.Function.from_parent(
-        parent, name=f"brick[{brick.label}]{point.suffix}", callobj=test(run, brick.signature)
+        parent, name=f"brick[{brick.label}]{point.suffix}", callobj=test(run, brick.signature), fixtureinfo=fixtureinfo
     )
     item.extra_keyword_matches.update(brick.ops)
     item.extra_keyword_matches.update(point.keywords)
