@@ -13,6 +13,7 @@ import pytest
 
 from conftest import SAMPLE_MODELS
 from pytest_dlbricks.core.budget import LOOSEST, Use, brick_precision, estimate_precision, largest_share
+from pytest_dlbricks.core.clock import PausableClock
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.reporting.entries import BrickResult
 from pytest_dlbricks.timing.overhead import NO_OVERHEAD, CallOverhead
@@ -104,6 +105,7 @@ class _Item:
     def __init__(self, pytester: pytest.Pytester, *args: str) -> None:
         self.config = pytester.parseconfig(*args)
         self.marks: list[pytest.Mark] = [pytest.mark.benchmark(precision=0.02).mark]
+        self.stash = pytest.Stash()
 
     def get_closest_marker(self, name: str) -> pytest.Mark | None:
         return self.marks[-1] if name == "benchmark" else None
@@ -169,16 +171,19 @@ def test_the_models_tallies_follow_every_time_learnt(tmp_path: Path) -> None:
 
 
 class _Run:
-    """A run whose clock moves only when a brick is called, by the brick's time."""
+    """A run whose time moves only when a brick is called: by ``untimed`` seconds preparing the call, which the run's
+    clock leaves out, then by the brick's time."""
 
-    def __init__(self, seconds: float, share: float = 0.0) -> None:
-        self.now, self.seconds, self.share, self.calls = 0.0, seconds, share, 0
+    def __init__(self, seconds: float, share: float = 0.0, untimed: float = 0.0) -> None:
+        self.now, self.seconds, self.share, self.untimed, self.calls = 0.0, seconds, share, untimed, 0
+        self.clock = PausableClock(lambda: self.now)
 
-    def clock(self) -> float:
-        return self.now
+    def _prepare(self) -> None:
+        self.now += self.untimed
 
     def call(self) -> None:
         self.calls += 1
+        self.clock.untimed(self._prepare)
         self.now += self.seconds
 
     def brick_share(self, signature: str, seconds: float) -> float:
@@ -216,3 +221,16 @@ def test_a_microsecond_brick_of_a_sizeable_part_of_a_model_is_timed_over_a_span(
     items._budget_rounds(item, run, "brick", run.call)  # type: ignore[arg-type]
     assert item.marks[-1].kwargs.get("min_rounds") == min_rounds
     assert item.marks[-1].kwargs["precision"] == 0.02, "the precision still asked"
+
+
+@pytest.mark.parametrize(("untimed", "max_time"), [(0.0, None), (75e-3, 0.25), (1e-6, 1.0 * 25e-3 / (25e-3 + 1e-6))])
+def test_the_time_limit_holds_for_the_whole_call_not_only_its_timed_part(
+    pytester: pytest.Pytester, untimed: float, max_time: float | None
+) -> None:
+    """pytest-benchmark sizes its rounds by the run's clock, which leaves out each call's preparation: a brick whose
+    calls read a quarter of a gigabyte first ran 46 s for a limit of 1 s. It is handed the limit less the part of a
+    call its clock leaves out; the user's limit is the one the brick is said to have run out of."""
+    item, run = _Item(pytester, "--benchmark-max-time=1.0"), _Run(25e-3, untimed=untimed)
+    items._budget_rounds(item, run, "brick", run.call)  # type: ignore[arg-type]
+    assert item.marks[-1].kwargs.get("max_time") == pytest.approx(max_time)
+    assert item.stash.get(items.TIME_LIMIT, None) == (None if max_time is None else 1.0)
