@@ -137,6 +137,23 @@ def test_a_brick_many_plans_hold_is_read_once(tmp_path: Path) -> None:
     assert len({id(brick) for brick in bricks}) == 1
 
 
+def test_a_damaged_plan_leaves_no_brick_to_the_plans_read_after_it(tmp_path: Path) -> None:
+    """Its bricks parse, its writers do not hold: a miss, and the next plan of the same brick builds its own."""
+    cache = PlanCache(tmp_path / "plans", SETTINGS)
+    damaged, sound = tiny_models.chain(tmp_path, "damaged.onnx", seed=1), tiny_models.chain(tmp_path, "sound.onnx")
+    cache.put(damaged, ONE_POINT, cut(damaged))
+    (saved,) = (tmp_path / "plans").iterdir()
+    data = read_plan(saved)
+    data["input_writers"][0] = [1]
+    data["bricks"][0]["weights"][0][0] = "renamed"  # the brick as no plan of the model's would hold it
+    write_plan(saved, data)
+    cache.put(sound, ONE_POINT, cut(sound))
+    assert cache.get(damaged, "damaged.onnx") is None and cache.discarded == 1
+    found = cache.get(sound, "sound.onnx")
+    assert found is not None
+    assert all(brick.weights[0][0] != "renamed" for brick in found.plan.bricks if isinstance(brick, BrickSpec))
+
+
 def test_external_data_is_part_of_the_key(tmp_path: Path) -> None:
     path = tiny_models.external_weights(tmp_path)
     cache = PlanCache(tmp_path / "plans", SETTINGS)

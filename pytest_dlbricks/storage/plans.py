@@ -35,7 +35,8 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections import ChainMap
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -136,7 +137,7 @@ class PlanCache:
         """The cut of a model of the same graph (:meth:`graph_key` ``key``), made in this run or kept before, under
         the name of the model that takes it; None if none."""
         if key in self._cut_now:
-            return cut_model_from_json(self._cut_now[key], display_path, point, self._bricks)
+            return self._from_json(self._cut_now[key], display_path, point)
         return None if self.folder is None else self._read(f"{GRAPHS}/{key}", display_path, point)
 
     def put_by_graph(self, key: str, cut: CutModel) -> None:
@@ -177,12 +178,19 @@ class PlanCache:
         except OSError:  # absent, or no folder to hold it: a miss, no damage
             return None
         try:
-            cut = cut_model_from_json(json.loads(_checked_payload(content)), display_path, point, self._bricks)
+            cut = self._from_json(json.loads(_checked_payload(content)), display_path, point)
         except _DAMAGE:
             self.discarded += 1
             return None
         with contextlib.suppress(OSError):  # a plan that cannot be marked used may only be cut again later
             os.utime(path)
+        return cut
+
+    def _from_json(self, data: Mapping[str, Any], display_path: str, point: SweepPoint) -> CutModel:
+        """:func:`cut_model_from_json`, taking the bricks earlier plans built; a plan found damaged adds none."""
+        built: dict[str, BrickSpec] = {}
+        cut = cut_model_from_json(data, display_path, point, ChainMap(built, self._bricks))
+        self._bricks.update(built)
         return cut
 
     def _write(self, key: str, data: dict[str, Any]) -> None:
@@ -285,7 +293,7 @@ def cut_model_from_json(
     data: Mapping[str, Any],
     display_path: str,
     point: SweepPoint = ONE_POINT,
-    known: dict[str, BrickSpec] | None = None,
+    known: MutableMapping[str, BrickSpec] | None = None,
 ) -> CutModel:
     """A cut model from its plain data; ``known``: bricks built before, by signature, taken instead of building
     them again, and where the new ones are added."""
@@ -355,7 +363,7 @@ def _brick_to_json(brick: Brick) -> dict[str, Any]:
     return _spec_to_json(brick)
 
 
-def _brick_from_json(data: Mapping[str, Any], known: dict[str, BrickSpec]) -> Brick:
+def _brick_from_json(data: Mapping[str, Any], known: MutableMapping[str, BrickSpec]) -> Brick:
     if "broken" in data:
         index, op_type, reason = data["broken"]
         return BrokenBrick(_count(index), str(op_type), str(reason))
