@@ -11,10 +11,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import tiny_models
 
 from conftest import run_dlbricks
+from pytest_dlbricks.core.errors import RuntimeRefusal
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.core.sweeps import SweepPoint
 from pytest_dlbricks.cut.bricks import BrickSpec
@@ -30,6 +32,7 @@ from pytest_dlbricks.storage.plans import (
     cut_model_from_json,
     cut_model_to_json,
 )
+from pytest_dlbricks.wiring import engine
 
 SETTINGS = Settings(granularity=2, cut="original")
 
@@ -348,3 +351,68 @@ def test_a_cut_is_shared_by_graph_only_where_weights_cannot_decide_its_bricks(tm
     assert key is not None
     cache.put_by_graph(key, cut(looping))
     assert cache.get_by_graph(key, "loop.onnx") is None
+
+
+def unproduced_output(directory: Path) -> Path:
+    """A model onnxruntime refuses to load: it declares an output ``z`` nothing produces."""
+    nodes = [onnx.helper.make_node("Relu", ["x"], ["y"])]
+    model = tiny_models.finish(nodes, [tiny_models.tensor("x", (2,))], [tiny_models.tensor("z", (2,))])
+    return tiny_models.save(model, directory, "refused.onnx")
+
+
+def test_a_refusal_is_kept_until_something_that_decides_it_changes(tmp_path: Path) -> None:
+    path = tiny_models.chain(tmp_path)
+    cache = PlanCache(tmp_path / "plans", SETTINGS)
+    cache.put_refusal(path, ONE_POINT, "onnxruntime cannot run the model to learn its shapes: LSTM")
+    with pytest.raises(RuntimeRefusal, match=r"^models/chain\.onnx: onnxruntime cannot run the model .*: LSTM$"):
+        cache.get(path, "models/chain.onnx")
+    assert cache.get(path, "c", SweepPoint({"batch": 2}, label="batch=2")) is None
+    assert cache.get(path, "c", samples="other inputs") is None
+    assert PlanCache(tmp_path / "plans", replace(SETTINGS, granularity=3)).get(path, "c") is None
+    tiny_models.chain(tmp_path, kernel=5)
+    assert cache.get(path, "chain.onnx") is None, "a changed model is loaded again"
+
+
+@pytest.mark.parametrize(
+    "cause",
+    ["onnxruntime cannot load the model: Failed to allocate memory", "cannot load the model: no space left on device"],
+)
+def test_a_refusal_for_want_of_memory_or_disk_is_not_kept(tmp_path: Path, cause: str) -> None:
+    path = tiny_models.chain(tmp_path)
+    cache = PlanCache(tmp_path / "plans", SETTINGS)
+    cache.put_refusal(path, ONE_POINT, cause)
+    assert cache.get(path, "chain.onnx") is None
+    assert not (tmp_path / "plans").exists()
+
+
+def test_a_damaged_refusal_is_a_miss(tmp_path: Path) -> None:
+    path = tiny_models.chain(tmp_path)
+    cache = PlanCache(tmp_path / "plans", SETTINGS)
+    cache.put_refusal(path, ONE_POINT, "onnxruntime cannot load the model: z")
+    (saved,) = (tmp_path / "plans").iterdir()
+    write_plan(saved, {"refused": ["not", "text"]})
+    assert cache.get(path, "chain.onnx") is None
+    assert cache.discarded == 1
+
+
+def test_a_model_onnxruntime_refused_is_not_loaded_again_on_the_next_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unproduced_output(pytester.path)
+    tiny_models.chain(pytester.path, "model.onnx")
+    args = (
+        "--dlbricks-granularity=2",
+        "--dlbricks-precision=off",
+        "--dlbricks-json=r.json",
+        "refused.onnx",
+        "model.onnx",
+    )
+    first = run_dlbricks(pytester, *args, dims=())
+    first.assert_outcomes(passed=1, errors=1)
+    first.stdout.fnmatch_lines(["*refused.onnx: onnxruntime cannot load the model:*z*"])
+    monkeypatch.setattr(engine, "load_model", lambda *args: pytest.fail("a model was loaded again"))
+    again = run_dlbricks(pytester, *args, dims=())
+    again.assert_outcomes(errors=1)
+    again.stdout.fnmatch_lines(["*refused.onnx: onnxruntime cannot load the model:*z*", "*1 deselected, 1 error*"])
+    (failed,) = [model for model in json.loads((pytester.path / "r.json").read_text())["models"] if "error" in model]
+    assert failed["path"] == "refused.onnx" and "cannot load the model" in failed["error"]

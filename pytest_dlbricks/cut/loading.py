@@ -393,7 +393,7 @@ class _ModelLoader(ModelParts):
             return
         refusal = load_refusal(self.declared_model() if self.unsized else self.model, self.data_dir)
         if refusal is not None and not self.accept_declared_sizes():
-            raise ModelError(self.path, f"onnxruntime cannot load the model: {refusal}") from error
+            raise RuntimeRefusal(self.path, f"onnxruntime cannot load the model: {refusal}") from error
         self.runtime_loads = True
 
     def accept_declared_sizes(self) -> bool:

@@ -5,7 +5,8 @@ default ``--dlbricks-cut=optimized``), a reference run learns the shapes inferen
 then it is cut and its work counted. A run whose bricks all come from the store would spend most of
 its time there, so each model's plan (its bricks, brick graph, guessed dimensions, what it ran on)
 and its bricks' work are kept beside the brick times of the machine and settings
-they were cut for, one JSON file per model. A plan is found again by a key over everything that
+they were cut for, one JSON file per model; a model onnxruntime refused keeps the refusal instead, so that a
+model left broken in the tree does not cost every run a load. A plan is found again by a key over everything that
 decides it: the model file's bytes (and the size and modification time of its external data), the
 sweep point (dimensions and numeric type), the sample inputs, granularity, cut and validation, onnx's version, and
 pytest-dlbricks' own source, so that any change to the code that loads and cuts models makes new
@@ -47,6 +48,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
+from ..core.errors import RuntimeRefusal
 from ..core.graph import TensorSpec
 from ..core.identity import digest
 from ..core.settings import LARGEST_NUMBER, Settings
@@ -69,6 +71,8 @@ GRAPHS = "graphs"
 UNUSED_FOR_S = 30 * 24 * 3600
 #: The name of a plan file: its key, a SHA-256. Nothing else in the plans' folders is ever removed.
 _PLAN_NAME = re.compile(r"[0-9a-f]{64}\.json")
+#: What a refusal for want of memory, disk or access says: it may not recur (see :meth:`PlanCache.put_refusal`).
+_RESOURCES = re.compile(r"alloc|memory|space|disk|permission|denied|resource", re.IGNORECASE)
 #: What reading a damaged plan may raise: from JSON (nested deeper than the parser goes too), base64,
 #: protobuf, numpy's format (a header claiming more memory than there is), or a wrong type.
 _DAMAGE = (
@@ -115,7 +119,8 @@ class PlanCache:
         self, path: Path, display_path: str, point: SweepPoint = ONE_POINT, samples: str | None = None
     ) -> CutModel | None:
         """The model at ``path`` as cut before at ``point`` with these settings, under its current name
-        (``display_path`` as pytest shows the file), on the sample inputs of digest ``samples``; None if never."""
+        (``display_path`` as pytest shows the file), on the sample inputs of digest ``samples``; None if never.
+        Raises :class:`~pytest_dlbricks.core.errors.RuntimeRefusal` where onnxruntime refused it then."""
         if self.folder is None:
             return None
         key = self.key(path, point, samples)
@@ -132,6 +137,16 @@ class PlanCache:
             return
         if key is not None:
             self._write(key, data)
+
+    def put_refusal(self, path: Path, point: SweepPoint, cause: str, samples: str | None = None) -> None:
+        """Keep onnxruntime's refusal to load or run the model at ``path``, which the same file, settings and
+        runtime meet again: :meth:`get` raises it without loading the model. A refusal for want of memory,
+        disk or access may not recur and is not kept."""
+        if self.folder is None or _RESOURCES.search(cause):
+            return
+        key = self.key(path, point, samples)
+        if key is not None:
+            self._write(key, {"refused": cause})
 
     def get_by_graph(self, key: str, display_path: str, point: SweepPoint = ONE_POINT) -> CutModel | None:
         """The cut of a model of the same graph (:meth:`graph_key` ``key``), made in this run or kept before, under
@@ -178,12 +193,16 @@ class PlanCache:
         except OSError:  # absent, or no folder to hold it: a miss, no damage
             return None
         try:
-            cut = self._from_json(json.loads(_checked_payload(content)), display_path, point)
+            data = json.loads(_checked_payload(content))
+            refused = _refusal(data)
+            cut = None if refused is not None else self._from_json(data, display_path, point)
         except _DAMAGE:
             self.discarded += 1
             return None
         with contextlib.suppress(OSError):  # a plan that cannot be marked used may only be cut again later
             os.utime(path)
+        if refused is not None:
+            raise RuntimeRefusal(display_path, refused)
         return cut
 
     def _from_json(self, data: Mapping[str, Any], display_path: str, point: SweepPoint) -> CutModel:
@@ -248,6 +267,16 @@ def source_digest() -> str:
         sha.update(module.relative_to(package).as_posix().encode())
         sha.update(module.read_bytes())
     return sha.hexdigest()
+
+
+def _refusal(data: Mapping[str, Any]) -> str | None:
+    """The refusal a kept plan holds instead of a cut model (see :meth:`PlanCache.put_refusal`), or None."""
+    if "refused" not in data:
+        return None
+    cause = data["refused"]
+    if not isinstance(cause, str):
+        raise TypeError("a kept refusal that is not text")
+    return cause
 
 
 def _unused_since(entry: os.DirEntry[str], oldest: float) -> bool:

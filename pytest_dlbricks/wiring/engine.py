@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..core.errors import ModelError, describe_error, named_error
+from ..core.errors import ModelError, RuntimeRefusal, describe_error, named_error
 from ..core.sweeps import AS_WRITTEN, SweepPoint
 from ..core.wording import plural
 from ..cut.bricks import BrickSpec
@@ -109,7 +109,8 @@ class DLBricksRun(RunState):
         name = display_path + point.suffix
         try:
             return self._add_model(path, display_path, point, hooked, name)
-        except ModelError:
+        except ModelError as error:
+            self.failed.append(FailedModel(name, error.cause))
             raise
         except Exception as error:  # an input no check foresaw: the report lists the model with it, as any
             self.failed.append(FailedModel(name, unforeseen(error)))
@@ -118,15 +119,15 @@ class DLBricksRun(RunState):
     def _add_model(
         self, path: Path, display_path: str, point: SweepPoint, hooked: object, name: str
     ) -> tuple[ModelPlan, list[BrickSpec]]:
-        try:
-            sample = self._sample_inputs(path, hooked)
-        except ModelError as error:
-            self.failed.append(FailedModel(name, error.cause))
-            raise
+        sample = self._sample_inputs(path, hooked)
         digest = sample.digest() if sample is not None else None
         cut = self.plan_cache.get(path, display_path, point, digest)
         if cut is None:
-            cut = self._cut_or_share(path, display_path, point, sample, digest)
+            try:
+                cut = self._cut_or_share(path, display_path, point, sample, digest)
+            except RuntimeRefusal as error:
+                self.plan_cache.put_refusal(path, point, error.cause, digest)
+                raise
             self.plan_cache.put(path, point, cut, digest)
         plan = cut.plan
         for signature in plan.signatures:
@@ -170,11 +171,7 @@ class DLBricksRun(RunState):
         name = display_path + point.suffix
         optimize = self.settings if self.settings.cut == "optimized" else None
         dtype = point.dtype
-        try:
-            graph = load_model(path, point.dims, optimize, _converter(dtype), sample, self.settings.granularity)
-        except ModelError as error:
-            self.failed.append(FailedModel(name, error.cause))
-            raise
+        graph = load_model(path, point.dims, optimize, _converter(dtype), sample, self.settings.granularity)
         plan = plan_model(graph, self.settings.granularity, name)
         plan.file, plan.point = display_path, point.describe()
         if sample is not None:
