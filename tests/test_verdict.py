@@ -229,8 +229,29 @@ def test_a_damaged_report_s_figures_count_as_unmeasured() -> None:
     }
     verdict = judge_report(report)
     assert verdict is not None and verdict.margin is None
-    assert set(verdict.unmeasured) == {"bricks", "speed", "load"}
+    assert set(verdict.unmeasured) == {"bricks", "speed", "drift", "load"}, "its model has no drift either"
     assert judge_report({"models": [{"path": "a.onnx", "error": "cannot be read"}]}) is None
+
+
+def test_a_run_that_timed_bricks_and_timed_no_model_again_says_so() -> None:
+    """The budget for timing the bricks again at the run's end may reach no whole model (a tenth of a short run,
+    spent on the bricks of the smallest model): the run's verdict then lacks that part, and says so. A run that
+    timed nothing (every brick reused) had nothing to time again."""
+    model = {"path": "a.onnx", "complete": True, "precision": 0.02}
+    summary = {"speed": {"swing": 0.05}, "load": {"core_share": 0.99, "trusted": True}}
+    report = {"settings": {"intra_op_threads": 1}, "summary": summary, "models": [model]}
+    verdict = judge_report(report)
+    assert verdict is not None and verdict.unmeasured == {"drift": "no model had all its bricks timed again"}
+    assert "at the least" in verdict_line(verdict.as_json()) and "not measured: bricks timed again" in verdict_line(
+        verdict.as_json()
+    )
+    report["models"] = [{**model, "estimate_drift": 1.04}]
+    timed_again = judge_report(report)
+    assert (
+        timed_again is not None and timed_again.unmeasured == {} and timed_again.sources["drift"] == pytest.approx(0.04)
+    )
+    reused = judge_report({"settings": {}, "summary": {}, "models": [model]})
+    assert reused is not None and "drift" not in reused.unmeasured
 
 
 def test_reused_bricks_bring_the_speed_and_load_their_runs_found() -> None:

@@ -166,6 +166,7 @@ def judge(
     memory: float | None = None,
     precisions_by_path: Mapping[str, float | None] | None = None,
     parallel_ratios: Iterable[float] | None = None,
+    timed: bool = False,
 ) -> Verdict:
     """The run's verdict from its models' estimate margins, its noise, its speed trace's spread, its load
     summary (see :func:`.load.load_summary`), its intra-op ``threads`` (0: onnxruntime's choice), when
@@ -176,7 +177,8 @@ def judge(
     with each complete model's estimate margin by path (``precisions_by_path``), each model's own margin (see
     :func:`model_margins`); ``parallel_ratios``: where the run gives parallel estimates, the validated models'
     parallel estimate over the parallel executor's time (empty where none was validated), see
-    :func:`parallel_coverage`."""
+    :func:`parallel_coverage`; ``timed``: the run timed bricks, so that a run in which no model had all its bricks
+    timed again (the budget at its end reached none) says it did not measure that part."""
     earlier = earlier or {}
     earlier_speed, earlier_load = _number(earlier.get("speed")), _number(earlier.get("load"))
     memories = [part for part in (memory, _number(earlier.get("memory"))) if part is not None]
@@ -195,6 +197,8 @@ def judge(
     widest = widest_drift(drifts or {})
     if widest is not None:
         sources[DRIFT] = _apart(widest[1])
+    elif timed:
+        unmeasured[DRIFT] = "no model had all its bricks timed again"
     if memories:
         sources[MEMORY] = max(memories)
     loaded = load is not None and bool(load.get("loaded"))
@@ -383,6 +387,8 @@ def judge_report(report: Mapping[str, Any]) -> Verdict | None:
         memory=memory_margin(summary.get("memory")),
         precisions_by_path={str(model.get("path")): _number(model.get("precision")) for model in complete},
         parallel_ratios=parallel_coverage(complete),
+        # The speed trace is summed up only where the run timed bricks (see :meth:`.DLBricksRun.compose`).
+        timed=isinstance(summary.get("speed"), Mapping),
     )
 
 
