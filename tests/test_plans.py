@@ -375,7 +375,12 @@ def test_a_refusal_is_kept_until_something_that_decides_it_changes(tmp_path: Pat
 
 @pytest.mark.parametrize(
     "cause",
-    ["onnxruntime cannot load the model: Failed to allocate memory", "cannot load the model: no space left on device"],
+    [
+        "onnxruntime cannot load the model: Failed to allocate memory",
+        "cannot load the model: no space left on device",
+        "cannot load the model: Read-only file system",
+        "cannot load the model: Too many open files",
+    ],
 )
 def test_a_refusal_for_want_of_memory_or_disk_is_not_kept(tmp_path: Path, cause: str) -> None:
     path = tiny_models.chain(tmp_path)

@@ -71,8 +71,11 @@ GRAPHS = "graphs"
 UNUSED_FOR_S = 30 * 24 * 3600
 #: The name of a plan file: its key, a SHA-256. Nothing else in the plans' folders is ever removed.
 _PLAN_NAME = re.compile(r"[0-9a-f]{64}\.json")
-#: What a refusal for want of memory, disk or access says: it may not recur (see :meth:`PlanCache.put_refusal`).
-_RESOURCES = re.compile(r"alloc|memory|space|disk|permission|denied|resource", re.IGNORECASE)
+#: What a refusal for want of memory, disk or access says (onnxruntime writes the optimized graph to a folder of its
+#: own, see :func:`~pytest_dlbricks.core.runtime.optimize_model`): it may not recur (see :meth:`PlanCache.put_refusal`).
+_RESOURCES = re.compile(
+    r"alloc|memory|space|disk|permission|denied|resource|read-only|open files|director|temporar", re.IGNORECASE
+)
 #: What reading a damaged plan may raise: from JSON (nested deeper than the parser goes too), base64,
 #: protobuf, numpy's format (a header claiming more memory than there is), or a wrong type.
 _DAMAGE = (
