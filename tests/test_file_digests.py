@@ -25,15 +25,15 @@ def settled(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """The files read through ``Path.read_bytes`` from now on."""
+    """The files read and hashed from now on."""
     read: list[Path] = []
-    original = Path.read_bytes
+    original = file_digests._digest_file
 
-    def recording(path: Path) -> bytes:
+    def recording(path: Path) -> FileDigest:
         read.append(path)
         return original(path)
 
-    monkeypatch.setattr(Path, "read_bytes", recording)
+    monkeypatch.setattr(file_digests, "_digest_file", recording)
     return read
 
 
@@ -46,6 +46,21 @@ def test_an_unchanged_file_is_not_read_again(tmp_path: Path, monkeypatch: pytest
     read.clear()
     assert FileDigests(tmp_path / "files").of(path) == first, "a later run finds the record"
     assert path not in read
+
+
+def test_a_file_the_system_does_not_map_is_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tiny_models.chain(tmp_path)
+    mapped = FileDigests(None).of(path)
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise OSError(19, "No such device")  # as a file system without memory maps says
+
+    monkeypatch.setattr(file_digests.mmap, "mmap", refused)
+    assert (
+        FileDigests(None).of(path)
+        == mapped
+        == FileDigest(hashlib.sha256(path.read_bytes()).hexdigest(), (), graph_digest(onnx.load(path)))
+    )
 
 
 def test_a_changed_file_is_read_again(tmp_path: Path, settled: None) -> None:

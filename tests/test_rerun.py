@@ -55,6 +55,7 @@ def test_a_rerun_with_nothing_changed_reads_runs_and_measures_nothing_it_need_no
 
     monkeypatch.setattr(builtins, "open", recording_open)
     monkeypatch.setattr(Path, "read_bytes", recording_read_bytes)
+    monkeypatch.setattr(file_digests, "_digest_file", never("hashed a model file"))
     monkeypatch.setattr(pytest_benchmark.plugin, "get_cpu_info", never("described the machine with py-cpuinfo"))
     monkeypatch.setattr(engine, "load_model", never("loaded a model"))
     monkeypatch.setattr(engine, "measure_call_overhead", never("measured the call overhead"))

@@ -23,6 +23,7 @@ from pytest_dlbricks.timing.retiming import (
     AGAIN_WARM_S,
     CALLS_PER_ROUND,
     TimedAgain,
+    again_by_model,
     time_again,
 )
 
@@ -65,6 +66,37 @@ def test_a_brick_of_milliseconds_is_timed_again_in_fewer_rounds(monkeypatch: pyt
     assert time_again(brick) == pytest.approx((4e-3,) * AGAIN_MIN_ROUNDS)
     assert brick.calls == 1 + AGAIN_MIN_ROUNDS * CALLS_PER_ROUND, "a warm call, and the fewest rounds past their time"
     assert AGAIN_MIN_ROUNDS * 3 * 4e-3 > AGAIN_BRICK_S
+
+
+def _timing_again(models: list[list[str]], budget_s: float, seconds: float = 1.0) -> list[str]:
+    """The bricks :func:`again_by_model` times of ``models`` within ``budget_s``, each taking ``seconds``."""
+    clock, timed = Clock(), []
+
+    def time_one(signature: str) -> None:
+        clock.now += seconds
+        timed.append(signature)
+
+    again_by_model(models, time_one, budget_s, clock.perf_counter)
+    return timed
+
+
+def test_a_model_begun_is_timed_again_whole_past_the_budget() -> None:
+    # Left at its second brick, as the budget alone would leave it, the model would have no drift.
+    assert _timing_again([["a", "b", "c"], ["d"]], budget_s=1.5) == ["a", "b", "c"]
+
+
+def test_a_model_that_would_run_far_past_the_budget_is_given_up_at_once() -> None:
+    assert _timing_again([[f"b{i}" for i in range(10)]], budget_s=2.0) == ["b0"]
+
+
+def test_a_model_that_does_not_fit_is_passed_over_for_one_that_does() -> None:
+    # The second model needs four bricks at a second each where 1.5 s are left; the third needs one.
+    timed = _timing_again([["a"], ["b", "c", "d", "e"], ["a", "b"], ["f", "g"]], budget_s=2.5)
+    assert timed == ["a", "b"], "a brick done once is not timed again; nothing is begun past the budget"
+
+
+def test_nothing_is_timed_again_without_a_budget() -> None:
+    assert _timing_again([["a"]], budget_s=0.0) == []
 
 
 def _report(tmp_path: Path, again: dict[str, TimedAgain], reused: set[str] = frozenset()) -> dict:  # type: ignore[assignment,type-arg]

@@ -37,7 +37,7 @@ from ..storage.plans import CutModel, PlanCache
 from ..timing.load import load_summary
 from ..timing.overhead import measure_call_overhead, measure_parallel_fixed_cost, parallel_ceiling
 from ..timing.probes import RunMeasurements, describe_machine, detect_executor, measure_run, with_pool_slowdown
-from ..timing.retiming import TimedAgain, time_again
+from ..timing.retiming import TimedAgain, again_by_model, time_again
 from ..timing.running import BrickRunner, ModelRunner
 from .run_state import RunState
 
@@ -317,28 +317,28 @@ class DLBricksRun(RunState):
 
     def _time_again(self) -> None:
         """Time each brick this run timed once more (see :func:`.time_again`), in the machine's fast state as its item
-        was, model by model from the smallest estimate, within :data:`AGAIN_SHARE` of the run's time so far: models
-        of microseconds, which move furthest from run to run, cost least to time again. A brick that cannot run
-        again is left out. Validation times the bricks again beside each model instead."""
+        was, model by model from the smallest estimate, within about :data:`AGAIN_SHARE` of the run's time so far
+        (see :func:`.again_by_model`): models of microseconds, which move furthest from run to run, cost least to
+        time again. A brick that cannot run again is left out. Validation times the bricks again beside each model
+        instead."""
         statistic = self.settings.statistic
         timed = {signature for signature, result in self.results.items() if not result.reused}
 
         def size(plan: ModelPlan) -> float:
             return sum(count * self.results[s].stats[statistic] for s, count in plan.signatures.items() if s in timed)
 
-        order = dict.fromkeys(s for plan in sorted(self.plans, key=size) for s in plan.signatures if s in timed)
-        start = time.perf_counter()
-        budget = AGAIN_SHARE * (start - self.started)
-        for signature in order:
-            if time.perf_counter() - start > budget:
-                break
+        def time_one(signature: str) -> None:
             try:
                 runner = self.brick_runner(signature)
                 runner.check()
                 reference = self.speed.settled()
                 self.timed_again[signature] = TimedAgain(time_again(runner), reference)
             except Exception:  # it ran in its item: whatever fails now leaves its time as it was
-                continue
+                return
+
+        models = [[s for s in plan.signatures if s in timed] for plan in sorted(self.plans, key=size)]
+        start = time.perf_counter()
+        again_by_model(models, time_one, AGAIN_SHARE * (start - self.started))
         self.timed_again_s = time.perf_counter() - start
 
     def _memory_reads(self) -> dict[str, Any] | None:
