@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -29,9 +30,9 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     read: list[Path] = []
     original = file_digests._digest_file
 
-    def recording(path: Path) -> FileDigest:
+    def recording(path: Path, *, mapped: bool) -> FileDigest:
         read.append(path)
-        return original(path)
+        return original(path, mapped=mapped)
 
     monkeypatch.setattr(file_digests, "_digest_file", recording)
     return read
@@ -48,9 +49,20 @@ def test_an_unchanged_file_is_not_read_again(tmp_path: Path, monkeypatch: pytest
     assert path not in read
 
 
-def test_a_file_the_system_does_not_map_is_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_settled_file_is_mapped_and_one_the_system_does_not_map_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settled: None
+) -> None:
     path = tiny_models.chain(tmp_path)
-    mapped = FileDigests(None).of(path)
+    maps: list[int] = []
+    original = file_digests.mmap.mmap
+
+    def mapping(*args: Any, **kwargs: Any) -> Any:
+        maps.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(file_digests.mmap, "mmap", mapping)
+    read_mapped = FileDigests(None).of(path)
+    assert maps, "a file written long before is mapped"
 
     def refused(*args: object, **kwargs: object) -> None:
         raise OSError(19, "No such device")  # as a file system without memory maps says
@@ -58,9 +70,18 @@ def test_a_file_the_system_does_not_map_is_read_whole(tmp_path: Path, monkeypatc
     monkeypatch.setattr(file_digests.mmap, "mmap", refused)
     assert (
         FileDigests(None).of(path)
-        == mapped
+        == read_mapped
         == FileDigest(hashlib.sha256(path.read_bytes()).hexdigest(), (), graph_digest(onnx.load(path)))
     )
+
+
+def test_a_file_written_just_before_is_read_not_mapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It may still be being written: a mapped file cut short under the reader would end the process."""
+    path = tiny_models.chain(tmp_path)
+    monkeypatch.setattr(
+        file_digests.mmap, "mmap", lambda *args, **kwargs: pytest.fail("a file just written was mapped")
+    )
+    assert FileDigests(None).of(path).sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_a_changed_file_is_read_again(tmp_path: Path, settled: None) -> None:

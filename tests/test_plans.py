@@ -333,7 +333,7 @@ def test_a_cache_that_cannot_be_written_is_no_error(tmp_path: Path) -> None:
 def test_a_file_loading_refuses_is_never_read_for_its_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "pipe.onnx"
     os.mkfifo(path)  # reading it would wait for a writer forever
-    monkeypatch.setattr(file_digests, "_digest_file", lambda *args: pytest.fail("the file was read"))
+    monkeypatch.setattr(file_digests, "_digest_file", lambda *args, **kwargs: pytest.fail("the file was read"))
     assert PlanCache(tmp_path / "plans", SETTINGS).key(path) is None
 
 

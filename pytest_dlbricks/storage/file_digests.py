@@ -83,8 +83,8 @@ class FileDigests:
             if kept is not None:
                 return kept
         started = time.time_ns()
-        found = _digest_file(path)
         settled = max(status.st_mtime_ns, status.st_ctime_ns) < started - SETTLED_NS
+        found = _digest_file(path, mapped=settled)
         if record is not None and settled and _stamp(path.stat()) == _stamp(status):
             # A digest that cannot be kept only costs the next run the time to read the file again.
             with contextlib.suppress(OSError):
@@ -108,17 +108,22 @@ class FileDigests:
             return None
 
 
-def _digest_file(path: Path) -> FileDigest:
-    """:func:`_digest` of the file at ``path``, read through a memory map where the system gives one, as git
-    hashes a file: no copy of its bytes is made (for a 100 MB model, 0.10 s against 0.17-0.18 s read whole,
-    most of that difference the new memory a copy needs)."""
+def _digest_file(path: Path, *, mapped: bool) -> FileDigest:
+    """:func:`_digest` of the file at ``path``; ``mapped``: read through a memory map where the system gives one,
+    as git hashes a file, without a copy of its bytes (for a 100 MB model, 0.10 s against 0.17-0.18 s read whole,
+    most of that difference the new memory a copy needs). Only a settled file is mapped: one written just
+    before may still be being written, and a mapped file cut short under the reader ends the process (SIGBUS)
+    where a read returns what the file holds."""
     with path.open("rb") as file:
-        try:
-            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError):  # empty, or no file the system maps: read it whole
-            return _digest(file.read())
-        with mapped, memoryview(mapped) as content:
-            return _digest(content)
+        if mapped:
+            try:
+                view = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):  # empty, or no file the system maps: read it whole
+                pass
+            else:
+                with view, memoryview(view) as content:
+                    return _digest(content)
+        return _digest(file.read())
 
 
 def _digest(content: bytes | memoryview) -> FileDigest:
