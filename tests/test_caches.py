@@ -22,6 +22,7 @@ from pytest_dlbricks.cut.cutting import ModelPlan, plan_model
 from pytest_dlbricks.cut.loading import load_model
 from pytest_dlbricks.timing import caches
 from pytest_dlbricks.timing.caches import (
+    MAX_FLUSH_BYTES,
     CacheFlusher,
     ColdInputs,
     cache_sizes,
@@ -116,13 +117,18 @@ def test_other_bricks_are_not_flushed() -> None:
     assert flush_bytes(small, 2 * 256 * 256, big_model, SIZES) == 0
 
 
-def test_the_flusher_reads_one_buffer_grown_to_the_largest_request() -> None:
+def test_the_flusher_reads_one_buffer_written_as_far_as_the_largest_request() -> None:
     flusher = CacheFlusher()
     small, large = flusher.reader(1 * MIB), flusher.reader(2 * MIB)
+    buffer = flusher._buffer
     small()
     large()
-    assert flusher._buffer.nbytes == 2 * MIB
-    assert flusher.reader(1 * MIB) is not None and flusher._buffer.nbytes == 2 * MIB, "no smaller buffer"
+    assert buffer.nbytes == MAX_FLUSH_BYTES, "set aside once, at the most any request asks"
+    assert flusher._written * buffer.itemsize == 2 * MIB, "its pages written only as far as requests reach"
+    assert (buffer[: flusher._written] == 1).all(), "every page read was written: none reads the zero page"
+    assert flusher.reader(1 * MIB) is not None and flusher._buffer is buffer, "no buffer of its own for a smaller one"
+    flusher.reader(MAX_FLUSH_BYTES + MIB)()
+    assert flusher._buffer.nbytes == MAX_FLUSH_BYTES + MIB, "a request beyond it gets a buffer as large"
 
 
 def test_the_flusher_times_its_reads_and_sums_them_up_as_the_speed_trace_does() -> None:
