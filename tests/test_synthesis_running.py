@@ -16,7 +16,7 @@ import pytest
 import tiny_models
 
 from conftest import plan_of, runtime_ops
-from pytest_dlbricks.core import runtime
+from pytest_dlbricks.core import runtime, synthetic
 from pytest_dlbricks.core.errors import ModelError
 from pytest_dlbricks.core.graph import MIN_IR_VERSION, TensorSpec
 from pytest_dlbricks.core.placement import placement_of
@@ -115,6 +115,33 @@ def test_shared_weights_are_read_only_views_of_one_buffer_whatever_the_order() -
     assert not first.arrays([TensorSpec(P.INT64, (2, 5))])[0].any()
     with pytest.raises(SynthesisError, match="string"):
         first.arrays([TensorSpec(P.STRING, (2,))])
+
+
+def test_shared_weights_are_set_aside_once_and_written_as_far_as_a_brick_reaches() -> None:
+    """Allocated anew at each larger brick, the onnx wheel's CNNs wrote 208 and then 392 MiB of fresh memory."""
+    shared = SharedWeights()
+    shared.arrays([TensorSpec(P.FLOAT, (3, 50))])
+    buffer = shared._buffers[np.dtype(np.float32)]
+    (large,) = shared.arrays([TensorSpec(P.FLOAT, (3 << 16,))])
+    assert shared._buffers[np.dtype(np.float32)] is buffer and np.shares_memory(large, buffer), "no new buffer"
+    assert shared._written[np.dtype(np.float32)] == 3 << 16, "written only as far as the largest brick reaches"
+    alone = SharedWeights().arrays([TensorSpec(P.FLOAT, (3 << 16,))])[0]
+    np.testing.assert_array_equal(large, alone)  # the values of a buffer written in one go
+
+
+def test_shared_weights_take_what_a_strict_limit_on_memory_allows(monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = np.empty
+
+    def strict(shape: Any, *args: Any, **kwargs: Any) -> np.ndarray:
+        if isinstance(shape, int) and shape > 1 << 20:
+            raise MemoryError("cannot set aside that much")
+        return empty(shape, *args, **kwargs)
+
+    monkeypatch.setattr(synthetic.np, "empty", strict)
+    shared = SharedWeights()
+    (values,) = shared.arrays([TensorSpec(P.FLOAT, (1000,))])
+    assert shared._buffers[np.dtype(np.float32)].size == 1000, "as much as the brick needs, no more"
+    assert values.min() >= 0.0099
 
 
 def test_the_weights_of_one_brick_each_have_memory_of_their_own() -> None:
