@@ -261,6 +261,15 @@ def test_reused_bricks_bring_the_speed_and_load_their_runs_found() -> None:
     # The larger of the run's own and its reused bricks' counts.
     mixed = judge(precisions=[0.02], noise=None, speed_spread=0.05, load=QUIET, threads=0, earlier=earlier)
     assert mixed.sources == {"bricks": 0.02, "speed": 0.2, "load": 0.1}
+    # A re-run's speed part is that of the runs that timed its bricks, which holds their moves when timed again:
+    # the line says whose it is, not "machine speed", which this run did not trace.
+    assert verdict.speed_earlier and mixed.speed_earlier
+    line = verdict_line(verdict.as_json())
+    assert "speed and bricks timed again in the runs that timed the reused bricks +-20%" in line
+    assert "machine speed" not in line
+    own = judge(precisions=[0.02], noise=None, speed_spread=0.3, load=QUIET, threads=0, earlier=earlier)
+    assert not own.speed_earlier and "speed_from" not in own.as_json()
+    assert "machine speed +-30%" in verdict_line(own.as_json())
     unknown = {"bricks": 4, "known": 0, "speed": None, "load": None}
     assert set(
         judge(precisions=[0.02], noise=None, speed_spread=None, load=None, threads=0, earlier=unknown).unmeasured

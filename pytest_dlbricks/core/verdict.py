@@ -59,6 +59,10 @@ SOURCE_NAMES = {
     LOAD: "load",
     REPEAT: "counts' repeat",
 }
+#: How the speed part reads where it is that of the runs that timed the reused bricks: what they found of the
+#: machine's speed, and how far their estimates moved when those bricks were timed again (see :func:`own_parts`),
+#: not a speed this run traced.
+EARLIER_SPEED = "speed and bricks timed again in the runs that timed the reused bricks"
 #: What a simulated run's times are, as its verdict says.
 SIMULATED_TIMES = "simulated times are an AVX2 machine's under the cycle model of the report, not wall-clock time"
 
@@ -95,6 +99,9 @@ class Verdict:
     own_within: tuple[int, int] | None = None
     #: The validated model furthest outside its own margin: its path, ratio and margin (None: none is outside).
     widest_miss: tuple[str, float, float] | None = None
+    #: Whether the speed part is that of the runs that timed the reused bricks (see :data:`EARLIER_SPEED`), not
+    #: this run's own speed trace.
+    speed_earlier: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -115,6 +122,7 @@ class Verdict:
             ),
             **({"own_within": list(self.own_within)} if self.own_within is not None else {}),
             **({"widest_miss": list(self.widest_miss)} if self.widest_miss is not None else {}),
+            **({"speed_from": "earlier runs"} if self.speed_earlier else {}),
         }
 
 
@@ -194,6 +202,7 @@ def judge(
         sources[SPEED] = max(speeds)
     else:
         unmeasured[SPEED] = "too few samples of the reference call"
+    speed_earlier = earlier_speed is not None and (speed_spread is None or earlier_speed > speed_spread)
     widest = widest_drift(drifts or {})
     if widest is not None:
         sources[DRIFT] = _apart(widest[1])
@@ -231,6 +240,7 @@ def judge(
         parallel=parallel_ratios is not None,
         own_within=_within_own(own),
         widest_miss=_widest_miss(own),
+        speed_earlier=speed_earlier,
     )
 
 
@@ -428,7 +438,8 @@ def verdict_line(verdict: Mapping[str, Any]) -> str:
     if "simulated_repeats" in verdict:
         return _simulated_line(verdict)
     margin, sources, advice = verdict.get("margin"), verdict.get("sources") or {}, verdict.get("advice") or []
-    parts = ", ".join(f"{SOURCE_NAMES.get(name, name)} +-{part:.0%}" for name, part in sources.items() if part >= 0.005)
+    names = {**SOURCE_NAMES, **({SPEED: EARLIER_SPEED} if verdict.get("speed_from") == "earlier runs" else {})}
+    parts = ", ".join(f"{names.get(name, name)} +-{part:.0%}" for name, part in sources.items() if part >= 0.005)
     if not verdict.get("trusted", True):
         line = f"dlbricks verdict: estimates not trusted: {verdict.get('reason') or 'the run was loaded'}"
     elif margin is None:
