@@ -511,6 +511,35 @@ def test_what_timing_a_brick_adds_is_the_difference_of_the_chains_intercepts(
     assert measure_call_overhead(settings, rounds=1, calls=1).timing_s == 0.0
 
 
+def test_what_timing_a_brick_adds_is_read_from_the_median_call_as_its_rounds_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pytest-benchmark times a brick of microseconds one call a round and the run takes the rounds' median: a mean
+    over the loop holds the slow calls too, and taken off every brick it made models of many small bricks read low."""
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            return self.now
+
+    clock = Clock()
+
+    class Call:
+        calls = 0
+
+        def __call__(self) -> None:
+            self.calls += 1
+            clock.now += 20e-6 if self.calls % 5 == 0 else 1e-6  # one call in five is slow
+
+        def rewrite_inputs(self) -> None:
+            clock.now += 3e-6  # with the clock paused: not counted
+
+    monkeypatch.setattr(call_overhead, "time", clock)
+    stub: Any = Call()
+    assert call_overhead._time_as_bricks(stub, 100) == pytest.approx(1e-6), "the median call, not the mean 4.8 us"
+
+
 def test_the_reference_is_read_in_the_proportion_of_the_fixed_cost_to_it_within_each_round(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
