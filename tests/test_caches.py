@@ -7,6 +7,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -129,6 +130,20 @@ def test_the_flusher_reads_one_buffer_written_as_far_as_the_largest_request() ->
     assert flusher.reader(1 * MIB) is not None and flusher._buffer is buffer, "no buffer of its own for a smaller one"
     flusher.reader(MAX_FLUSH_BYTES + MIB)()
     assert flusher._buffer.nbytes == MAX_FLUSH_BYTES + MIB, "a request beyond it gets a buffer as large"
+
+
+def test_the_flusher_takes_what_a_strict_limit_on_memory_allows(monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = np.empty
+
+    def strict(shape: Any, *args: Any, **kwargs: Any) -> np.ndarray:
+        if isinstance(shape, int) and shape * 8 > 4 * MIB:
+            raise MemoryError("cannot set aside that much")
+        return empty(shape, *args, **kwargs)
+
+    monkeypatch.setattr(caches.np, "empty", strict)
+    flusher = CacheFlusher()
+    flusher.reader(1 * MIB)()
+    assert flusher._buffer.nbytes == 1 * MIB, "as much as the request needs, no more"
 
 
 def test_the_flusher_times_its_reads_and_sums_them_up_as_the_speed_trace_does() -> None:

@@ -178,10 +178,11 @@ class CacheFlusher:
     """Reads the first bytes of one buffer, written as far as the largest request needs, so that what was in
     the caches before is pushed out as far as that many bytes push it.
 
-    The buffer is set aside once at :data:`MAX_FLUSH_BYTES` (no request asks more) and its pages written only
-    as requests reach them: allocated anew at each larger request, the onnx wheel's CNNs wrote 28, 220 and
-    256 MiB of fresh memory, 1.3 s of a 35 s run on a machine slow to give a process new pages (that pattern
-    alone: 0.18-1.18 s, against 0.10-0.12 s written as reached).
+    The buffer is set aside once at :data:`MAX_FLUSH_BYTES` (no request asks more; where the system will not set
+    aside that much, at the request's size) and its pages written only as requests reach them: allocated anew at
+    each larger request, the onnx wheel's CNNs wrote 28, 220 and 256 MiB of fresh memory, 1.3 s of a 35 s run on
+    a machine slow to give a process new pages (that pattern alone: 0.18-1.18 s, against 0.10-0.12 s written as
+    reached).
 
     Each read is timed: how fast memory was read through the run. Bricks that wait on reading their weights
     follow it, and it moves with whatever else reads memory on the machine, which the speed trace's
@@ -199,7 +200,10 @@ class CacheFlusher:
         """A call that reads ``nbytes`` of the buffer (rounded down to its 8-byte elements)."""
         elements = nbytes // self._buffer.itemsize
         if elements > self._buffer.size:
-            self._buffer = np.empty(max(elements, MAX_FLUSH_BYTES // self._buffer.itemsize), np.uint64)
+            try:
+                self._buffer = np.empty(max(elements, MAX_FLUSH_BYTES // self._buffer.itemsize), np.uint64)
+            except MemoryError:  # a strict limit on memory: as much as this request needs, no more
+                self._buffer = np.empty(elements, np.uint64)
             self._written = 0
         if elements > self._written:
             self._buffer[self._written : elements] = 1
