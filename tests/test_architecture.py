@@ -27,8 +27,8 @@ TOP_LEVEL = {"__init__": "core", "hooks": "wiring", "plugin": "wiring", "__main_
 STAGES: dict[str, set[str]] = {
     "vocabulary": {
         *("__init__", "core", "core.graph", "core.errors", "core.settings", "core.sweeps", "core.clock"),
-        *("core.synthetic", "core.placement", "core.identity", "core.noise", "core.budget", "core.wording"),
-        *("core.verdict", "core.cycle_model"),
+        *("core.synthetic", "core.buffers", "core.placement", "core.identity", "core.noise", "core.budget"),
+        *("core.wording", "core.verdict", "core.cycle_model"),
     },
     "runtime": {"core.runtime"},
     "load": {"cut", "cut.screening", "cut.ordering", "cut.samples", "cut.model_parts", "cut.loading", "cut.weightless"},

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from onnx import helper
 
+from .buffers import CACHE_LINE, reserved
 from .graph import TensorSpec
 
 #: Seed of every synthetic value: the same values in every run.
@@ -21,10 +22,8 @@ _SYNTHESISABLE_KINDS = "fiub"
 #: a weight-heavy brick (0.15 s for 38 M float32 values, against 0.03 s to repeat a block), and the
 #: draws are float64, so drawing the whole tensor would also need a temporary twice a float32 one.
 _BLOCK = 1 << 16
-#: Bytes each type's buffer of :class:`SharedWeights` is set aside at, at least: set aside is not written.
+#: Bytes each type's buffer of :class:`SharedWeights` is set aside at, at least (see :mod:`.buffers`).
 _RESERVE_BYTES = 1 << 30
-#: Bytes of a cache line: each weight of a brick starts on one of its own, as onnxruntime aligns its buffers.
-_CACHE_LINE = 64
 
 
 class SynthesisError(Exception):
@@ -108,7 +107,7 @@ class SharedWeights:
         """Make the buffer of ``dtype`` hold ``size`` elements written, setting a larger one aside if it must."""
         buffer = self._buffers.get(dtype)
         if buffer is None or buffer.size < size:
-            buffer = _reserved(size, dtype)
+            buffer = reserved(size, dtype, _RESERVE_BYTES)
             self._buffers[dtype], self._written[dtype] = buffer, 0
         written = self._written[dtype]
         if size <= written:
@@ -120,18 +119,6 @@ class SharedWeights:
             buffer[written:size] = 0
         buffer.flags.writeable = False
         self._written[dtype] = size
-
-
-def _reserved(size: int, dtype: np.dtype) -> np.ndarray:
-    """An unwritten buffer of ``dtype`` starting on a cache line, of :data:`_RESERVE_BYTES` or ``size`` elements,
-    whichever is more; of ``size`` where the system will not set aside more (a strict limit on memory)."""
-    line = _CACHE_LINE // dtype.itemsize
-    try:
-        spare = np.empty(max(size, _RESERVE_BYTES // dtype.itemsize) + line, dtype=dtype)
-    except MemoryError:
-        spare = np.empty(size + line, dtype=dtype)
-    skip = (-spare.ctypes.data % _CACHE_LINE) // dtype.itemsize
-    return spare[skip : skip + spare.size - line]
 
 
 def _block(dtype: np.dtype) -> np.ndarray:
@@ -153,7 +140,7 @@ def _fill_range(flat: np.ndarray, start: int, end: int, block: np.ndarray) -> No
 
 def _aligned(elements: int, dtype: np.dtype) -> int:
     """``elements`` rounded up to a whole number of 64-byte cache lines (in elements of ``dtype``)."""
-    per_line = max(_CACHE_LINE // dtype.itemsize, 1)
+    per_line = max(CACHE_LINE // dtype.itemsize, 1)
     return -(-elements // per_line) * per_line
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.buffers import reserved
 from ..cut.bricks import BrickSpec
 from ..cut.cutting import ModelPlan
 from .speed_trace import MIN_SAMPLES
@@ -200,10 +201,7 @@ class CacheFlusher:
         """A call that reads ``nbytes`` of the buffer (rounded down to its 8-byte elements)."""
         elements = nbytes // self._buffer.itemsize
         if elements > self._buffer.size:
-            try:
-                self._buffer = np.empty(max(elements, MAX_FLUSH_BYTES // self._buffer.itemsize), np.uint64)
-            except MemoryError:  # a strict limit on memory: as much as this request needs, no more
-                self._buffer = np.empty(elements, np.uint64)
+            self._buffer = reserved(elements, self._buffer.dtype, MAX_FLUSH_BYTES)
             self._written = 0
         if elements > self._written:
             self._buffer[self._written : elements] = 1
