@@ -52,13 +52,14 @@ def synthetic_array(spec: TensorSpec, rng: np.random.Generator, *, weight: bool)
 
 def _fill(flat: np.ndarray, rng: np.random.Generator, *, weight: bool) -> None:
     """Fill a flat float array with one block of draws, repeated."""
-    if not flat.size:
-        return
+    if flat.size:
+        _fill_range(flat, 0, flat.size, _draws(rng, min(_BLOCK, flat.size), flat.dtype, weight=weight))
+
+
+def _draws(rng: np.random.Generator, size: int, dtype: np.dtype, *, weight: bool) -> np.ndarray:
+    """``size`` draws of ``dtype``, in the range of weights or of inputs."""
     low, high = (0.01, 0.1) if weight else (0.5, 1.5)
-    block = rng.uniform(low, high, size=min(_BLOCK, flat.size)).astype(flat.dtype)
-    whole = flat.size - flat.size % block.size
-    flat[:whole].reshape(-1, block.size)[:] = block
-    flat[whole:] = block[: flat.size - whole]
+    return rng.uniform(low, high, size=size).astype(dtype)
 
 
 class SharedWeights:
@@ -114,21 +115,16 @@ class SharedWeights:
             return
         buffer.flags.writeable = True  # its own memory: the views handed out stay read-only
         if dtype.kind == "f":
-            _fill_range(buffer, written, size, _block(dtype))
+            _fill_range(buffer, written, size, _draws(np.random.default_rng(SEED), _BLOCK, dtype, weight=True))
         else:
             buffer[written:size] = 0
         buffer.flags.writeable = False
         self._written[dtype] = size
 
 
-def _block(dtype: np.dtype) -> np.ndarray:
-    """The draws :func:`_fill` repeats for weights of ``dtype``."""
-    return np.random.default_rng(SEED).uniform(0.01, 0.1, size=_BLOCK).astype(dtype)
-
-
 def _fill_range(flat: np.ndarray, start: int, end: int, block: np.ndarray) -> None:
-    """Write elements ``start`` to ``end`` of ``flat`` as :func:`_fill` writes a whole array: ``block`` repeated
-    from the first element on (a shorter array takes its first draws, which a longer draw begins with)."""
+    """Write elements ``start`` to ``end`` of ``flat`` with ``block`` repeated from the first element on, as
+    :func:`_fill` writes a whole array (a shorter array takes its first draws, which a longer draw begins with)."""
     size = block.size
     first = min(end, -(-start // size) * size)  # the next repeat's start
     offset = start % size
