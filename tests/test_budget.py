@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import shutil
@@ -11,14 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLE_MODELS
+from conftest import SAMPLE_MODELS, run_dlbricks
 from pytest_dlbricks.core.budget import LOOSEST, Use, brick_precision, estimate_precision, largest_share
 from pytest_dlbricks.core.clock import PausableClock
 from pytest_dlbricks.core.settings import Settings
+from pytest_dlbricks.estimating.analysis import BrickWork, LayerWork
 from pytest_dlbricks.reporting.entries import BrickResult
 from pytest_dlbricks.timing.overhead import NO_OVERHEAD, CallOverhead
-from pytest_dlbricks.wiring import items
+from pytest_dlbricks.timing.probes import Peak
+from pytest_dlbricks.wiring import engine, items
 from pytest_dlbricks.wiring.engine import DLBricksRun
+from pytest_dlbricks.wiring.run_state import PEAK_HEADROOM
+
+#: A machine's peak, as a run measures it or reads it from the store.
+PEAK = Peak(flops_per_s=2e9, bytes_per_s=1e9, method={"gemm": "stub"})
 
 
 def test_a_model_of_one_brick_asks_the_run_s_precision() -> None:
@@ -55,6 +62,23 @@ def test_estimates_reach_the_run_s_precision_whatever_the_order(seed: int) -> No
     for count, seconds in bricks:
         net = max(seconds - overhead, 0.0)
         margin = brick_precision(target, seconds, net, [Use(count, known_net, known_raw)])
+        squared += (count * seconds * margin) ** 2
+        known_net, known_raw = known_net + count * net, known_raw + count * seconds
+    assert math.sqrt(squared) <= target * known_net * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_estimates_reach_the_run_s_precision_with_bricks_not_timed_yet_counted_at_their_least(seed: int) -> None:
+    """As above, the bricks not timed yet counted at a part of their time (their FLOPs at a multiple of the peak
+    never exceed it): the first bricks are timed less precisely, and the model still reaches the target."""
+    rng = random.Random(seed)
+    target, overhead = 0.02, rng.choice([0.0, 2e-6])
+    bricks = [(rng.randint(1, 4), 10 ** rng.uniform(-6, -2), rng.random()) for _ in range(rng.randint(1, 40))]
+    least = [count * fraction * max(seconds - overhead, 0.0) for count, seconds, fraction in bricks]
+    known_net, known_raw, squared = overhead, 0.0, 0.0
+    for index, (count, seconds, _) in enumerate(bricks):
+        net, rest = max(seconds - overhead, 0.0), sum(least[index + 1 :])
+        margin = brick_precision(target, seconds, net, [Use(count, known_net + rest, known_raw + rest)])
         squared += (count * seconds * margin) ** 2
         known_net, known_raw = known_net + count * net, known_raw + count * seconds
     assert math.sqrt(squared) <= target * known_net * (1 + 1e-9)
@@ -99,6 +123,50 @@ def test_a_brick_s_precision_follows_the_call_cost_once_it_changes(tmp_path: Pat
         assert late.brick_precision(signature, 1e-5, 0.02) == known.brick_precision(signature, 1e-5, 0.02)
 
 
+def test_bricks_not_timed_yet_count_at_their_float_flops_at_twice_the_peak(tmp_path: Path) -> None:
+    """Once the run knows the machine's peak, a model's first brick is no longer the whole model known so far:
+    its other bricks will add at least their FLOPs at twice the peak (integer multiply-adds left out)."""
+    model = Path(shutil.copy(SAMPLE_MODELS / "tiny_resnet.onnx", tmp_path / "tiny_resnet.onnx"))
+    run = DLBricksRun(Settings(granularity=1, dims={"batch": 1}), time.perf_counter)
+    _, bricks = run.add_model(model, "tiny_resnet.onnx")
+    first, *others = (brick.signature for brick in bricks)
+    alone = run.brick_precision(first, 1e-6, 0.02)
+    assert alone == pytest.approx(0.02) and run.least_work_s(others[0]) == 0.0, "no peak known: nothing counted"
+    run.stored_peak = PEAK, "2026-01-01T00:00:00+00:00"
+    for signature in run.bricks:
+        flops = run.work[signature].flops or 0
+        assert run.least_work_s(signature) == pytest.approx(flops / (PEAK_HEADROOM * PEAK.flops_per_s))
+    least = sum(run.least_work_s(other) * run.plans[0].signatures[other] for other in others)
+    assert least > 0
+    assert run.brick_precision(first, 1e-6, 0.02) == pytest.approx(
+        min(0.02 * math.sqrt((least + 1e-6) / 1e-6), LOOSEST)
+    )
+    run.work[first] = BrickWork("q", (LayerWork("MatMulInteger", 10**12, 0), LayerWork("Add", 4_000, 0)))
+    assert run.least_work_s(first) == pytest.approx(4_000 / (PEAK_HEADROOM * PEAK.flops_per_s))
+
+
+def test_the_peak_is_measured_once_before_the_first_timing_and_kept_for_the_report(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run that times bricks measures the peak anyway for its report: it does so before its first brick, once,
+    and the report and the store take that one. A run that times nothing does not measure it."""
+    measured: list[Settings] = []
+
+    def measure(settings: Settings) -> Peak:
+        measured.append(settings)
+        return PEAK
+
+    monkeypatch.setattr(engine, "measure_peak", measure)
+    args = ("--dlbricks-granularity=2", "--dlbricks-store=store")
+    run_dlbricks(pytester, *args, "--benchmark-disable", "models/mlp.onnx").assert_outcomes(passed=3)
+    assert not measured
+    run_dlbricks(pytester, *args, "--dlbricks-json=r.json", "models/mlp.onnx").assert_outcomes(passed=3)
+    assert len(measured) == 1
+    assert json.loads((pytester.path / "r.json").read_text())["peak"]["flops_per_s"] == PEAK.flops_per_s
+    run_dlbricks(pytester, *args, "models/tiny_resnet.onnx").assert_outcomes(passed=6)
+    assert len(measured) == 1, "the store keeps it"
+
+
 class _Item:
     """What :func:`items._budget_rounds` reads of a brick item: its benchmark mark and pytest's options."""
 
@@ -131,6 +199,8 @@ def _uses_counted_anew(run: DLBricksRun, signature: str, *, stored: bool) -> lis
                 continue
             if time_s is None:
                 floor += calls * call_cost
+                others += calls * run.least_work_s(other)
+                raw += calls * run.least_work_s(other)
             else:
                 others += calls * max(time_s - call_cost, 0.0)
                 raw += calls * time_s
@@ -167,7 +237,10 @@ def test_the_models_tallies_follow_every_time_learnt(tmp_path: Path) -> None:
             run.record_result(signature, BrickResult(stats={"median": seconds}, provider="CPUExecutionProvider"))
         if step == len(signatures) // 2:
             run.assume_overhead(CallOverhead(fixed_s=4e-6, per_input_s=1e-7, per_output_s=2e-7, timing_s=1e-7))
+        if step == len(signatures) // 3:
+            run.stored_peak = PEAK, "2026-01-01T00:00:00+00:00"
         agree()
+    assert any(run.least_work_s(signature) for signature in signatures), "the peak was counted"
 
 
 class _Run:

@@ -98,6 +98,10 @@ def operator_cost(
     return Cost(flops, moved)
 
 
+#: Operators whose multiply-adds run on integers: processors run them several times faster than float ones.
+INTEGER_OPS = frozenset({"MatMulInteger", "ConvInteger"})
+
+
 def node_cost(node: onnx.NodeProto, specs: Mapping[str, TensorSpec]) -> Cost:
     """The cost of ``node``, with value specs looked up by name in ``specs``."""
     attributes = {attribute.name: onnx.helper.get_attribute_value(attribute) for attribute in node.attribute}

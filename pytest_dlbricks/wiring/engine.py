@@ -36,7 +36,14 @@ from ..storage.atomic_files import write_json, write_text
 from ..storage.plans import CutModel, PlanCache
 from ..timing.load import load_summary
 from ..timing.overhead import measure_call_overhead, measure_parallel_fixed_cost, parallel_ceiling
-from ..timing.probes import RunMeasurements, describe_machine, detect_executor, measure_run, with_pool_slowdown
+from ..timing.probes import (
+    RunMeasurements,
+    describe_machine,
+    detect_executor,
+    measure_peak,
+    measure_run,
+    with_pool_slowdown,
+)
 from ..timing.retiming import TimedAgain, again_by_model, time_again
 from ..timing.running import BrickRunner, ModelRunner
 from .run_state import RunState
@@ -227,6 +234,19 @@ class DLBricksRun(RunState):
                 self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings, self.overhead)
             )
 
+    def measure_peak(self) -> None:
+        """Measure the machine's peak once, before the first timing, where the brick store keeps none: the bricks
+        not timed yet count in their models at their FLOPs at it (see :meth:`.RunState.least_work_s`), and the
+        report takes it instead of measuring it at the end. A peak that cannot be measured leaves them
+        uncounted; the report's own measurement says why."""
+        if self.known_peak is not None or self.peak_tried or self.simulation is not None:
+            return
+        self.peak_tried = True
+        try:
+            self.measured_peak = measure_peak(self.settings), _now()
+        except Exception:  # onnxruntime's exception types are not part of its API; the report measures again
+            return
+
     @property
     def parallel_estimated(self) -> bool:
         """Whether the models get a parallel estimate: asked for, or (``auto``) the parallel executor was
@@ -390,9 +410,10 @@ class DLBricksRun(RunState):
         self.report = self.composed.as_json()
 
     def _measure_run(self, load_times: bool) -> RunMeasurements:
-        """The machine's peak (the one kept in the brick store, else measured now) and (``load_times``) the load time
-        of every model with a brick timed in this run (not taken from the brick store); only the machine if none
-        was, unless the stored peak was found damaged: it is measured again, so that it is repaired."""
+        """The machine's peak (kept in the brick store, else measured before the first timing or now) and
+        (``load_times``) the load time of every model with a brick timed in this run (not taken from the brick
+        store); only the machine if none was, unless the stored peak was found damaged: it is measured again,
+        so that it is repaired."""
         timed = {signature for signature, result in self.results.items() if not result.reused}
         if not timed and not self.peak_lost:
             return RunMeasurements(machine=describe_machine())
@@ -403,6 +424,8 @@ class DLBricksRun(RunState):
             return measure_run(
                 self.settings, files, dataclasses.replace(peak, method={**peak.method, "measured_at": measured_at})
             )
+        if self.measured_peak is not None:  # before the first timing (see :meth:`measure_peak`)
+            return measure_run(self.settings, files, self.measured_peak[0])
         result = measure_run(self.settings, files)
         if result.peak is not None:
             self.measured_peak = result.peak, _now()

@@ -20,6 +20,7 @@ from ..estimating.validation import BrickRounds, Validation, rounds_for
 from ..reporting.entries import BrickResult
 from ..timing.running import BrickError, UnsupportedByProvider
 from .engine import DLBricksRun
+from .options import benchmarks_disabled
 
 #: pytest-benchmark statistics kept per brick: all its numbers, so that a brick reused from the store makes
 #: the same entry in pytest-benchmark's history as when it was timed.
@@ -101,6 +102,8 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
         if runner.placement is not None:
             run.record_placement(signature, runner.placement.providers)
         run.measure_overhead()
+        if not benchmarks_disabled(request.config):
+            run.measure_peak()
         run.speed.sample_if_due()
         clock = run.clock
 
@@ -208,6 +211,8 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
         benchmark = request.getfixturevalue("benchmark")
         bricks = BrickRounds(runners, model, run.speed.settled)
         run.measure_overhead()
+        if not benchmarks_disabled(request.config):
+            run.measure_peak()
         run.speed.sample_if_due()
         start = time.perf_counter()
         model()

@@ -16,6 +16,7 @@ from ..core.sweeps import SweepPoint, sweep_points
 from ..core.synthetic import SharedWeights
 from ..cut.bricks import BrickSpec
 from ..cut.cutting import ModelPlan
+from ..cut.flops import INTEGER_OPS
 from ..cut.samples import SampleInputs
 from ..estimating.analysis import BrickWork
 from ..estimating.calibration import CalibrationRecord
@@ -43,11 +44,17 @@ from ..timing.retiming import TimedAgain
 from ..timing.sharding import assign, brick_cost
 from ..timing.speed_trace import SpeedTrace
 
+#: A brick not timed yet counts in its models at least at its FLOPs run at this many times the machine's GEMM
+#: peak: no float convolution or GEMM of the onnx wheel's CNNs beat the peak by more than 6%, and a peak read in
+#: the machine's slow state reads 1.6 times low (see :meth:`RunState.least_work_s`).
+PEAK_HEADROOM = 2.0
+
 
 @dataclasses.dataclass(frozen=True)
 class _Tally:
     """What some bricks of a model add: their known times as composed (``net_s``) and as measured
-    (``raw_s``), and the calls' cost of those not known (``floor_s``), each as often as the model calls it."""
+    (``raw_s``), the least of those not known among them (see :meth:`RunState.least_work_s`), and the
+    calls' cost of those not known (``floor_s``), each as often as the model calls it."""
 
     net_s: float = 0.0
     raw_s: float = 0.0
@@ -85,8 +92,8 @@ class RunState:
         #: Each distinct brick's call cost, for the call overhead it was reckoned with: sizing the bricks of a
         #: re-run of 42 models asked for it 22,000 times.
         self._call_costs: dict[str, float] = {}
-        #: The call overhead the tallies and call costs were reckoned with (see :meth:`_follow_overhead`).
-        self._reckoned_overhead: CallOverhead | None = None
+        #: The call overhead and peak the tallies and call costs were reckoned with (see :meth:`_follow_reckoning`).
+        self._reckoned: tuple[CallOverhead | None, Peak | None] = (None, None)
         #: Validations by model path and executor.
         self.validations: dict[tuple[str, str], Validation] = {}
         #: The bricks this run timed, timed again at its end where it does not validate (see :func:`.time_again`),
@@ -115,6 +122,8 @@ class RunState:
         self.stored_peak: tuple[Peak, str] | None = None
         #: The peak this run measured, and when, for the store to keep; None when it measured none.
         self.measured_peak: tuple[Peak, str] | None = None
+        #: Whether the run tried to measure the peak before its first timing (see :meth:`.DLBricksRun.measure_peak`).
+        self.peak_tried = False
         #: Whether the peak kept in the store was found damaged: measured again even by a run that times nothing.
         self.peak_lost = False
         #: What the runs that timed the stored bricks found of the machine (see :class:`.StoredRun`).
@@ -297,15 +306,35 @@ class RunState:
         other bricks counted at the times known so far."""
         return largest_share(seconds, self._uses(signature))
 
-    def _follow_overhead(self) -> None:
-        """Forget what was reckoned with another call overhead than the run's now: the tallies, the call costs."""
-        if self._reckoned_overhead is not self.overhead:
+    @property
+    def known_peak(self) -> Peak | None:
+        """The machine's peak as far as the run knows it: measured by this run, else kept in the brick store."""
+        known = self.measured_peak or self.stored_peak
+        return known[0] if known is not None else None
+
+    def least_work_s(self, signature: str) -> float:
+        """The least a brick not timed yet will add to its models beside its call's cost: its FLOPs at
+        :data:`PEAK_HEADROOM` times the machine's peak, as soon as the run knows the peak (0 before, and for a
+        brick whose FLOPs are unknown). Counted so, the models' first bricks are not timed as precisely as if
+        they were the whole model: on the onnx wheel's CNNs a fifth of the timed rounds went to that. Integer
+        multiply-adds are left out: processors run them several times faster than float ones."""
+        peak, work = self.known_peak, self.work.get(signature)
+        if peak is None or peak.flops_per_s <= 0 or work is None:
+            return 0.0
+        flops = sum(layer.flops or 0 for layer in work.layers if layer.op_type not in INTEGER_OPS)
+        return flops / (PEAK_HEADROOM * peak.flops_per_s)
+
+    def _follow_reckoning(self) -> None:
+        """Forget what was reckoned with another call overhead or peak than the run's now: the tallies, the call
+        costs."""
+        overhead, peak = self._reckoned
+        if overhead is not self.overhead or peak is not self.known_peak:
             self._tallies.clear()
             self._call_costs.clear()
-            self._reckoned_overhead = self.overhead
+            self._reckoned = self.overhead, self.known_peak
 
     def _call_cost(self, signature: str) -> float:
-        self._follow_overhead()
+        self._follow_reckoning()
         cost = self._call_costs.get(signature)
         if cost is None:
             brick = self.bricks[signature]
@@ -328,7 +357,7 @@ class RunState:
 
     def _tally(self, index: int, stored: bool) -> _Tally:
         """What all the bricks of plan ``index`` are known to add (see :meth:`_part`), counted once."""
-        self._follow_overhead()
+        self._follow_reckoning()
         key = (index, stored)
         if key not in self._tallies:
             tally = _Tally()
@@ -339,11 +368,12 @@ class RunState:
 
     def _part(self, signature: str, calls: int, stored: bool) -> _Tally:
         """What a brick called ``calls`` times adds to its model: its time as composed and as measured when
-        known, else its calls' cost as the least it will add."""
+        known, else the least it will add: its work (see :meth:`least_work_s`) and its calls' cost."""
         call_cost = self._call_cost(signature)
         time_s = self._known_time(signature, stored=stored)
         if time_s is None:
-            return _Tally(floor_s=calls * call_cost)
+            least = calls * self.least_work_s(signature)
+            return _Tally(net_s=least, raw_s=least, floor_s=calls * call_cost)
         return _Tally(net_s=calls * max(time_s - call_cost, 0.0), raw_s=calls * time_s)
 
     def _known_time(self, signature: str, *, stored: bool = True) -> float | None:
@@ -354,7 +384,7 @@ class RunState:
 
     def _learn(self, signature: str, change: Callable[[], None]) -> None:
         """Make ``change`` to what is known of a brick's time, and to the tallies of the models using it."""
-        self._follow_overhead()
+        self._follow_reckoning()
         counted = [
             (index, stored)
             for index in self._plans_using.get(signature, ())
