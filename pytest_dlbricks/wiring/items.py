@@ -19,6 +19,7 @@ from ..cut.cutting import ModelPlan
 from ..estimating.validation import BrickRounds, Validation, rounds_for
 from ..reporting.entries import BrickResult
 from ..timing.running import BrickError, UnsupportedByProvider
+from .distributed import is_distributed
 from .engine import DLBricksRun
 from .options import benchmarks_disabled
 
@@ -102,7 +103,7 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
         if runner.placement is not None:
             run.record_placement(signature, runner.placement.providers)
         run.measure_overhead()
-        if not benchmarks_disabled(request.config):
+        if not benchmarks_disabled(request.config) and not is_distributed(request.config):
             run.measure_peak()
         run.speed.sample_if_due()
         clock = run.clock
@@ -211,7 +212,7 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
         benchmark = request.getfixturevalue("benchmark")
         bricks = BrickRounds(runners, model, run.speed.settled)
         run.measure_overhead()
-        if not benchmarks_disabled(request.config):
+        if not benchmarks_disabled(request.config) and not is_distributed(request.config):
             run.measure_peak()
         run.speed.sample_if_due()
         start = time.perf_counter()
