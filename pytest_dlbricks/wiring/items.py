@@ -212,8 +212,6 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
         benchmark = request.getfixturevalue("benchmark")
         bricks = BrickRounds(runners, model, run.speed.settled)
         run.measure_overhead()
-        if not benchmarks_disabled(request.config) and not is_distributed(request.config):
-            run.measure_peak()
         run.speed.sample_if_due()
         start = time.perf_counter()
         model()
