@@ -48,7 +48,8 @@ from ..timing.retiming import TimedAgain, again_by_model, time_again
 from ..timing.running import BrickRunner, ModelRunner
 from .run_state import RunState
 
-#: Share of a run's time so far that timing its bricks again at its end may take (see :meth:`DLBricksRun._time_again`).
+#: Share of a run's time so far that timing its bricks again at its end is budgeted: a model begun there is finished up
+#: to :data:`.retiming.AGAIN_OVERRUN` times it (see :meth:`DLBricksRun._time_again`).
 AGAIN_SHARE = 0.1
 
 
