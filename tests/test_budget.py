@@ -145,6 +145,34 @@ def test_bricks_not_timed_yet_count_at_their_float_flops_at_twice_the_peak(tmp_p
     assert run.least_work_s(first) == pytest.approx(4_000 / (PEAK_HEADROOM * PEAK.flops_per_s))
 
 
+def test_a_brick_faster_than_the_peak_lowers_the_least_of_those_not_timed_yet(tmp_path: Path) -> None:
+    """A peak read low (a slow stretch, a GEMM too small for many cores) would count bricks at more than they take:
+    once a timed brick's float layers ran faster than it, the others count at that rate."""
+    model = Path(shutil.copy(SAMPLE_MODELS / "tiny_resnet.onnx", tmp_path / "tiny_resnet.onnx"))
+    run = DLBricksRun(Settings(granularity=1, dims={"batch": 1}), time.perf_counter)
+    _, bricks = run.add_model(model, "tiny_resnet.onnx")
+    heavy, other = sorted((brick.signature for brick in bricks), key=lambda s: -(run.work[s].flops or 0))[:2]
+    run.stored_peak = PEAK, "2026-01-01T00:00:00+00:00"
+    before = run.least_work_s(other)
+    rate = 10 * PEAK.flops_per_s  # the heavy brick ran at ten times the peak
+    seconds = (run.work[heavy].flops or 0) / rate
+    run.record_result(heavy, BrickResult(stats={"median": seconds}, provider="CPUExecutionProvider"))
+    assert run.least_work_s(other) == pytest.approx(before / 10)
+    slow = (run.work[heavy].flops or 0) / PEAK.flops_per_s
+    run.record_result(heavy, BrickResult(stats={"median": slow}, provider="CPUExecutionProvider"))
+    assert run.least_work_s(other) == pytest.approx(before / 10), "the fastest rate seen holds"
+
+
+def test_bricks_on_other_providers_than_the_cpu_s_count_at_their_calls_cost_only() -> None:
+    """The peak, measured through the run's providers, need not bound what an accelerator's kernels reach."""
+    run = DLBricksRun(
+        Settings(granularity=1, providers=("CUDAExecutionProvider", "CPUExecutionProvider")), time.perf_counter
+    )
+    run.work["brick"] = BrickWork("b", (LayerWork("MatMul", 10**9, 0),))
+    run.stored_peak = PEAK, "2026-01-01T00:00:00+00:00"
+    assert run.least_work_s("brick") == 0.0
+
+
 def test_the_peak_is_measured_once_before_the_first_timing_and_kept_for_the_report(
     pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -241,6 +269,7 @@ def test_the_models_tallies_follow_every_time_learnt(tmp_path: Path) -> None:
             run.stored_peak = PEAK, "2026-01-01T00:00:00+00:00"
         agree()
     assert any(run.least_work_s(signature) for signature in signatures), "the peak was counted"
+    assert run._fastest_flops_per_s > PEAK.flops_per_s, "and a brick faster than it, which the tallies followed"
 
 
 class _Run:

@@ -7,11 +7,13 @@ using it can be timed far less precisely than the estimates must be. A brick of 
 ``(p * L)^2``, where ``L`` is what the model's estimate is known to be at least and ``R`` the same
 bricks' times before composition takes the call overhead off (``t`` is such a time: the one that
 has the error). Its relative margin is then ``p * L / sqrt(R * c * t)``, against the run's
-precision ``p``. Counted from the bricks whose times are known so far (this one included), ``L``
-and ``R`` only grow as more become known, so the shares of a model's bricks add up to about 1
-whatever order its bricks are timed in. Not exactly: the model's own call, counted in ``L`` from the
-start without an error, lets the first bricks timed take a little more (three equal bricks beside a
-call as long as the three: shares adding up to 1.12, the estimate's margin 6% above ``p``).
+precision ``p``. Counted from the bricks whose times are known so far (this one included), and the
+others at the least they will take (see :meth:`.RunState.least_work_s`), ``L`` and ``R`` only grow as
+more become known, so the shares of a model's bricks add up to about 1 whatever order its bricks are
+timed in (a least that overshot a brick's time would break that: it is a lower bound). Not exactly:
+the model's own call, counted in ``L`` from the start without an error, lets the first bricks timed
+take a little more (three equal bricks beside a call as long as the three: shares adding up to 1.12,
+the estimate's margin 6% above ``p``).
 
 Pure functions of plain numbers, so that the brick items, the store's reuse and the report agree.
 """
@@ -31,8 +33,8 @@ LOOSEST = 0.25
 class Use:
     """A brick's place in one model: how many times the model calls it, and what the model's other
     bricks are known to add, each as often as it is called: their times as composed (call overhead
-    off, plus the call the model pays once) and as measured; and the least the bricks not timed yet
-    will add (their calls' cost)."""
+    off, plus the call the model pays once) and as measured, those not timed yet at the least their
+    work takes; and the least the bricks not timed yet will add beyond that (their calls' cost)."""
 
     count: int
     others_s: float
@@ -58,7 +60,8 @@ def brick_precision(target: float, seconds: float, net_seconds: float, uses: Ite
 
 def largest_share(seconds: float, uses: Iterable[Use]) -> float:
     """The largest part of a model's time that a brick of ``seconds`` may make, its other bricks counted
-    at their times known so far and the rest at least at their calls' cost (0 for a brick no model uses)."""
+    at their times known so far and the rest at the least they take, their calls' cost included (0 for a
+    brick no model uses)."""
     if seconds <= 0:
         return 0.0
     shares = (

@@ -103,7 +103,7 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
         if runner.placement is not None:
             run.record_placement(signature, runner.placement.providers)
         run.measure_overhead()
-        if not benchmarks_disabled(request.config) and not is_distributed(request.config):
+        if _timed(request.config):
             run.measure_peak()
         run.speed.sample_if_due()
         clock = run.clock
@@ -141,6 +141,11 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
 
     test_brick.dlbricks_signature = signature  # type: ignore[attr-defined]
     return test_brick
+
+
+def _timed(config: pytest.Config) -> bool:
+    """Whether pytest-benchmark times the brick items: not disabled nor skipped, and not under pytest-xdist."""
+    return not (benchmarks_disabled(config) or config.getoption("benchmark_skip", False) or is_distributed(config))
 
 
 def _budget_rounds(item: pytest.Item, run: DLBricksRun, signature: str, call: Callable[[], None]) -> float:

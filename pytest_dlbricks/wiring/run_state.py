@@ -11,7 +11,7 @@ from typing import Any
 
 from ..core.budget import Use, brick_precision, largest_share
 from ..core.clock import PausableClock
-from ..core.settings import Settings
+from ..core.settings import DEFAULT_PROVIDERS, Settings
 from ..core.sweeps import SweepPoint, sweep_points
 from ..core.synthetic import SharedWeights
 from ..cut.bricks import BrickSpec
@@ -45,9 +45,14 @@ from ..timing.sharding import assign, brick_cost
 from ..timing.speed_trace import SpeedTrace
 
 #: A brick not timed yet counts in its models at least at its FLOPs run at this many times the machine's GEMM
-#: peak: no float convolution or GEMM of the onnx wheel's CNNs beat the peak by more than 6%, and a peak read in
-#: the machine's slow state reads 1.6 times low (see :meth:`RunState.least_work_s`).
+#: peak (or the fastest rate a brick timed so far reached, where one beat it): no float convolution or GEMM of the
+#: onnx wheel's CNNs beat the peak by more than 6%, and a peak read in the machine's slow state reads 1.6 times
+#: low (see :meth:`RunState.least_work_s`).
 PEAK_HEADROOM = 2.0
+
+
+def _float_flops(work: BrickWork) -> int:
+    return sum(layer.flops or 0 for layer in work.layers if layer.op_type not in INTEGER_OPS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,8 +97,12 @@ class RunState:
         #: Each distinct brick's call cost, for the call overhead it was reckoned with: sizing the bricks of a
         #: re-run of 42 models asked for it 22,000 times.
         self._call_costs: dict[str, float] = {}
-        #: The call overhead and peak the tallies and call costs were reckoned with (see :meth:`_follow_reckoning`).
-        self._reckoned: tuple[CallOverhead | None, Peak | None] = (None, None)
+        #: The call overhead and FLOP rate the tallies and call costs were reckoned with (see
+        #: :meth:`_follow_reckoning`).
+        self._reckoned: tuple[CallOverhead | None, float | None] = (None, None)
+        #: The fastest FLOP rate a brick's float layers reached in this run, net of its call's cost (see
+        #: :meth:`least_work_s`).
+        self._fastest_flops_per_s = 0.0
         #: Validations by model path and executor.
         self.validations: dict[tuple[str, str], Validation] = {}
         #: The bricks this run timed, timed again at its end where it does not validate (see :func:`.time_again`),
@@ -313,26 +322,32 @@ class RunState:
         return known[0] if known is not None else None
 
     def least_work_s(self, signature: str) -> float:
-        """The least a brick not timed yet will add to its models beside its call's cost: its FLOPs at
-        :data:`PEAK_HEADROOM` times the machine's peak, as soon as the run knows the peak (0 before, and for a
-        brick whose FLOPs are unknown). Counted so, a model's first bricks are not timed as precisely as if
-        they were the whole model: first runs of the onnx wheel's CNNs spent 3.9 to 6.8 s on timed rounds so,
-        3.4 to 3.6 s since. Integer multiply-adds are left out: processors run them several times faster than
-        float ones."""
-        peak, work = self.known_peak, self.work.get(signature)
-        if peak is None or peak.flops_per_s <= 0 or work is None:
+        """The least a brick not timed yet will add to its models beside its call's cost: its float FLOPs at
+        :data:`PEAK_HEADROOM` times the machine's peak, or the fastest rate a brick timed so far reached where
+        one beat it, as soon as the run knows the peak (0 before, for a brick whose FLOPs are unknown, and where
+        bricks run on other providers than the CPU's, which the peak measured through them may not bound).
+        Counted so, a model's first bricks are not timed as precisely as if they were the whole model: first
+        runs of the onnx wheel's CNNs spent 3.9 to 6.8 s on timed rounds so, 3.4 to 3.6 s since. Integer
+        multiply-adds are left out: processors run them several times faster than float ones."""
+        rate, work = self._floor_rate(), self.work.get(signature)
+        if rate is None or work is None:
             return 0.0
-        flops = sum(layer.flops or 0 for layer in work.layers if layer.op_type not in INTEGER_OPS)
-        return flops / (PEAK_HEADROOM * peak.flops_per_s)
+        return _float_flops(work) / (PEAK_HEADROOM * rate)
+
+    def _floor_rate(self) -> float | None:
+        peak = self.known_peak
+        if peak is None or peak.flops_per_s <= 0 or self.settings.providers != DEFAULT_PROVIDERS:
+            return None
+        return max(peak.flops_per_s, self._fastest_flops_per_s)
 
     def _follow_reckoning(self) -> None:
-        """Forget what was reckoned with another call overhead or peak than the run's now: the tallies, the call
-        costs."""
-        overhead, peak = self._reckoned
-        if overhead is not self.overhead or peak is not self.known_peak:
+        """Forget what was reckoned with another call overhead or FLOP rate (see :meth:`least_work_s`) than the
+        run's now: the tallies, the call costs."""
+        reckoning = self.overhead, self._floor_rate()
+        if reckoning[0] is not self._reckoned[0] or reckoning[1] != self._reckoned[1]:
             self._tallies.clear()
             self._call_costs.clear()
-            self._reckoned = self.overhead, self.known_peak
+            self._reckoned = reckoning
 
     def _call_cost(self, signature: str) -> float:
         self._follow_reckoning()
@@ -409,8 +424,14 @@ class RunState:
             self.overhead = overhead
 
     def record_result(self, signature: str, result: BrickResult) -> None:
-        """A brick's time, measured in this run or reused from the store."""
+        """A brick's time, measured in this run or reused from the store, and the FLOP rate it reached."""
         self._learn(signature, lambda: self.results.__setitem__(signature, result))
+        work = self.work.get(signature)
+        if work is None:
+            return
+        net_s = float(result.stats[self.settings.statistic]) - self._call_cost(signature)
+        if net_s > 0:
+            self._fastest_flops_per_s = max(self._fastest_flops_per_s, _float_flops(work) / net_s)
 
     def mark_measured_at(self, signature: str, when: str) -> BrickResult:
         """Stamp a brick's time with the moment it was measured; returns the stamped result."""
