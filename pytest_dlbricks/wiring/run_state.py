@@ -327,7 +327,7 @@ class RunState:
         one beat it, as soon as the run knows the peak (0 before, for a brick whose FLOPs are unknown, and where
         bricks run on other providers than the CPU's, which the peak measured through them may not bound).
         Counted so, a model's first bricks are not timed as precisely as if they were the whole model: first
-        runs of the onnx wheel's CNNs spent 3.9 to 6.8 s on timed rounds so, 3.4 to 3.6 s since. Integer
+        runs of the onnx wheel's CNNs spent 3.9 to 6.8 s on timed rounds so, 2.6 to 3.6 s since. Integer
         multiply-adds are left out: processors run them several times faster than float ones."""
         rate, work = self._floor_rate(), self.work.get(signature)
         if rate is None or work is None:
