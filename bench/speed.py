@@ -139,7 +139,9 @@ class _Probe:
                 phases[name] = phases.get(name, 0.0) + total - nested
 
     def wrap(self, owner: Any, attribute: str, name: str) -> None:
-        original = getattr(owner, attribute)
+        original = getattr(owner, attribute, None)
+        if original is None:  # a version of the plugin without it (an older one, on PYTHONPATH)
+            return
 
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
