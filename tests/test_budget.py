@@ -177,7 +177,8 @@ def test_the_peak_is_measured_once_before_the_first_timing_and_kept_for_the_repo
     pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The run that times bricks measures the peak anyway for its report: it does so before its first brick, once,
-    and the report and the store take that one. A run that times nothing does not measure it."""
+    and the report and the store take that one, the store with the first brick (a run killed later keeps it). A
+    run that times nothing does not measure it."""
     measured: list[Settings] = []
 
     def measure(settings: Settings) -> Peak:
@@ -185,12 +186,24 @@ def test_the_peak_is_measured_once_before_the_first_timing_and_kept_for_the_repo
         return PEAK
 
     monkeypatch.setattr(engine, "measure_peak", measure)
+    pytester.makeconftest(
+        """
+        from pathlib import Path
+
+        def pytest_runtest_logfinish(nodeid):
+            seen = Path("peak_after_first_brick.txt")
+            if "brick[" in nodeid and not seen.exists():
+                seen.write_text(str(any(Path("store").rglob("peak.json"))))
+        """
+    )
     args = ("--dlbricks-granularity=2", "--dlbricks-store=store")
     run_dlbricks(pytester, *args, "--benchmark-disable", "models/mlp.onnx").assert_outcomes(passed=3)
     assert not measured
+    (pytester.path / "peak_after_first_brick.txt").unlink()
     run_dlbricks(pytester, *args, "--dlbricks-json=r.json", "models/mlp.onnx").assert_outcomes(passed=3)
     assert len(measured) == 1
     assert json.loads((pytester.path / "r.json").read_text())["peak"]["flops_per_s"] == PEAK.flops_per_s
+    assert (pytester.path / "peak_after_first_brick.txt").read_text() == "True", "kept as the first brick is"
     run_dlbricks(pytester, *args, "models/tiny_resnet.onnx").assert_outcomes(passed=6)
     assert len(measured) == 1, "the store keeps it"
 

@@ -22,6 +22,7 @@ from ..storage.plans import PlanCache
 from ..storage.store import BrickStore, Shelf
 from ..storage.store_records import StoredBrick
 from ..timing.overhead import CallOverhead
+from ..timing.probes import Peak
 from ..timing.retiming import retime
 from .session import DLBricksSession
 
@@ -145,6 +146,8 @@ class Baselines:
         #: Where the machine info is kept between runs, when it is (see :meth:`_generate_machine_info`).
         self.machine_info_cache: MachineInfoCache | None = None
         self._saved_overhead: CallOverhead | None = None
+        #: The peak this run measured and saved (see :meth:`.Tracking._save_peak`).
+        self._saved_peak: tuple[Peak, str] | None = None
         self.plans: PlanCache | None = None
         #: Kept plans this run removed, no run having used them for long (see :meth:`.PlanCache.prune`).
         self.pruned = 0

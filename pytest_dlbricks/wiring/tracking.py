@@ -185,10 +185,21 @@ class Tracking(Baselines):
             )
             self.shelf.put(brick)
             self._save_overhead(self.shelf)
+            self._save_peak(self.shelf)
         except OSError as error:
             self.store_error = f"cannot save brick times in {self._store_name()}: {error.strerror or error}"
             return
         self.saved += 1
+
+    def _save_peak(self, shelf: Shelf) -> None:
+        """Keep the peak the session measured, once, with the first brick timed against it: the bricks' rounds
+        were sized by it (see :meth:`.RunState.least_work_s`), and kept only at the session's end, a run killed
+        before would leave the next one to size them against none, and time them again."""
+        measured = self.run.measured_peak
+        if measured is not None and measured is not self._saved_peak:
+            peak, measured_at = measured
+            shelf.put_peak(StoredPeak(peak, datetime.fromisoformat(measured_at)))
+            self._saved_peak = measured
 
     def _save_overhead(self, shelf: Shelf) -> None:
         """Keep the call overhead the session measured, as estimates compose with it."""
@@ -264,9 +275,7 @@ class Tracking(Baselines):
             self._save_overhead(shelf)
             self._save_executor(shelf)
             self._save_run(shelf)
-            if self.run.measured_peak is not None:
-                peak, measured_at = self.run.measured_peak
-                shelf.put_peak(StoredPeak(peak, datetime.fromisoformat(measured_at)))
+            self._save_peak(shelf)
             for plan in self.run.plans:
                 store.save_model(manifest_of(plan, self.settings))
             for record in self.run.composed.calibration_records if self.run.composed is not None else ():
