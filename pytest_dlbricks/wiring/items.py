@@ -19,9 +19,7 @@ from ..cut.cutting import ModelPlan
 from ..estimating.validation import BrickRounds, Validation, rounds_for
 from ..reporting.entries import BrickResult
 from ..timing.running import BrickError, UnsupportedByProvider
-from .distributed import is_distributed
 from .engine import DLBricksRun
-from .options import benchmarks_disabled
 
 #: pytest-benchmark statistics kept per brick: all its numbers, so that a brick reused from the store makes
 #: the same entry in pytest-benchmark's history as when it was timed.
@@ -144,8 +142,10 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
 
 
 def _timed(config: pytest.Config) -> bool:
-    """Whether pytest-benchmark times the brick items: not disabled nor skipped, and not under pytest-xdist."""
-    return not (benchmarks_disabled(config) or config.getoption("benchmark_skip", False) or is_distributed(config))
+    """Whether pytest-benchmark times the brick items, as its own session decided (``--benchmark-disable``,
+    ``--benchmark-skip``, pytest-xdist)."""
+    benchmarks = config.pluginmanager.get_plugin("pytest-benchmark")
+    return benchmarks is not None and not (benchmarks.disabled or benchmarks.skip)
 
 
 def _budget_rounds(item: pytest.Item, run: DLBricksRun, signature: str, call: Callable[[], None]) -> float:

@@ -205,11 +205,6 @@ def _precision(config: pytest.Config) -> float | None:
     return DEFAULT_PRECISION if text is None else parse_precision(text)
 
 
-def benchmarks_disabled(config: pytest.Config) -> bool:
-    """Whether pytest-benchmark was told not to time: ``--benchmark-disable`` without ``--benchmark-enable``."""
-    return bool(config.getoption("benchmark_disable", False)) and not config.getoption("benchmark_enable", False)
-
-
 def _tracking(config: pytest.Config) -> dict[str, Any]:
     """The settings of the brick store and of comparisons with saved runs; refuses combinations that make no sense."""
     store = _store(config)
@@ -222,7 +217,11 @@ def _tracking(config: pytest.Config) -> dict[str, Any]:
         raise pytest.UsageError("--dlbricks-compare-incompatible only applies to --dlbricks-compare")
     if remeasure and store is None:
         raise pytest.UsageError("--dlbricks-remeasure needs the brick store, which --dlbricks-store=none turns off")
-    if compare is not None and benchmarks_disabled(config):
+    if (
+        compare is not None
+        and config.getoption("benchmark_disable", False)
+        and not config.getoption("benchmark_enable", False)
+    ):
         raise pytest.UsageError("--dlbricks-compare needs brick times, which --benchmark-disable turns off")
     max_age = _flag_or_ini(config, "dlbricks_max_age", parse_age)
     return {

@@ -192,9 +192,9 @@ class Tracking(Baselines):
         self.saved += 1
 
     def _save_peak(self, shelf: Shelf) -> None:
-        """Keep the peak the session measured, once, with the first brick timed against it: the bricks' rounds
-        were sized by it (see :meth:`.RunState.least_work_s`), and kept only at the session's end, a run killed
-        before would leave the next one to size them against none, and time them again."""
+        """Keep the peak the session measured, once, with the first brick timed against it. The bricks' rounds
+        were sized by it (see :meth:`.RunState.least_work_s`): kept only at the session's end, a run killed
+        before then would leave the next run none to size them by, and it would time them again."""
         measured = self.run.measured_peak
         if measured is not None and measured is not self._saved_peak:
             peak, measured_at = measured
