@@ -182,6 +182,25 @@ def test_bricks_whose_layers_use_the_thread_pool_count_at_the_parallel_executors
     assert {e.sequential_s for e in estimates.values()} == {3 * 6.0 + 1.0}, "the sequential estimate is left alone"
 
 
+def test_every_layer_costs_the_parallel_executor_its_cost_per_layer_and_the_sequential_estimate_nothing(
+    tmp_path: Path,
+) -> None:
+    """It hands every node to its threads: a brick of two layers pays twice what one layer costs it more."""
+    chain = plan_of(tiny_models.chain(tmp_path), 2)
+    (signature,) = chain.signatures
+    call = CallOverhead(fixed_s=1.0, parallel_fixed_s=2.0, parallel_layer_s=0.25)
+    slowed = ParallelExecutor(1, pool_factor=3.0, pool_layer_s=3.0)
+    assert compose(chain, {signature: 7.0}, call, ParallelExecutor(1)).parallel_s == pytest.approx(
+        3 * (6.0 + 0.5) + 2.0
+    )
+    assert compose(chain, {signature: 7.0}, call, slowed).parallel_s == pytest.approx(3 * (18.0 + 0.5) + 2.0)
+    assert compose(chain, {signature: 7.0}, call, slowed).sequential_s == pytest.approx(3 * 6.0 + 1.0)
+    diamond = plan_of(tiny_models.diamond(tmp_path), 1)
+    times = times_by_op(diamond, {"Relu": 1.0, "Sigmoid": 4.0, "Tanh": 2.0, "Neg": 3.0, "Add": 0.5})
+    estimate = compose(diamond, times, CallOverhead(parallel_fixed_s=0.0, parallel_layer_s=0.5), ParallelExecutor(2))
+    assert estimate.parallel_s == pytest.approx(1.5 + max(4.5, 2.5 + 3.5) + 1.0), "scheduled with their bricks"
+
+
 def test_a_scheduled_parallel_executor_schedules_the_slowed_bricks(tmp_path: Path) -> None:
     diamond = plan_of(tiny_models.diamond(tmp_path), 1)
     times = times_by_op(diamond, {"Relu": 1.0, "Sigmoid": 4.0, "Tanh": 2.0, "Neg": 3.0, "Add": 0.5})

@@ -21,6 +21,7 @@ from pytest_dlbricks.estimating.composition import model_costs
 from pytest_dlbricks.reporting.recomposition import brick_references, calls_of, overhead_of
 from pytest_dlbricks.timing import probes, speed_trace
 from pytest_dlbricks.timing.load import LoadMeter
+from pytest_dlbricks.timing.overhead import ParallelCosts
 from pytest_dlbricks.timing.probes import ExecutorDetection, PoolSlowdown
 from pytest_dlbricks.wiring import engine, items, run_state
 from pytest_dlbricks.wiring.engine import DLBricksRun
@@ -1048,7 +1049,9 @@ def test_the_parallel_estimate_follows_what_the_parallel_executor_was_found_to_d
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, concurrent: bool
 ) -> None:
     monkeypatch.setattr(engine, "detect_executor", lambda settings, pool=True: detected(concurrent))
-    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: 7e-6)
+    # One node at a time, each of the diamond's five layers costs the parallel executor 0.2 us more.
+    layer_s = 0.0 if concurrent else 2e-7
+    monkeypatch.setattr(engine, "measure_parallel_costs", lambda settings, sequential: ParallelCosts(7e-6, layer_s))
     models = pytester.path / "models"
     models.mkdir()
     tiny_models.diamond(models)
@@ -1078,12 +1081,16 @@ def test_the_parallel_estimate_follows_what_the_parallel_executor_was_found_to_d
         )
     else:
         assert executor["model"] == "one node at a time" and executor["threads"] == 1
-        assert model["parallel_s"] == pytest.approx(3.0 * (model["sequential_s"] - own.fixed_s) + own.parallel_fixed_s)
+        assert executor["parallel_layer_s"] == call["parallel_layer_s"] == 2e-7
+        assert own.parallel_layer_s is not None
+        assert model["parallel_s"] == pytest.approx(
+            3.0 * (model["sequential_s"] - own.fixed_s) + 5 * own.parallel_layer_s + own.parallel_fixed_s
+        )
         result.stdout.fnmatch_lines(
             [
                 "Parallel, as detected in this run: *one node at a time here (*, 7 rounds: medians *; median of the"
                 " rounds' parallel / sequential 1.05, not under 0.8; in onnxruntime's profile no node started"
-                " while another ran)*call cost*"
+                " while another ran)*call cost (* instead of *) and 0.2 us more a layer*"
             ]
         )
     assert (executor["pool_factor"], executor["pool_layer_s"]) == (3.0, 0.0)
@@ -1135,7 +1142,7 @@ def test_where_the_parallel_executor_runs_one_node_at_a_time_nothing_more_is_mea
 
     monkeypatch.setattr(engine, "detect_executor", detect)
     monkeypatch.setattr(engine, "with_pool_slowdown", _refuse)
-    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", _refuse)
+    monkeypatch.setattr(engine, "measure_parallel_costs", _refuse)
     models = pytester.path / "models"
     models.mkdir()
     tiny_models.diamond(models)
@@ -1176,7 +1183,9 @@ def test_at_default_verbosity_the_parallel_estimate_takes_one_short_line(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(engine, "detect_executor", lambda settings, pool=True: detected(False))
-    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: sequential.fixed_s)
+    monkeypatch.setattr(
+        engine, "measure_parallel_costs", lambda settings, sequential: ParallelCosts(sequential.fixed_s, 0.0)
+    )
     models = pytester.path / "models"
     models.mkdir()
     tiny_models.diamond(models)

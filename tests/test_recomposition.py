@@ -361,6 +361,16 @@ def test_a_shard_whose_parallel_call_cost_was_caught_slow_leaves_the_merged_esti
     assert merge_reports(slow)["summary"]["call_overhead_s"]["parallel_fixed_s"] is None, "no sane figure: none"
 
 
+def test_shards_combine_the_parallel_executors_cost_per_layer_of_those_whose_call_cost_is_sane(
+    plans: list[ModelPlan],
+) -> None:
+    """A shard caught slow is left out with its cost per layer; of the others, the lower median."""
+    costs = [(8e-3, 5e-4), (4.35e-6, 4e-7), (4.5e-6, 3e-7)]
+    overheads = [dataclasses.replace(OVERHEAD, parallel_fixed_s=f, parallel_layer_s=layer) for f, layer in costs]
+    merged = merge_reports(shard_reports(plans, 3, overheads=overheads))["summary"]["call_overhead_s"]
+    assert (merged["parallel_fixed_s"], merged["parallel_layer_s"]) == (pytest.approx(4.35e-6), pytest.approx(3e-7))
+
+
 def test_merged_shards_keep_the_peak_flops_and_time_by_operator_type(plans: list[ModelPlan]) -> None:
     """A shard's analysis holds for the bricks it timed: the merge analyses every model again from all the
     bricks' records, at the best peak of the shards (each is the best of its runs; a slow shard reads low)."""
@@ -403,7 +413,7 @@ def test_composed_estimates_keep_the_suite_run_s_peak_and_the_models_analysis(
 def test_a_report_of_an_older_version_composes_with_the_call_costs_it_measured(plans: list[ModelPlan]) -> None:
     """Reports written before the timing cost and the reference were measured lack them."""
     report = report_of(plans, results_for(distinct_bricks(plans)))
-    for name in ("timing_s", "reference_s", "parallel_fixed_s"):
+    for name in ("timing_s", "reference_s", "parallel_fixed_s", "parallel_layer_s"):
         del report["summary"]["call_overhead_s"][name]
     check_results(report, "old.json")
     assert overhead_of(report["summary"]) == CallOverhead(fixed_s=2e-6, per_input_s=5e-7, per_output_s=2.5e-7)

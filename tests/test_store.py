@@ -263,6 +263,23 @@ def test_a_call_overhead_recorded_before_the_reference_was_timed_beside_it_is_re
     assert not shelf.discarded
 
 
+def test_the_parallel_executors_cost_per_layer_is_kept_and_a_record_without_it_is_read_without_it(
+    tmp_path: Path,
+) -> None:
+    """A run asking for a parallel estimate measures it again where the record lacks it (see the engine)."""
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    kept = CallOverhead(fixed_s=2e-6, parallel_fixed_s=3e-6, parallel_layer_s=4e-7, reference_s=6e-6)
+    shelf.put_overhead(kept)
+    assert shelf.get_overhead() == kept
+    record = json.loads((shelf.path / "overhead.json").read_text())
+    del record["overhead"]["parallel_layer_s"]
+    (shelf.path / "overhead.json").write_text(json.dumps(record))
+    assert shelf.get_overhead() == CallOverhead(fixed_s=2e-6, parallel_fixed_s=3e-6, reference_s=6e-6)
+    record["overhead"]["parallel_layer_s"] = -1.0
+    (shelf.path / "overhead.json").write_text(json.dumps(record))
+    assert shelf.get_overhead() is None and shelf.discarded == {"call overhead": 1}
+
+
 def test_a_damaged_identity_is_repaired_and_counted(tmp_path: Path) -> None:
     store = BrickStore(tmp_path)
     store.shelf(IDENTITY).put(brick())

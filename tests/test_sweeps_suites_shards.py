@@ -23,6 +23,7 @@ from pytest_dlbricks.cut.cutting import plan_model
 from pytest_dlbricks.cut.loading import load_model
 from pytest_dlbricks.estimating.composition import ParallelExecutor, compose
 from pytest_dlbricks.reporting.recomposition import brick_references, overhead_of
+from pytest_dlbricks.timing.overhead import ParallelCosts
 from pytest_dlbricks.wiring import engine
 from pytest_dlbricks.wiring.cli import main
 
@@ -225,7 +226,9 @@ def test_providers_are_tried_in_order_and_the_one_used_is_recorded(
 
 def steady_parallel_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """The parallel executor's call cost at twice the sequential one: a loaded machine may give none."""
-    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: 2 * sequential.fixed_s)
+    monkeypatch.setattr(
+        engine, "measure_parallel_costs", lambda settings, sequential: ParallelCosts(2 * sequential.fixed_s, 0.0)
+    )
 
 
 def test_an_exported_suite_runs_anywhere_and_composes_back(

@@ -27,7 +27,7 @@ from pytest_dlbricks.cut.bricks import BrickSpec
 from pytest_dlbricks.cut.cutting import plan_model
 from pytest_dlbricks.cut.loading import load_model, whole_model
 from pytest_dlbricks.timing import overhead as call_overhead
-from pytest_dlbricks.timing.overhead import CallOverhead, measure_call_overhead, measure_parallel_fixed_cost
+from pytest_dlbricks.timing.overhead import CallOverhead, ParallelCosts, measure_call_overhead, measure_parallel_costs
 from pytest_dlbricks.timing.probes import ExecutorDetection, PoolSlowdown
 from pytest_dlbricks.timing.running import BrickError, BrickRunner, ModelRunner, _rewritable, view_outputs
 from pytest_dlbricks.timing.synthesis import APART_BYTES, brick_feeds, brick_model_and_weights, build_brick_model
@@ -617,31 +617,42 @@ def test_the_fixed_cost_is_read_from_chains_of_nothing_but_their_layers(
 SEQUENTIAL = CallOverhead(fixed_s=5e-6)
 
 
-def test_the_parallel_fixed_cost_is_the_intercept_of_chains_of_growing_length(
+def test_the_parallel_costs_are_the_intercept_and_the_slope_beyond_the_sequential_one(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A chain of n layers takes fixed + n * per_layer; the fixed part is what is kept, never below zero."""
+    """A chain of n layers takes fixed + n * per_layer under each executor: the parallel fixed part is kept, never
+    below zero, and what each layer costs it beyond the sequential executor, never below zero either."""
 
-    def chains(fixed_s: float) -> Callable[..., dict[str, list[list[float]]]]:
-        return lambda families, rounds, calls: {"parallel": [[fixed_s + n * 2e-6] for n in call_overhead._SIZES]}
+    def chains(fixed_s: float, layer_s: float) -> Callable[..., dict[str, list[list[float]]]]:
+        return lambda families, rounds, calls: {
+            "sequential": [[2e-6 + n * 0.25e-6] for n in call_overhead._SIZES],
+            "parallel": [[fixed_s + n * layer_s] for n in call_overhead._SIZES],
+        }
 
-    monkeypatch.setattr(call_overhead, "_interleaved_times", chains(30e-6))
-    assert measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=1, calls=1) == pytest.approx(30e-6)
-    monkeypatch.setattr(call_overhead, "_interleaved_times", chains(-5e-6))
-    assert measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=1, calls=1) == 0.0
+    monkeypatch.setattr(call_overhead, "_interleaved_times", chains(30e-6, 0.6e-6))
+    costs = measure_parallel_costs(settings, SEQUENTIAL, rounds=1, calls=1)
+    assert costs is not None
+    assert (costs.fixed_s, costs.layer_s) == (pytest.approx(30e-6), pytest.approx(0.35e-6))
+    monkeypatch.setattr(call_overhead, "_interleaved_times", chains(-5e-6, 0.2e-6))
+    assert measure_parallel_costs(settings, SEQUENTIAL, rounds=1, calls=1) == ParallelCosts(0.0, 0.0)
 
 
 @pytest.mark.parametrize("slow", range(5))
-def test_one_session_of_the_parallel_executor_in_its_slow_state_leaves_the_fixed_cost_alone(
+def test_one_session_of_the_parallel_executor_in_its_slow_state_leaves_the_costs_alone(
     settings: Settings, monkeypatch: pytest.MonkeyPatch, slow: int
 ) -> None:
     """Each chain has its session; one landing in the executor's slow state (8 ms a call) is passed over."""
 
     def chains(families: object, rounds: int, calls: int) -> dict[str, list[list[float]]]:
-        return {"parallel": [[8e-3 if k == slow else 6e-6 + n * 0.7e-6] for k, n in enumerate(call_overhead._SIZES)]}
+        return {
+            "sequential": [[2e-6 + n * 0.25e-6] for n in call_overhead._SIZES],
+            "parallel": [[8e-3 if k == slow else 6e-6 + n * 0.7e-6] for k, n in enumerate(call_overhead._SIZES)],
+        }
 
     monkeypatch.setattr(call_overhead, "_interleaved_times", chains)
-    assert measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=1, calls=1) == pytest.approx(6e-6)
+    costs = measure_parallel_costs(settings, SEQUENTIAL, rounds=1, calls=1)
+    assert costs is not None
+    assert (costs.fixed_s, costs.layer_s) == (pytest.approx(6e-6), pytest.approx(0.45e-6))
 
 
 class _SetsOfSessions:
@@ -661,7 +672,10 @@ class _SetsOfSessions:
         index = len(self.sessions) - 1
         self.timings.append((index, rounds))
         fixed = self.full_s.get(index, self.fixed_s[index]) if rounds > 1 else self.fixed_s[index]
-        return {"parallel": [[fixed + n * 1e-6] * rounds for n in call_overhead._SIZES]}
+        return {
+            "sequential": [[2e-6 + n * 0.25e-6] * rounds for n in call_overhead._SIZES],
+            "parallel": [[fixed + n * 1e-6] * rounds for n in call_overhead._SIZES],
+        }
 
     def fresh(self) -> bool:
         """Whether every set had sessions of its own."""
@@ -675,7 +689,8 @@ def test_a_set_of_sessions_caught_in_a_slow_state_never_reaches_the_parallel_cal
     a set is dropped after its first round, and the lower median of the sane sets that follow is kept."""
     sets = _SetsOfSessions([8e-3, 9e-6, 7e-6, 6e-6])
     monkeypatch.setattr(call_overhead, "_interleaved_times", sets)
-    assert measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=3, calls=1) == pytest.approx(7e-6)
+    costs = measure_parallel_costs(settings, SEQUENTIAL, rounds=3, calls=1)
+    assert costs is not None and (costs.fixed_s, costs.layer_s) == (pytest.approx(7e-6), pytest.approx(0.75e-6))
     assert sets.timings == [(0, 1), (1, 1), (1, 3), (2, 1), (2, 3)], "the slow set's first round only; then enough"
 
 
@@ -684,7 +699,23 @@ def test_a_set_that_turns_slow_after_its_first_round_is_dropped_too(
 ) -> None:
     sets = _SetsOfSessions([9e-6, 6e-6, 8e-6], full_s={0: 5e-3})
     monkeypatch.setattr(call_overhead, "_interleaved_times", sets)
-    assert measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=3, calls=1) == pytest.approx(6e-6)
+    costs = measure_parallel_costs(settings, SEQUENTIAL, rounds=3, calls=1)
+    assert costs is not None and costs.fixed_s == pytest.approx(6e-6)
+
+
+def test_a_set_caught_slow_in_its_cost_per_layer_alone_is_dropped_too(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sessions caught slow read 0.78 ms a layer once, with an intercept fitted at nothing: such a set is dropped."""
+
+    def chains(families: object, rounds: int, calls: int) -> dict[str, list[list[float]]]:
+        return {
+            "sequential": [[2e-6 + n * 0.25e-6] for n in call_overhead._SIZES],
+            "parallel": [[n * 0.78e-3] for n in call_overhead._SIZES],
+        }
+
+    monkeypatch.setattr(call_overhead, "_interleaved_times", chains)
+    assert measure_parallel_costs(settings, SEQUENTIAL, rounds=1, calls=1) is None
 
 
 def test_the_parallel_call_cost_is_bounded_by_the_sequential_one(
@@ -693,12 +724,11 @@ def test_the_parallel_call_cost_is_bounded_by_the_sequential_one(
     """A cost that is sane beside a slow sequential call is not beside a fast one; where every set of sessions
     reads more than the bound, there is no figure (and no parallel estimate), never a slow one."""
     monkeypatch.setattr(call_overhead, "_interleaved_times", _SetsOfSessions([100e-6] * call_overhead.PARALLEL_SETS))
-    assert measure_parallel_fixed_cost(settings, CallOverhead(fixed_s=12e-6), rounds=2, calls=1) == pytest.approx(
-        100e-6
-    )
+    costs = measure_parallel_costs(settings, CallOverhead(fixed_s=12e-6), rounds=2, calls=1)
+    assert costs is not None and costs.fixed_s == pytest.approx(100e-6)
     sets = _SetsOfSessions([100e-6] * call_overhead.PARALLEL_SETS)
     monkeypatch.setattr(call_overhead, "_interleaved_times", sets)
-    assert measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=2, calls=1) is None
+    assert measure_parallel_costs(settings, SEQUENTIAL, rounds=2, calls=1) is None
     assert len(sets.sessions) == call_overhead.PARALLEL_SETS and sets.fresh(), "each set in fresh sessions"
     assert call_overhead.parallel_ceiling(SEQUENTIAL) == pytest.approx(70e-6)
 
@@ -715,7 +745,7 @@ def test_a_stored_detection_without_the_pool_slowdown_is_completed_when_the_para
     estimate measures the rest, and keeps the completed detection as made now."""
     completed = _one_at_a_time(pool=True)
     monkeypatch.setattr(engine, "with_pool_slowdown", lambda detection, settings: completed)
-    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: 3e-6)
+    monkeypatch.setattr(engine, "measure_parallel_costs", lambda settings, sequential: ParallelCosts(3e-6, 0.0))
     run = DLBricksRun(Settings(granularity=1, executor="parallel"), time.perf_counter)
     run.assume_overhead(CallOverhead(fixed_s=2e-6, reference_s=1e-5))
     run.stored_executor = (_one_at_a_time(pool=False), "2026-01-01T00:00:00+00:00")
@@ -727,7 +757,7 @@ def test_a_stored_detection_without_the_pool_slowdown_is_completed_when_the_para
 
 def test_a_stored_parallel_call_cost_caught_in_a_slow_state_is_measured_again(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine, "detect_executor", lambda settings, pool=True: _one_at_a_time(pool))
-    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: 3e-6)
+    monkeypatch.setattr(engine, "measure_parallel_costs", lambda settings, sequential: ParallelCosts(3e-6, 0.0))
     run = DLBricksRun(Settings(granularity=1, executor="parallel"), time.perf_counter)
     run.assume_overhead(CallOverhead(fixed_s=2e-6, parallel_fixed_s=8e-3, reference_s=1e-5))
     run.detect_executor()
@@ -738,16 +768,17 @@ def test_a_parallel_call_cost_that_cannot_be_measured_sanely_gives_no_parallel_e
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(engine, "detect_executor", lambda settings, pool=True: _one_at_a_time(pool))
-    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: None)
+    monkeypatch.setattr(engine, "measure_parallel_costs", lambda settings, sequential: None)
     run = DLBricksRun(Settings(granularity=1, executor="parallel"), time.perf_counter)
     run.assume_overhead(CallOverhead(fixed_s=2e-6, reference_s=1e-5))
     run.detect_executor()
     assert run.executor_error is not None and "took more than 40.0 us a call" in run.executor_error
 
 
-def test_the_parallel_fixed_cost_is_measured_on_the_parallel_executor(settings: Settings) -> None:
-    fixed_s = measure_parallel_fixed_cost(settings, SEQUENTIAL, rounds=2, calls=5)
-    assert fixed_s is None or 0 <= fixed_s <= call_overhead.parallel_ceiling(SEQUENTIAL)
+def test_the_parallel_costs_are_measured_on_the_parallel_executor(settings: Settings) -> None:
+    costs = measure_parallel_costs(settings, SEQUENTIAL, rounds=2, calls=5)
+    assert costs is None or 0 <= costs.fixed_s <= call_overhead.parallel_ceiling(SEQUENTIAL)
+    assert costs is None or 0 <= costs.layer_s < 1e-4
 
 
 def test_optimized_loading_cuts_what_onnxruntime_runs(tmp_path: Path, settings: Settings) -> None:

@@ -18,6 +18,7 @@ from pytest_dlbricks.core.identity import CUT_METHOD
 from pytest_dlbricks.core.noise import margin_of_error
 from pytest_dlbricks.reporting.comparing import INCONCLUSIVE_EXIT
 from pytest_dlbricks.timing import speed_trace
+from pytest_dlbricks.timing.overhead import ParallelCosts
 from pytest_dlbricks.wiring import engine, run_state
 from pytest_dlbricks.wiring.cli import main
 
@@ -224,7 +225,9 @@ def test_a_validation_run_does_not_change_later_estimates(
 ) -> None:
     """Every run measures the call costs, the parallel executor's too where its estimate is asked for (here at
     twice the sequential one: a loaded machine may give none), and keeps them beside the brick times."""
-    monkeypatch.setattr(engine, "measure_parallel_fixed_cost", lambda settings, sequential: 2 * sequential.fixed_s)
+    monkeypatch.setattr(
+        engine, "measure_parallel_costs", lambda settings, sequential: ParallelCosts(2 * sequential.fixed_s, 0.0)
+    )
     models = pytester.path / "models"
     models.mkdir()
     tiny_models.chain(models, "chain.onnx", blocks=2)

@@ -145,7 +145,12 @@ def compose_calls(
     parallel_s = None
     if parallel is not None and own.parallel_fixed_s is not None:
         layers = layers or {}
-        slowed = [parallel.brick_s(seconds, layers.get(signature, 1)) for seconds, signature in zip(work, signatures)]
+        # Every layer is handed to the executor's threads: a cost the sequential bricks' times do not hold.
+        per_layer = own.parallel_layer_s or 0.0
+        slowed = [
+            parallel.brick_s(seconds, layers.get(signature, 1)) + per_layer * layers.get(signature, 1)
+            for seconds, signature in zip(work, signatures)
+        ]
         span = sum(slowed) if parallel.threads == 1 else list_schedule(graph, slowed, parallel.threads)
         parallel_call = own.of(*io, parallel=True)
         parallel_s = span + parallel_call

@@ -40,7 +40,7 @@ def executor_line(executor: Mapping[str, Any] | None, *, verbose: bool = True) -
     if executor["model"] == "list schedule":
         how = (
             f"onnxruntime's parallel executor ran independent nodes at once here ({figures}), so Parallel is"
-            f" a list schedule of the bricks on {plural(executor['threads'], 'thread')}"
+            f" a list schedule of the bricks on {plural(executor['threads'], 'thread')}{_layer_cost(executor)}"
         )
     else:
         how = (
@@ -53,7 +53,7 @@ def executor_line(executor: Mapping[str, Any] | None, *, verbose: bool = True) -
 def _executor_summary(executor: Mapping[str, Any]) -> str:
     """The model of the parallel executor in one short line, pointing to ``-v`` for the rest."""
     if executor["model"] == "list schedule":
-        how = f"a list schedule of the bricks on {plural(executor['threads'], 'thread')}"
+        how = f"a list schedule of the bricks on {plural(executor['threads'], 'thread')}{_layer_cost(executor)}"
     else:
         how = f"Sequential at {_call_costs(executor)}"
         factor = executor.get("pool_factor")
@@ -63,11 +63,20 @@ def _executor_summary(executor: Mapping[str, Any]) -> str:
 
 
 def _call_costs(executor: Mapping[str, Any]) -> str:
-    """The parallel executor's call cost beside the sequential one's, where the two read differently."""
+    """The parallel executor's call cost beside the sequential one's, where the two read differently, and what
+    it costs more a layer, where that was measured."""
     parallel, sequential = format_seconds(executor.get("parallel_call_s")), format_seconds(executor.get("call_s"))
+    per_layer = _layer_cost(executor, joined=" and")
     if parallel == sequential:
-        return f"the parallel executor's call cost ({parallel}, as the sequential one's)"
-    return f"the parallel executor's call cost ({parallel} instead of {sequential})"
+        return f"the parallel executor's call cost ({parallel}, as the sequential one's){per_layer}"
+    return f"the parallel executor's call cost ({parallel} instead of {sequential}){per_layer}"
+
+
+def _layer_cost(executor: Mapping[str, Any], joined: str = ",") -> str:
+    """What each layer costs the parallel executor more than the sequential one, where it was measured, after
+    ``joined``."""
+    layer = executor.get("parallel_layer_s")
+    return f"{joined} {format_seconds(layer)} more a layer" if is_number(layer) and layer > 0 else ""
 
 
 def _profile_clause(found: Mapping[str, Any], under: bool) -> str:

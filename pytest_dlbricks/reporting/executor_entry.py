@@ -56,6 +56,7 @@ def executor_fields(
         **origin,
         "call_s": overhead.fixed_s if overhead is not None else None,
         "parallel_call_s": overhead.parallel_fixed_s if overhead is not None else None,
+        "parallel_layer_s": overhead.parallel_layer_s if overhead is not None else None,
         "critical_path": "the lower bound for an executor with unlimited parallelism",
     }
 

@@ -187,7 +187,7 @@ def combined_overhead(overheads: Sequence[CallOverhead]) -> CallOverhead | None:
     figures is their mean, and one slow shard then moves it halfway (4.35 us and 8.0 ms read 4 ms); the
     lower median keeps the lower of two, and of more the middle one, passing over the low noise of the
     fastest. The parallel executor's cost is bounded as each run bounds it (see
-    :func:`.overhead.parallel_ceiling`): a shard's beyond it is left out.
+    :func:`.overhead.parallel_ceiling`): a shard's beyond it is left out, with its cost per layer.
     """
     if not overheads:
         return None
@@ -202,10 +202,14 @@ def combined_overhead(overheads: Sequence[CallOverhead]) -> CallOverhead | None:
         reference_s=reference,
     )
     ceiling = parallel_ceiling(combined)
-    parallel = [
-        o.parallel_fixed_s for o in overheads if o.parallel_fixed_s is not None and o.parallel_fixed_s <= ceiling
-    ]
-    return dataclasses.replace(combined, parallel_fixed_s=statistics.median_low(parallel) if parallel else None)
+    sane = [o for o in overheads if o.parallel_fixed_s is not None and o.parallel_fixed_s <= ceiling]
+    parallel = [o.parallel_fixed_s for o in sane if o.parallel_fixed_s is not None]
+    layer = [o.parallel_layer_s for o in sane if o.parallel_layer_s is not None]
+    return dataclasses.replace(
+        combined,
+        parallel_fixed_s=statistics.median_low(parallel) if parallel else None,
+        parallel_layer_s=statistics.median_low(layer) if layer else None,
+    )
 
 
 def best_peak(peaks: Iterable[object]) -> dict[str, Any] | None:

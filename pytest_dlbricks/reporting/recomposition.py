@@ -157,7 +157,7 @@ def overhead_of(summary: Mapping[str, Any]) -> CallOverhead:
     figures: dict[str, Any] = {}
     for field in dataclasses.fields(CallOverhead):
         value = recorded.get(field.name, field.default)
-        optional = field.name in ("parallel_fixed_s", "reference_s")
+        optional = field.name in ("parallel_fixed_s", "parallel_layer_s", "reference_s")
         if not (value is None and optional) and not (is_number(value) and value >= 0):
             raise ValueError(f"{field.name} is {reprlib.repr(value)}, not a time in seconds")
         if field.name == "reference_s" and value == 0:
@@ -328,7 +328,14 @@ def _executor_entry(executor: Mapping[str, Any], call: CallOverhead) -> dict[str
     no parallel estimate, as it was)."""
     if executor.get("model") is None:
         return explained(executor)
-    return explained({**executor, "call_s": call.fixed_s, "parallel_call_s": call.parallel_fixed_s})
+    return explained(
+        {
+            **executor,
+            "call_s": call.fixed_s,
+            "parallel_call_s": call.parallel_fixed_s,
+            "parallel_layer_s": call.parallel_layer_s,
+        }
+    )
 
 
 def _brick_entry(

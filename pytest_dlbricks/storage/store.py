@@ -155,16 +155,20 @@ class Shelf:
                 return None  # measured an older way: not damaged, measured again
             recorded = data["overhead"]
             names = [field.name for field in dataclasses.fields(CallOverhead)]
-            # Records written before the reference call was timed beside the costs lack it (see
+            # Records written before the reference call was timed beside the costs lack it, and those written
+            # before the parallel executor's cost per layer was measured lack that (see
             # :meth:`.engine.DLBricksRun.measure_overhead`).
-            if not isinstance(recorded, dict) or sorted({**recorded, "reference_s": None}) != sorted(names):
+            optional = {"reference_s": None, "parallel_layer_s": None}
+            if not isinstance(recorded, dict) or sorted({**optional, **recorded}) != sorted(names):
                 raise ValueError("not the fields of a call overhead")
             parallel, reference = recorded["parallel_fixed_s"], recorded.get("reference_s")
+            parallel_layer = recorded.get("parallel_layer_s")
             return CallOverhead(
                 fixed_s=_seconds(recorded["fixed_s"]),
                 per_input_s=_seconds(recorded["per_input_s"]),
                 per_output_s=_seconds(recorded["per_output_s"]),
                 parallel_fixed_s=None if parallel is None else _seconds(parallel),
+                parallel_layer_s=None if parallel_layer is None else _seconds(parallel_layer),
                 timing_s=_seconds(recorded["timing_s"]),
                 reference_s=None if reference is None else _seconds(reference, positive=True),
             )

@@ -55,6 +55,10 @@ class CallOverhead:
     #: it is a lower bound, for an executor with unlimited parallelism. None in records of runs that
     #: did not measure it.
     parallel_fixed_s: float | None = None
+    #: What each layer costs more under the parallel executor than under the sequential one (it hands every
+    #: node to its inter-op threads): counted for every layer of the parallel estimate. None in records of
+    #: runs that did not measure it, which count nothing for it.
+    parallel_layer_s: float | None = None
     #: What timing a brick through its item adds to each of its calls beyond the model's one timed call
     #: (the loop, the clock paused around the rewriting of its inputs): taken off every brick only.
     timing_s: float = 0.0
@@ -91,13 +95,14 @@ class CallOverhead:
         if reference_s is None or reference_s <= 0 or not self.reference_s:
             return self
         scale = reference_s / self.reference_s
-        parallel = self.parallel_fixed_s
+        parallel, parallel_layer = self.parallel_fixed_s, self.parallel_layer_s
         return replace(
             self,
             fixed_s=self.fixed_s * scale,
             per_input_s=self.per_input_s * scale,
             per_output_s=self.per_output_s * scale,
             parallel_fixed_s=None if parallel is None else parallel * scale,
+            parallel_layer_s=None if parallel_layer is None else parallel_layer * scale,
             timing_s=self.timing_s * scale,
             reference_s=reference_s,
         )
@@ -118,7 +123,7 @@ def measure_call_overhead(settings: Settings, rounds: int = 11, calls: int = 100
     longest chain: its time is read in the proportion of the fixed cost to it within each round (a round
     takes milliseconds, the machine's speed states tenths of a second; the medians over rounds of two
     chains can fall in different states). The parallel executor's fixed cost is measured apart, and
-    only for a parallel estimate (see :func:`measure_parallel_fixed_cost`).
+    only for a parallel estimate (see :func:`measure_parallel_costs`).
     """
     chains = [_Call(_tiny_model(size, 1, 1), settings) for size in _SIZES]
     families = {
@@ -157,6 +162,9 @@ def _reference_beside(fixed_s: float, chains: list[list[float]]) -> float | None
 #: the sequential call cost, or milliseconds (a session landing in the slow state, the cores taken by others).
 PARALLEL_FACTOR = 10
 PARALLEL_MARGIN_S = 20e-6
+#: Likewise for what a layer costs it beyond the sequential executor's layer: a set of sessions caught slow
+#: read 0.78 ms a layer, with an intercept under the bound above.
+PARALLEL_LAYER_MARGIN_S = 2e-6
 #: Sets of fresh sessions the parallel executor's call cost may be read from, and how many must read a
 #: sane cost before the lower median of theirs is kept.
 PARALLEL_SETS = 3
@@ -171,11 +179,21 @@ def parallel_ceiling(sequential: CallOverhead) -> float:
     return PARALLEL_FACTOR * sequential.fixed_s + PARALLEL_MARGIN_S
 
 
-def measure_parallel_fixed_cost(
+@dataclass(frozen=True)
+class ParallelCosts:
+    """What the parallel executor costs beyond the sequential one: its fixed cost of a call, and what each layer
+    costs more (see :attr:`CallOverhead.parallel_layer_s`)."""
+
+    fixed_s: float
+    layer_s: float
+
+
+def measure_parallel_costs(
     settings: Settings, sequential: CallOverhead, rounds: int = 5, calls: int = 20
-) -> float | None:
-    """The fixed cost of a call under the parallel executor, as the intercept of chains' calls timed alone;
-    None when every set of sessions was caught in a slow state.
+) -> ParallelCosts | None:
+    """The fixed cost of a call under the parallel executor, as the intercept of chains' calls timed alone, and
+    what each layer costs it more than the sequential executor, as the difference of the two executors' slopes
+    over the same chains timed in turn; None when every set of sessions was caught in a slow state.
 
     Fewer calls than for the sequential costs: where the executor's threads compete with the intra-op
     ones for the cores, one of its calls can take milliseconds. Each chain has a session of its own, and
@@ -184,34 +202,56 @@ def measure_parallel_fixed_cost(
     two slow sessions of the five: fitted by least squares, four identical runs read 6.3 ms, 3.6 us, 6.8 us
     and 3.6 us. Whole sets of sessions were caught too (three fresh runs in seven read 8 ms, and a 10 us
     model then read 14 ms), so the chains are timed in fresh sets of sessions, one round first: a set whose
-    intercept passes :func:`parallel_ceiling` is dropped, and the lower median of the first
-    :data:`PARALLEL_AGREEING` sets within it is kept (a slow state only ever adds time).
+    intercept passes :func:`parallel_ceiling`, or whose cost per layer passes :data:`PARALLEL_FACTOR` times the
+    sequential executor's plus :data:`PARALLEL_LAYER_MARGIN_S`, is dropped, and the lower median of the first
+    :data:`PARALLEL_AGREEING` sets within them is kept (a slow state only ever adds time).
+
+    Each layer of such a chain took 0.56 to 0.67 us under the parallel executor and 0.24 to 0.25 us under the
+    sequential one (2 cores, four checks): where a model's layers take microseconds, that difference is most of
+    what the parallel executor adds (the sample transformer block, 33 layers in 50 us, took 1.21 to 1.25 times
+    its sequential time under it, where its call cost alone adds 1 us).
     """
     ceiling = parallel_ceiling(sequential)
-    kept: list[float] = []
+    kept: list[ParallelCosts] = []
     for _ in range(PARALLEL_SETS):
-        sessions = {"parallel": [_Call(_tiny_model(size, 1, 1), settings, parallel=True) for size in _SIZES]}
+        sessions = {
+            "sequential": [_Call(_tiny_model(size, 1, 1), settings) for size in _SIZES],
+            "parallel": [_Call(_tiny_model(size, 1, 1), settings, parallel=True) for size in _SIZES],
+        }
         first = _parallel_intercept(_interleaved_times(sessions, 1, min(calls, PARALLEL_FIRST_CALLS))["parallel"])
         if first > ceiling:
             continue
-        fitted = _parallel_intercept(_interleaved_times(sessions, rounds, calls)["parallel"])
-        if fitted <= ceiling:
-            kept.append(fitted)
+        times = _interleaved_times(sessions, rounds, calls)
+        fitted = _parallel_intercept(times["parallel"])
+        sequential_layer_s = _robust_slope(times["sequential"])
+        layer_s = max(_robust_slope(times["parallel"]) - sequential_layer_s, 0.0)
+        if fitted <= ceiling and layer_s <= PARALLEL_FACTOR * max(sequential_layer_s, 0.0) + PARALLEL_LAYER_MARGIN_S:
+            kept.append(ParallelCosts(fixed_s=fitted, layer_s=layer_s))
         if len(kept) == PARALLEL_AGREEING:
             break
-    return statistics.median_low(kept) if kept else None
+    if not kept:
+        return None
+    return ParallelCosts(
+        fixed_s=statistics.median_low(costs.fixed_s for costs in kept),
+        layer_s=statistics.median_low(costs.layer_s for costs in kept),
+    )
 
 
 def _parallel_intercept(times: list[list[float]]) -> float:
     """The intercept of the chains' median times, never below zero."""
-    return max(_robust_intercept(_SIZES, [float(np.median(member)) for member in times]), 0.0)
+    return max(_robust_line(_SIZES, [float(np.median(member)) for member in times])[1], 0.0)
 
 
-def _robust_intercept(sizes: Sequence[int], seconds: Sequence[float]) -> float:
-    """The intercept of the line through (size, seconds) that most points follow (Theil and Sen's)."""
+def _robust_slope(times: list[list[float]]) -> float:
+    """The slope of the chains' median times: seconds per layer."""
+    return _robust_line(_SIZES, [float(np.median(member)) for member in times])[0]
+
+
+def _robust_line(sizes: Sequence[int], seconds: Sequence[float]) -> tuple[float, float]:
+    """The slope and intercept of the line through (size, seconds) that most points follow (Theil and Sen's)."""
     pairs = itertools.combinations(zip(sizes, seconds), 2)
     slope = float(np.median([(b_s - a_s) / (b - a) for (a, a_s), (b, b_s) in pairs]))
-    return float(np.median([time - slope * size for size, time in zip(sizes, seconds)]))
+    return slope, float(np.median([time - slope * size for size, time in zip(sizes, seconds)]))
 
 
 _SIZES = (1, 2, 4, 8, 16)

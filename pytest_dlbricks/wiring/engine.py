@@ -35,7 +35,7 @@ from ..reporting.suite import SuiteError, export_suite, read_manifest
 from ..storage.atomic_files import write_json, write_text
 from ..storage.plans import CutModel, PlanCache
 from ..timing.load import load_summary
-from ..timing.overhead import measure_call_overhead, measure_parallel_fixed_cost, parallel_ceiling
+from ..timing.overhead import measure_call_overhead, measure_parallel_costs, parallel_ceiling
 from ..timing.probes import (
     RunMeasurements,
     describe_machine,
@@ -224,15 +224,20 @@ class DLBricksRun(RunState):
         """Measure the cost of a call once, before the first timing: also where a call cost stored by an
         older run lacks the reference call's time, which the bricks timed now are scaled by (bricks it
         was measured with compose with it unscaled either way); and (``parallel``) the parallel executor's,
-        when the call cost in use lacks it or holds one beyond :func:`.overhead.parallel_ceiling` (stored by a
-        version that did not bound it)."""
+        when the call cost in use lacks it or its cost per layer, or holds one beyond
+        :func:`.overhead.parallel_ceiling` (stored by a version that did not bound it)."""
         if self.overhead is None or (self.overhead.reference_s is None and not self.overhead_measured):
             self.overhead = measure_call_overhead(self.settings)
             self.overhead_measured = True
         stored = self.overhead.parallel_fixed_s
-        if parallel and (stored is None or stored > parallel_ceiling(self.overhead)):
+        if parallel and (
+            stored is None or self.overhead.parallel_layer_s is None or stored > parallel_ceiling(self.overhead)
+        ):
+            costs = measure_parallel_costs(self.settings, self.overhead)
             self.overhead = dataclasses.replace(
-                self.overhead, parallel_fixed_s=measure_parallel_fixed_cost(self.settings, self.overhead)
+                self.overhead,
+                parallel_fixed_s=None if costs is None else costs.fixed_s,
+                parallel_layer_s=None if costs is None else costs.layer_s,
             )
 
     def measure_peak(self) -> None:
