@@ -27,8 +27,9 @@ Prints, per scenario, both whole-process times and their ratio (median and range
 ``--repeat`` rounds), the peak memory of both and of the plugin's collection, and where the plugin's
 time goes: process start, collection, and per brick item its fixed cost (everything but the
 rounds pytest-benchmark times) split into session creation, the first run that checks the brick,
-the call-overhead measurement, input rewriters, the budget's one timed call, pytest-benchmark's
-calibration, saving the time in the store, and pytest's own per-item work; then the timed rounds
+the call-overhead measurement, the machine's peak, input rewriters, the budget's one timed call, the
+speed trace's reference calls around the rounds (and its waits for the machine's fast state),
+pytest-benchmark's calibration, saving the time in the store, and pytest's own per-item work; then the timed rounds
 themselves and the report at the end.
 
 The split is learned by this file acting as a pytest plugin inside every pytest process it starts
@@ -78,7 +79,7 @@ TUNING_NOISE = 0.05
 #: Float tensors of more values than this are weights to vary (smaller ones may steer computation).
 MAX_KEPT_FLOATS = 16
 #: Phases of a brick item's fixed cost, in the order printed.
-PHASES = ("session", "check", "overhead", "peak", "rewriters", "budget", "calibration", "store", "pytest")
+PHASES = ("session", "check", "overhead", "peak", "rewriters", "budget", "trace", "calibration", "store", "pytest")
 
 BASELINE_TEST = """\
 import numpy as np
@@ -174,7 +175,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _probe.wrap(BenchmarkFixture, "_raw_pedantic", "timing")
     try:
         from pytest_dlbricks.storage import store
-        from pytest_dlbricks.timing import running
+        from pytest_dlbricks.timing import running, speed_trace
         from pytest_dlbricks.wiring import engine, items
     except ImportError:
         return
@@ -182,6 +183,8 @@ def pytest_configure(config: pytest.Config) -> None:
     _probe.wrap(store.Shelf, "put", "store")
     _probe.wrap(running.BrickRunner, "__init__", "session")
     _probe.wrap(running.BrickRunner, "check", "check")
+    for method in ("settled", "now", "sample_if_due"):
+        _probe.wrap(speed_trace.SpeedTrace, method, "trace")
     _probe.wrap(running, "input_rewriter", "rewriters")
     _probe.wrap(engine.DLBricksRun, "measure_overhead", "overhead")
     _probe.wrap(engine.DLBricksRun, "measure_peak", "peak")
