@@ -764,6 +764,25 @@ def test_a_stored_parallel_call_cost_caught_in_a_slow_state_is_measured_again(mo
     assert run.overhead is not None and run.overhead.parallel_fixed_s == 3e-6
 
 
+def test_a_stored_call_cost_without_the_parallel_cost_per_layer_is_completed_for_a_parallel_estimate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kept by a version that did not measure it: measured with the parallel call cost, the rest kept as stored."""
+    monkeypatch.setattr(engine, "detect_executor", lambda settings, pool=True: _one_at_a_time(pool))
+    monkeypatch.setattr(engine, "measure_parallel_costs", lambda settings, sequential: ParallelCosts(4e-6, 3e-7))
+    run = DLBricksRun(Settings(granularity=1, executor="parallel"), time.perf_counter)
+    stored = CallOverhead(fixed_s=2e-6, parallel_fixed_s=3e-6, reference_s=1e-5)
+    run.assume_overhead(stored)
+    run.detect_executor()
+    assert run.overhead == CallOverhead(fixed_s=2e-6, parallel_fixed_s=4e-6, parallel_layer_s=3e-7, reference_s=1e-5)
+    run = DLBricksRun(Settings(granularity=1, executor="parallel"), time.perf_counter)
+    complete = CallOverhead(fixed_s=2e-6, parallel_fixed_s=3e-6, parallel_layer_s=1e-7, reference_s=1e-5)
+    run.assume_overhead(complete)
+    monkeypatch.setattr(engine, "measure_parallel_costs", lambda settings, sequential: pytest.fail("measured again"))
+    run.detect_executor()
+    assert run.overhead == complete, "a complete one is reused"
+
+
 def test_a_parallel_call_cost_that_cannot_be_measured_sanely_gives_no_parallel_estimate_and_says_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
