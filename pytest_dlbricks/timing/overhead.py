@@ -206,10 +206,10 @@ def measure_parallel_costs(
     sequential executor's plus :data:`PARALLEL_LAYER_MARGIN_S`, is dropped, and the lower median of the first
     :data:`PARALLEL_AGREEING` sets within them is kept (a slow state only ever adds time).
 
-    Each layer of such a chain took 0.56 to 0.67 us under the parallel executor and 0.24 to 0.25 us under the
-    sequential one (2 cores, four checks): where a model's layers take microseconds, that difference is most of
-    what the parallel executor adds (the sample transformer block, 33 layers in 50 us, took 1.21 to 1.25 times
-    its sequential time under it, where its call cost alone adds 1 us).
+    Each layer of such a chain took 0.35 to 0.67 us under the parallel executor and 0.24 to 0.27 us under the
+    sequential one (2 cores, from one hour to the next): where a model's layers take microseconds, that
+    difference is most of what the parallel executor adds (the sample transformer block, 33 layers in 50 us,
+    took 1.21 to 1.26 times its sequential time under it, where its call cost alone adds 1 us).
     """
     ceiling = parallel_ceiling(sequential)
     kept: list[ParallelCosts] = []
