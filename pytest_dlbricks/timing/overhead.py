@@ -222,9 +222,10 @@ def measure_parallel_costs(
         if first > ceiling:
             continue
         times = _interleaved_times(sessions, rounds, calls)
-        fitted = _parallel_intercept(times["parallel"])
-        sequential_layer_s = _robust_slope(times["sequential"])
-        layer_s = max(_robust_slope(times["parallel"]) - sequential_layer_s, 0.0)
+        parallel_layer_s, intercept = _chain_line(times["parallel"])
+        sequential_layer_s, _ = _chain_line(times["sequential"])
+        fitted = max(intercept, 0.0)
+        layer_s = max(parallel_layer_s - sequential_layer_s, 0.0)
         if fitted <= ceiling and layer_s <= PARALLEL_FACTOR * max(sequential_layer_s, 0.0) + PARALLEL_LAYER_MARGIN_S:
             kept.append(ParallelCosts(fixed_s=fitted, layer_s=layer_s))
         if len(kept) == PARALLEL_AGREEING:
@@ -239,12 +240,12 @@ def measure_parallel_costs(
 
 def _parallel_intercept(times: list[list[float]]) -> float:
     """The intercept of the chains' median times, never below zero."""
-    return max(_robust_line(_SIZES, [float(np.median(member)) for member in times])[1], 0.0)
+    return max(_chain_line(times)[1], 0.0)
 
 
-def _robust_slope(times: list[list[float]]) -> float:
-    """The slope of the chains' median times: seconds per layer."""
-    return _robust_line(_SIZES, [float(np.median(member)) for member in times])[0]
+def _chain_line(times: list[list[float]]) -> tuple[float, float]:
+    """The slope (seconds per layer) and intercept of the chains' median times (see :func:`_robust_line`)."""
+    return _robust_line(_SIZES, [float(np.median(member)) for member in times])
 
 
 def _robust_line(sizes: Sequence[int], seconds: Sequence[float]) -> tuple[float, float]:
