@@ -3,8 +3,9 @@
 Runs the plugin as a user would, ``--dlbricks-executor=parallel --dlbricks-validate --dlbricks-store=none`` (the
 parallel executor detected, its pool slowdown measured and every brick timed afresh in each run), ``--runs`` times
 one after the other on ``sample_models/`` (or the model files given), and reads each JSON report. Per run it prints
-the pool slowdown the Parallel column used, the median and mean of the detection's fresh parallel sessions over the
-median sequential one, and how many sessions started slow (see ``pytest_dlbricks.timing.probes.PoolSlowdown``);
+its verdict's margin and its bricks' noise, the pool slowdown the Parallel column used, the median and mean of
+the detection's fresh parallel sessions over the median sequential one, and how many sessions started slow (see
+``pytest_dlbricks.timing.probes.PoolSlowdown``);
 per model, over the runs: Parallel over Sequential (the estimates), the parallel executor's measured time over the
 sequential one's (what validation measured), Parallel over the parallel executor's measured time, the first of
 these over the second (the *parallel part*: what the Parallel column adds to Sequential, against what the parallel
@@ -63,6 +64,14 @@ def pool_line(index: int, executor: dict) -> str:
     )
 
 
+def trust(report: dict) -> str:
+    """How far the run could be trusted: its verdict's margin, and its bricks' noise."""
+    margin = (report.get("verdict") or {}).get("margin")
+    noise = (report.get("summary") or {}).get("noise")
+    said = f"verdict +-{margin:.0%}" if isinstance(margin, float) else "no verdict margin"
+    return said + (f", bricks' noise {noise:.0%}" if isinstance(noise, float) else "")
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})" if values else "-"
 
@@ -81,7 +90,7 @@ def main() -> None:
         for index in range(1, args.runs + 1):
             report = run_once(models, Path(scratch), index, args)
             executor = report.get("executor") or {}
-            print(pool_line(index, executor), flush=True)
+            print(f"{pool_line(index, executor)}; {trust(report)}", flush=True)
             calls = (executor.get("parallel_call_s") or 0.0) - (executor.get("call_s") or 0.0)
             for model in report["models"]:
                 sequential, parallel = model.get("sequential_s"), model.get("parallel_s")
