@@ -36,7 +36,7 @@ STAGES: dict[str, set[str]] = {
     "synthesize": {"timing", "timing.synthesis"},
     "run": {
         *("timing.running", "timing.overhead", "timing.probes", "timing.speed_trace", "timing.load"),
-        *("timing.sharding", "timing.retiming", "timing.caches"),
+        *("timing.sharding", "timing.retiming", "timing.caches", "timing.neighbours"),
     },
     "simulate": {
         *("simulating", "simulating.callgrind_output", "simulating.simulation", "simulating.simulation_worker"),

@@ -27,6 +27,7 @@ from pytest_dlbricks.storage.store_records import (
     references_of,
     times_of,
 )
+from pytest_dlbricks.timing.neighbours import TIMING_METHOD
 from pytest_dlbricks.timing.overhead import MEASUREMENT_METHOD, CallOverhead
 from pytest_dlbricks.timing.probes import ExecutorDetection, Peak, PoolSlowdown
 
@@ -108,6 +109,14 @@ def test_a_brick_keeps_the_bytes_read_before_its_calls_and_older_records_lack_th
     assert getattr(older_record(shelf, field), field) is None
 
 
+def test_a_brick_keeps_how_its_calls_were_timed_and_older_records_read_as_timed_alone(tmp_path: Path) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    shelf.put(replace(brick(), timing_method=TIMING_METHOD))
+    stored = shelf.get(SIGNATURE)
+    assert stored is not None and stored.timing_method == TIMING_METHOD > 1
+    assert older_record(shelf, "timing_method").timing_method == 1
+
+
 def test_reference_times_are_those_of_the_bricks_that_have_one() -> None:
     timed = replace(brick(), reference_s=2.1e-5)
     assert references_of({"a" * 64: timed, SIGNATURE: brick()}) == {"a" * 64: 2.1e-5}
@@ -182,6 +191,9 @@ def test_old_records_are_not_reused(tmp_path: Path) -> None:
         json.dumps({**brick().to_json(), "cache_flush_bytes": True}),
         json.dumps({**brick().to_json(), "cold_input_bytes": -1}),
         json.dumps({**brick().to_json(), "cold_input_bytes": "12"}),
+        json.dumps({**brick().to_json(), "timing_method": 0}),
+        json.dumps({**brick().to_json(), "timing_method": TIMING_METHOD + 1}),  # a later version's
+        json.dumps({**brick().to_json(), "timing_method": "2"}),
         b"\xff\xfe random bytes".decode("latin-1"),
     ],
 )

@@ -18,7 +18,7 @@ a reader, or a run interrupted at any point, never sees half a file::
                                 records kept before ``layers`` was lack it)
         bricks/<signature>.json {"version", "signature", "label", "stats", "provider", "measured_at", "precision",
                                 "timed_out_s", "probe_s", "reference_s", "cache_flush_bytes",
-                                "cold_input_bytes"}
+                                "cold_input_bytes", "timing_method"}
       models/<key>.json         {"version", "path", "granularity", "dims", "layers", "windows", "edges", "io"}
 
 One file per brick makes each result durable the moment it is measured, lets concurrent runs write

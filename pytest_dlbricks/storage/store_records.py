@@ -17,6 +17,7 @@ from ..core.identity import digest
 from ..core.noise import margin_of_error
 from ..core.settings import STATISTICS
 from ..estimating.composition import BrickCall, is_count
+from ..timing.neighbours import TIMING_METHOD
 from ..timing.probes import ExecutorDetection, Peak, PoolSlowdown
 
 STORE_VERSION = 1
@@ -49,6 +50,9 @@ class StoredBrick:
     #: which its calls were timed with (see :meth:`.RunState.cold_inputs`); None when it had none (or the
     #: record is older).
     cold_input_bytes: int | None = None
+    #: How its calls were timed (see :data:`.neighbours.TIMING_METHOD`); 1 in records written before there was more
+    #: than one way.
+    timing_method: int = 1
 
     def age_s(self, now: datetime) -> float:
         return (now - self.measured_at).total_seconds()
@@ -80,6 +84,7 @@ class StoredBrick:
             "reference_s": self.reference_s,
             "cache_flush_bytes": self.cache_flush_bytes,
             "cold_input_bytes": self.cold_input_bytes,
+            "timing_method": self.timing_method,
         }
 
     @classmethod
@@ -98,6 +103,9 @@ class StoredBrick:
         for what, count in (("cache flush", flushed), ("cold inputs' distance", cold)):
             if count is not None and (type(count) is not int or count <= 0):
                 raise ValueError(f"{what} of {count!r} bytes")
+        method = data.get("timing_method", 1)
+        if type(method) is not int or not 1 <= method <= TIMING_METHOD:
+            raise ValueError(f"timing method {method!r}")
         return cls(
             signature=_text(data["signature"]),
             label=_text(data["label"]),
@@ -110,6 +118,7 @@ class StoredBrick:
             reference_s=None if reference_s is None else _seconds(reference_s, positive=True),
             cache_flush_bytes=flushed,
             cold_input_bytes=cold,
+            timing_method=method,
         )
 
 

@@ -70,11 +70,12 @@ def retime(
     timer: Callable[[], float] = time.perf_counter,
     flushes: Mapping[str, Callable[[], None]] | None = None,
     colds: Mapping[str, ColdInputs | None] | None = None,
+    befores: Mapping[str, BrickRunner | None] | None = None,
 ) -> dict[str, list[float]]:
     """Seconds per call of each brick of ``signatures`` in each of ``rounds`` interleaved rounds; bricks
     that cannot be built or run here are left out. ``flushes``: what pushes a brick's weights out of the
-    caches before its calls, and ``colds``, a brick's cold inputs, as when its item timed it (see
-    :mod:`.caches`)."""
+    caches before its calls, ``colds``, a brick's cold inputs (see :mod:`.caches`), and ``befores``, the brick
+    called before each of its calls (see :mod:`.neighbours`), as when its item timed it."""
     runners: dict[str, BrickRunner] = {}
     for signature in dict.fromkeys(signatures):
         try:
@@ -83,6 +84,7 @@ def retime(
                 settings,
                 flush=(flushes or {}).get(signature),
                 cold=(colds or {}).get(signature),
+                before=(befores or {}).get(signature),
             )
             runner.check()
         except (BrickError, KeyError):

@@ -40,7 +40,8 @@ class BrickRunner:
     bricks (see :class:`~.synthetic.SharedWeights`). ``flush``, for a brick that waits on reading its
     weights, pushes them out of the caches as the rest of its model does (see :mod:`.caches`). ``cold``
     gives the inputs the model wrote long before the brick reads them: each call takes the next of as many
-    copies of them as push the others as far out of the caches (see :func:`.caches.input_copies`).
+    copies of them as push the others as far out of the caches (see :func:`.caches.input_copies`). ``before`` is
+    the brick its model runs right before it, called before each of its calls (see :mod:`.neighbours`).
     """
 
     def __init__(
@@ -53,9 +54,11 @@ class BrickRunner:
         shared: SharedWeights | None = None,
         flush: Callable[[], None] | None = None,
         cold: ColdInputs | None = None,
+        before: BrickRunner | None = None,
     ) -> None:
         self.brick = brick
         self.flush = flush
+        self.before = before
         #: The cold inputs its calls take copies of; None when it has none, or cannot take copies.
         self.cold: ColdInputs | None = None
         try:
@@ -149,11 +152,24 @@ class BrickRunner:
         inputs, a brick would find them in its own core's cache instead, and run faster than it
         does in the model (see docs/method.rst, *Bricks timed as they run in the model*). So the
         inputs are written again, in place, on onnxruntime's threads; for a brick given ``flush``,
-        after its weights were pushed out of the caches (see :mod:`.caches`). Cold inputs are not written:
-        the call takes the copy the longest unread.
+        after its weights were pushed out of the caches (see :mod:`.caches`), and for one given ``before``,
+        after a call of the brick before it (see :mod:`.neighbours`), as the model runs it before. Cold inputs
+        are not written: the call takes the copy the longest unread.
         """
         if self.flush is not None:
             self.flush()
+        if self.before is not None:
+            self.before.run_before()
+        self._write_inputs()
+
+    def run_before(self) -> None:
+        """Run as the brick before another (see :mod:`.neighbours`): its inputs written again, as the brick before
+        it writes them in the model, then one call; its own ``flush`` and ``before`` are the other brick's to
+        leave out."""
+        self._write_inputs()
+        self()
+
+    def _write_inputs(self) -> None:
         if len(self._bindings) > 1:
             self._turn = (self._turn + 1) % len(self._bindings)
             self._binding = self._bindings[self._turn]
@@ -211,6 +227,7 @@ class ModelRunner(BrickRunner):
     ) -> None:
         self.flush = None
         self.cold = None
+        self.before = None
         self._open(model, feeds, settings, parallel, views={}, what="model", data_dir=data_dir)
 
     def check(self) -> None:

@@ -290,6 +290,7 @@ class Baselines:
             self.settings,
             flushes=self.run.flushes(signatures),
             colds={s: self.run.cold_inputs(s) for s in signatures if s in self.run.bricks},
+            befores={s: self.run.runner_before(s) for s in signatures if s in self.run.bricks},
         )
 
     def _covering(

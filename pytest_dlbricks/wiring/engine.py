@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ..core.clock import time_calls
 from ..core.errors import ModelError, RuntimeRefusal, describe_error, named_error
 from ..core.sweeps import AS_WRITTEN, SweepPoint
 from ..core.wording import plural
@@ -35,6 +36,7 @@ from ..reporting.suite import SuiteError, export_suite, read_manifest
 from ..storage.atomic_files import write_json, write_text
 from ..storage.plans import CutModel, PlanCache
 from ..timing.load import load_summary
+from ..timing.neighbours import follows
 from ..timing.overhead import measure_call_overhead, measure_parallel_costs, parallel_ceiling
 from ..timing.probes import (
     RunMeasurements,
@@ -45,7 +47,7 @@ from ..timing.probes import (
     with_pool_slowdown,
 )
 from ..timing.retiming import TimedAgain, again_by_model, time_again
-from ..timing.running import BrickRunner, ModelRunner
+from ..timing.running import BrickError, BrickRunner, ModelRunner
 from .run_state import RunState
 
 #: Share of a run's time so far that timing its bricks again at its end is budgeted: a model begun there is finished up
@@ -57,6 +59,11 @@ def readable(name: str) -> str:
     """A file name as text every report can hold: the bytes of a name that is not UTF-8, which Python
     keeps as lone surrogates that no UTF-8 file can hold, are written ``\\xff``."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _call_s(runner: BrickRunner, calls: int = 2) -> float:
+    """The fastest of a few calls of a brick not timed yet: the first of a runner pays its allocations."""
+    return min(time_calls(runner, calls))
 
 
 def unforeseen(error: Exception) -> str:
@@ -193,17 +200,62 @@ class DLBricksRun(RunState):
         """Whether a brick was cut by this run from the graph onnxruntime optimized for its settings."""
         return self.settings.cut == "optimized" and signature not in self.exported
 
-    def brick_runner(self, signature: str) -> BrickRunner:
-        """A distinct brick ready to time, its synthetic weights shared with the run's other bricks;
-        raises :class:`~.running.BrickError`."""
-        return BrickRunner(
+    def brick_runner(self, signature: str, at_hand: Mapping[str, BrickRunner] | None = None) -> BrickRunner:
+        """A distinct brick ready to time, its synthetic weights shared with the run's other bricks, each call after
+        one of the brick before it (see :meth:`runner_before`; ``at_hand``: runners to take it from first); raises
+        :class:`~.running.BrickError`."""
+        runner = BrickRunner(
             self.bricks[signature],
             self.settings,
             optimized=self.already_optimized(signature),
             shared=self.shared_weights,
             flush=self.flushes([signature]).get(signature),
             cold=self.cold_inputs(signature),
+            before=self.runner_before(signature, at_hand or {}),
         )
+        if follows(self.fastest_s(signature)):  # kept for the brick after it; one not brief only holds memory
+            self.recent_runners.add(signature, runner)
+        return runner
+
+    def runner_before(self, signature: str, at_hand: Mapping[str, BrickRunner] | None = None) -> BrickRunner | None:
+        """A runner of the brick before ``signature`` in its models (see :mod:`.neighbours`): one ``at_hand`` or
+        built last where there is one, else a new one; None where it has none, where it or ``signature`` is not
+        brief (see :func:`.neighbours.follows`), or where none of them can run here."""
+        if not follows(self.fastest_s(signature)):
+            return None
+        before = [candidate for candidate in self.bricks_before(signature) if follows(self.fastest_s(candidate))]
+        for candidate in before:
+            found = (at_hand or {}).get(candidate) or self.recent_runners.get(candidate)
+            if found is not None and self._brief(candidate, found):
+                return found
+        for candidate in before:
+            if candidate in self.not_before:
+                continue
+            try:
+                runner = BrickRunner(
+                    self.bricks[candidate],
+                    self.settings,
+                    optimized=self.already_optimized(candidate),
+                    shared=self.shared_weights,
+                )
+                runner.check()
+            except BrickError:  # its own item says why; the brick after it is timed without it
+                self.not_before.add(candidate)
+                continue
+            if self._brief(candidate, runner):
+                self.recent_runners.add(candidate, runner)
+                return runner
+        return None
+
+    def _brief(self, signature: str, runner: BrickRunner) -> bool:
+        """Whether a brick is brief enough to precede another (see :func:`.neighbours.follows`): by its fastest
+        call this run knows, else by a few calls of ``runner``; one that is not is remembered in :attr:`not_before`."""
+        if signature in self.not_before:
+            return False
+        brief = follows(self.fastest_s(signature) or _call_s(runner))
+        if not brief:
+            self.not_before.add(signature)
+        return brief
 
     def whole_model_runner(self, plan: ModelPlan, *, parallel: bool) -> ModelRunner:
         """The whole model of ``plan`` as the user runs it (their file, real weights) on the inputs its

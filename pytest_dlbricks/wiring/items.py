@@ -18,7 +18,8 @@ from ..core.settings import DEFAULT_DIM
 from ..cut.cutting import ModelPlan
 from ..estimating.validation import BrickRounds, Validation, rounds_for
 from ..reporting.entries import BrickResult
-from ..timing.running import BrickError, UnsupportedByProvider
+from ..timing.neighbours import follows
+from ..timing.running import BrickError, BrickRunner, UnsupportedByProvider
 from .engine import DLBricksRun
 
 #: pytest-benchmark statistics kept per brick: all its numbers, so that a brick reused from the store makes
@@ -111,6 +112,9 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
             runner()
 
         probe_s = _budget_rounds(request.node, run, signature, call)
+        if not follows(probe_s):  # what the brick before leaves is within its precision (see :mod:`.neighbours`)
+            runner.before = None
+            run.recent_runners.discard(signature)
         # Requested only now, so that a brick that cannot run leaves pytest-benchmark no unused fixture to warn of.
         benchmark = request.getfixturevalue("benchmark")
         benchmark.extra_info.update(
@@ -120,6 +124,8 @@ def brick_test(run: DLBricksRun, signature: str) -> Callable[..., None]:
             benchmark.extra_info["cache_flush_bytes"] = run.flush_bytes(signature)
         if runner.cold is not None:
             benchmark.extra_info["cold_input_bytes"] = runner.cold.distance
+        if runner.before is not None:
+            benchmark.extra_info["timed_after"] = runner.before.brick.signature
         # The machine's speed right around the timing, in its fast state (see :meth:`.SpeedTrace.settled`):
         # the call cost taken off the brick follows it.
         before = run.speed.settled() if benchmark.enabled else None
@@ -205,7 +211,9 @@ def e2e_test(run: DLBricksRun, plan: ModelPlan, executor: str) -> Callable[..., 
         try:
             model = run.whole_model_runner(plan, parallel=executor == "parallel")
             model.check()
-            runners = {signature: run.brick_runner(signature) for signature in plan.signatures}
+            runners: dict[str, BrickRunner] = {}
+            for signature in plan.signatures:
+                runners[signature] = run.brick_runner(signature, at_hand=runners)
         except UnsupportedByProvider as error:
             pytest.skip(f"{plan.path}: the whole model is not supported here: {error}")
         except (BrickError, ModelError) as error:

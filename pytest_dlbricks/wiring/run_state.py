@@ -38,6 +38,7 @@ from ..timing.caches import (
     rest_of_model,
 )
 from ..timing.load import LoadMeter
+from ..timing.neighbours import RecentRunners, bricks_before
 from ..timing.overhead import NO_OVERHEAD, REFERENCE, CallOverhead, reference_call
 from ..timing.probes import ExecutorDetection, Peak
 from ..timing.retiming import TimedAgain
@@ -181,6 +182,13 @@ class RunState:
         #: models are cut; and as exported suites' manifests give them.
         self._input_distances: dict[str, tuple[int, ...]] | None = None
         self.exported_distances: dict[str, tuple[int, ...]] = {}
+        #: The bricks right before each brick in its models (see :meth:`bricks_before`), found once the models are
+        #: cut; and the runners of the bricks built last, which the bricks after them call (see :mod:`.neighbours`).
+        self._bricks_before: dict[str, tuple[str, ...]] | None = None
+        self.recent_runners = RecentRunners()
+        #: Bricks found unable to precede another: they cannot run here (a check that fails, or never ends within
+        #: its limit, would be paid again for every brick after them), or are not brief.
+        self.not_before: set[str] = set()
         #: The FLOPs of each brick of an exported suite, and what the rest of its largest model reads in a call,
         #: as the suite's manifest gives them: its models are not here to tell.
         self.exported_reads: dict[str, tuple[float | None, int]] = {}
@@ -281,6 +289,24 @@ class RunState:
         if self.simulation is not None:
             return None
         return cold_inputs(self.bricks[signature], self.input_distances(signature), self.cache_sizes)
+
+    def bricks_before(self, signature: str) -> tuple[str, ...]:
+        """The bricks right before ``signature`` at its places in its models, whose calls precede its own (see
+        :mod:`.neighbours`); none in simulated cost, whose counts no neighbour moves, nor for a brick of an exported
+        suite, which does not say."""
+        if self.simulation is not None:
+            return ()
+        if self._bricks_before is None:
+            self._bricks_before = bricks_before(self.plans)
+        return self._bricks_before.get(signature, ())
+
+    def fastest_s(self, signature: str) -> float | None:
+        """A brick's fastest call as this run knows it: its item's probe, else its fastest round; None before it
+        was timed."""
+        result = self.results.get(signature)
+        if result is None:
+            return None
+        return result.probe_s or result.stats.get("min")
 
     def input_distances(self, signature: str) -> tuple[int, ...]:
         """Per input of a brick, the bytes its models read between writing it and the brick reading it (see

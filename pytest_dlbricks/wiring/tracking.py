@@ -33,6 +33,7 @@ from ..storage.file_digests import FileDigests
 from ..storage.plans import UNUSED_FOR_S, PlanCache
 from ..storage.store import BrickStore, Shelf
 from ..storage.store_records import ModelManifest, StoredBrick, StoredExecutor, StoredPeak, StoredRun
+from ..timing.neighbours import TIMING_METHOD, follows
 from ..timing.probes import detection_conditions
 from .baselines import JUDGED, PASSED_OVER_SHOWN, Baselines, _untrusted
 from .items import TIME_LIMIT, signature_of
@@ -135,6 +136,8 @@ class Tracking(Baselines):
             return False  # timed with its weights in the caches, before they were pushed out (see :mod:`.caches`)
         if stored.cold_input_bytes is None and self.run.cold_inputs(signature) is not None:
             return False  # timed with every input in the caches, before its cold inputs were copied
+        if stored.timing_method < TIMING_METHOD and self.run.bricks_before(signature) and follows(stored.probe_s):
+            return False  # timed alone, before its calls followed the brick before it (see :mod:`.neighbours`)
         self.run.record_result(
             signature,
             BrickResult(
@@ -182,6 +185,7 @@ class Tracking(Baselines):
                 result.reference_s,
                 self.run.flush_bytes(signature) or None,
                 cold.distance if (cold := self.run.cold_inputs(signature)) is not None else None,
+                timing_method=TIMING_METHOD,
             )
             self.shelf.put(brick)
             self._save_overhead(self.shelf)
