@@ -223,13 +223,17 @@ class DLBricksRun(RunState):
         brief (see :func:`.neighbours.follows`), or where none of them can run here."""
         if not follows(self.fastest_s(signature)):
             return None
-        before = [candidate for candidate in self.bricks_before(signature) if follows(self.fastest_s(candidate))]
+        before = [
+            candidate
+            for candidate in self.bricks_before(signature)
+            if candidate not in self.not_before and follows(self.fastest_s(candidate))
+        ]
         for candidate in before:
             found = (at_hand or {}).get(candidate) or self.recent_runners.get(candidate)
             if found is not None and self._brief(candidate, found):
                 return found
         for candidate in before:
-            if candidate in self.not_before:
+            if candidate in self.not_before:  # found above, and not brief
                 continue
             try:
                 runner = BrickRunner(
@@ -248,10 +252,9 @@ class DLBricksRun(RunState):
         return None
 
     def _brief(self, signature: str, runner: BrickRunner) -> bool:
-        """Whether a brick is brief enough to precede another (see :func:`.neighbours.follows`): by its fastest
-        call this run knows, else by a few calls of ``runner``; one that is not is remembered in :attr:`not_before`."""
-        if signature in self.not_before:
-            return False
+        """Whether a brick not known to be long is brief enough to precede another (see :func:`.neighbours.follows`):
+        by its fastest call this run knows, else by a few calls of ``runner``; one that is not is remembered in
+        :attr:`not_before`."""
         brief = follows(self.fastest_s(signature) or _call_s(runner))
         if not brief:
             self.not_before.add(signature)
