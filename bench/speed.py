@@ -17,6 +17,10 @@ close together on a shared machine. Scenarios, each the plugin beside the baseli
   its own, and every quantized one (8-bit integers of two or more dimensions) moved by a step of its own
   (weights that old exporters compute with ConstantOfShape are made real weights first), one row per k
   (``variants4``, ``variants8``).
+* ``family``: a first run on a family of three sizes of one architecture: ResNet-10, -18 and -34 as torchvision
+  lays them out (basic blocks of two 3x3 convolutions, 64 to 512 channels, batch norms folded into the
+  convolutions as onnxruntime folds them, random weights, 224x224 at batch 1), built here: the deeper members
+  repeat the shallower ones' layers, as the sizes of a real family do;
 * ``history``: a model's version history as CI runs it: ``--commits`` commits (default 10), each changing one
   more activation of one model (the swappable model with the most activations) while the others stay, every
   commit a run of the whole suite; the plugin keeps its store from commit to commit (filled by a run of the
@@ -74,6 +78,8 @@ PROBE_OUT = "DLBRICKS_SPEED_OUT"
 CONFIDENCE = 0.95
 #: Activations a changed layer swaps, each for the next: same shapes, another brick.
 SWAPS = {"Relu": "Sigmoid", "Sigmoid": "Relu", "Tanh": "Sigmoid", "HardSwish": "Relu", "LeakyRelu": "Relu"}
+#: Basic blocks per stage of the family's members: torchvision's ResNet-18 and -34, and one a stage for a ResNet-10.
+FAMILY = {"resnet10": (1, 1, 1, 1), "resnet18": (2, 2, 2, 2), "resnet34": (3, 4, 6, 3)}
 #: Relative spread of the noise each fine-tuned variant scales its weights by.
 TUNING_NOISE = 0.05
 #: Float tensors of more values than this are weights to vary (smaller ones may steer computation).
@@ -314,6 +320,7 @@ def main() -> None:
         work = Path(scratch)
         models = select_models(args, work / "models")
         variants = {k: make_variants(variant_source(args, models), k, work / f"variants-{k}") for k in counts}
+        family = make_family(work / "family") if "family" in scenarios else []
         changed = next((m for m in models if swappable(m.path)), None)
         history = max(models, key=lambda m: swappable(m.path))
         swept = [m for m in models if args.sweep_dim in m.dims]
@@ -351,6 +358,11 @@ def main() -> None:
                     if swappable(history.path) < args.commits:
                         continue
                     pair = run_history(args, work, models, history, work / f"history-store-{repeat}")
+                elif name == "family":
+                    pair = (
+                        run_plugin(args, work, family, work / f"family-store-{repeat}", None),
+                        run_baseline(args, work, family, None),
+                    )
                 elif name == "sweep":
                     pair = (
                         run_plugin(args, work, swept, work / f"sweep-store-{repeat}", args.sweep_dim),
@@ -451,6 +463,76 @@ def make_variants(model: Model, count: int, folder: Path) -> list[Model]:
         onnx.save(variant, str(target))
         variants.append(Model(f"{model.name}-{number}", target, model.dims))
     return variants
+
+
+def make_family(folder: Path) -> list[Model]:
+    """The family scenario's three networks (see :data:`FAMILY`), each in a folder of its own."""
+    return [_write_resnet(name, blocks, folder / name / f"{name}.onnx") for name, blocks in FAMILY.items()]
+
+
+def _write_resnet(name: str, blocks: tuple[int, ...], path: Path) -> Model:
+    """A ResNet of basic blocks, ``blocks`` per stage, with random weights, written to ``path``."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(sum(blocks))
+    nodes: list[Any] = []
+    weights: list[Any] = []
+
+    def conv(x: str, inputs: int, outputs: int, kernel: int, stride: int) -> str:
+        out = f"t{len(nodes)}"
+        scale = (2.0 / (inputs * kernel * kernel)) ** 0.5
+        weight = (rng.standard_normal((outputs, inputs, kernel, kernel)) * scale).astype(np.float32)
+        weights.extend(
+            [
+                numpy_helper.from_array(weight, f"{out}_w"),
+                numpy_helper.from_array(np.zeros(outputs, np.float32), f"{out}_b"),
+            ]
+        )
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, f"{out}_w", f"{out}_b"],
+                [out],
+                kernel_shape=[kernel] * 2,
+                strides=[stride] * 2,
+                pads=[kernel // 2] * 4,
+            )
+        )
+        return out
+
+    def op(op_type: str, inputs: list[str], **attributes: Any) -> str:
+        out = f"t{len(nodes)}"
+        nodes.append(helper.make_node(op_type, inputs, [out], **attributes))
+        return out
+
+    x = op("Relu", [conv("input", 3, 64, 7, 2)])
+    x = op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    channels = 64
+    for stage, count in enumerate(blocks):
+        width = 64 * 2**stage
+        for block in range(count):
+            stride = 2 if stage and not block else 1
+            shortcut = conv(x, channels, width, 1, stride) if stride > 1 else x
+            y = conv(op("Relu", [conv(x, channels, width, 3, stride)]), width, width, 3, 1)
+            x, channels = op("Relu", [op("Add", [y, shortcut])]), width
+    x = op("Flatten", [op("GlobalAveragePool", [x])])
+    classifier = (rng.standard_normal((1000, channels)) * 0.01).astype(np.float32)
+    weights.append(numpy_helper.from_array(classifier, "fc_w"))
+    nodes.append(helper.make_node("Gemm", [x, "fc_w"], ["logits"], transB=1))
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 224, 224])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True)
+    onnx.save(model, str(path))
+    return Model(name, path, {})
 
 
 def real_weights(model: Any) -> Any:
