@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from _pytest import unraisableexception
-from tiny_models import chain
+from tiny_models import UNBLOCKED_CHANNELS, chain
 
 from conftest import run_dlbricks
 
@@ -38,7 +38,7 @@ def frozen_during_a_run_on_a_chain(pytester: pytest.Pytester) -> int:
     """How many objects were frozen as the one brick of a chain of Conv+Relu blocks was timed."""
     pytester.makeconftest(RECORDING_CONFTEST)
     (pytester.path / "models").mkdir()
-    chain(pytester.path / "models")
+    chain(pytester.path / "models", channels=UNBLOCKED_CHANNELS)
     result = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-store=none", "models", dims=())
     result.assert_outcomes(passed=1)
     (count,) = frozen_during_items(pytester)
@@ -115,7 +115,7 @@ def collector_running(pytester: pytest.Pytester) -> list[list[object]]:
     """Whether the cyclic collector ran at each moment :data:`PAUSE_CONFTEST` records, in a run on a chain."""
     pytester.makeconftest(PAUSE_CONFTEST)
     (pytester.path / "models").mkdir()
-    chain(pytester.path / "models")
+    chain(pytester.path / "models", channels=UNBLOCKED_CHANNELS)
     result = run_dlbricks(pytester, "--dlbricks-granularity=2", "--dlbricks-store=none", "models", dims=())
     result.assert_outcomes(passed=1)
     return [json.loads(line) for line in (pytester.path / "enabled.jsonl").read_text().splitlines()]

@@ -80,7 +80,8 @@ def test_a_brick_met_at_several_places_follows_each_brick_before_them_first_met_
 
 def test_a_brick_whose_only_neighbour_is_itself_follows_none(tmp_path: Path) -> None:
     """Three times the same Conv+Relu: the brick before each is the brick itself, whose calls precede it anyway."""
-    assert bricks_before([plan_of(tiny_models.chain(tmp_path, blocks=3), 2)]) == {}
+    repeated = tiny_models.chain(tmp_path, blocks=3, channels=tiny_models.UNBLOCKED_CHANNELS)
+    assert bricks_before([plan_of(repeated, 2)]) == {}
     assert bricks_before([plan_of(tiny_models.chain(tmp_path, blocks=1), 1000)]) == {}
 
 

@@ -405,7 +405,7 @@ def test_a_model_onnxruntime_refused_is_not_loaded_again_on_the_next_run(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     unproduced_output(pytester.path)
-    tiny_models.chain(pytester.path, "model.onnx")
+    tiny_models.chain(pytester.path, "model.onnx", channels=tiny_models.UNBLOCKED_CHANNELS)
     args = (
         "--dlbricks-granularity=2",
         "--dlbricks-precision=off",

@@ -56,6 +56,11 @@ def array(name: str, values: np.ndarray) -> onnx.TensorProto:
     return numpy_helper.from_array(np.asarray(values), name)
 
 
+#: A channel count no NCHWc block divides (8 channels with AVX2, 16 with AVX-512): a chain of it runs as it is on any
+#: processor, where with 8 channels an AVX2 machine lays it out in blocks between reorders, and its bricks differ.
+UNBLOCKED_CHANNELS = 6
+
+
 def chain_model(
     *,
     blocks: int = 3,
