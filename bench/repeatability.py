@@ -12,6 +12,11 @@ does not hold.
 ``--validate`` runs each with ``--dlbricks-validate``, whose verdict also counts how far the estimates moved when
 validation timed the same bricks again (the estimates compared stay the item estimates).
 
+``--machine-known`` gives every run one brick store in a folder of its own, with ``--dlbricks-remeasure``: every brick
+is still timed afresh, but each run knows the machine's fast state the runs before it met (see
+``pytest_dlbricks.timing.speed_trace``), as a user's runs do on a machine the store has seen; the first run knows
+nothing. A line per run gives the fast state it met, the one it knew, and how far above it stayed.
+
 ``--busy-runs N`` then runs the same command N more times while another process keeps one core busy (a
 Python loop), and sets each model's estimate in those runs against the median of the quiet runs: a busy
 run holds when every model lies within its own verdict's margin of the quiet median.
@@ -20,7 +25,7 @@ Run it from the repository root, in the environment where pytest-dlbricks is ins
 machine (another timing job beside it is load it would measure)::
 
     python bench/repeatability.py [--runs 3] [--models light|samples|zoo] [--cache DIR] [--busy-runs 0]
-                                  [--granularity 2] [--threads N] [--validate] [--keep DIR]
+                                  [--granularity 2] [--threads N] [--validate] [--machine-known] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -51,7 +56,9 @@ def run_once(models: list[Path], root: Path, report: Path, args: argparse.Namesp
     ini.write_text("[pytest]\n")
     command = [
         *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ini), f"--rootdir={root}"),
-        *(f"--dlbricks-granularity={args.granularity}", "--dlbricks-store=none", f"--dlbricks-json={report}"),
+        *(f"--dlbricks-granularity={args.granularity}", f"--dlbricks-json={report}"),
+        *((f"--dlbricks-store={report.parent / 'store'}", "--dlbricks-remeasure") if args.machine_known else ()),
+        *(() if args.machine_known else ("--dlbricks-store=none",)),
         *((f"--dlbricks-threads={args.threads}",) if args.threads else ()),
         *(("--dlbricks-validate",) if args.validate else ()),
         *dims,
@@ -99,6 +106,22 @@ def describe_run(label: str, report: dict) -> str:
     )
 
 
+def describe_speed(label: str, report: dict) -> str:
+    """The fast state the run met, the one earlier runs on the store's machine met, and how far above it stayed."""
+    speed = (report.get("summary") or {}).get("speed") or {}
+
+    def us(key: str) -> str:
+        value = speed.get(key)
+        return f"{value * 1e6:.1f} us" if isinstance(value, float) else "-"
+
+    above = speed.get("above_known")
+    return (
+        f"{label}: reference {us('median_s')} at its median; fast state met {us('fast_s')}, known {us('known_fast_s')}"
+        f", above it {format(above, '.0%') if isinstance(above, float) else '-'}; {speed.get('waits')} timings waited"
+        f" {speed.get('waited_s') or 0:.1f} s, {speed.get('timed_slow')} timed slow"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -109,6 +132,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0, help="--dlbricks-threads (default: onnxruntime's)")
     parser.add_argument(
         "--validate", action="store_true", help="--dlbricks-validate: the verdict counts the bricks timed again"
+    )
+    parser.add_argument(
+        "--machine-known", action="store_true", help="one store for the runs, every brick timed again in each"
     )
     parser.add_argument("--keep", type=Path, help="keep every run's JSON report in this folder")
     args = parser.parse_args()
@@ -158,6 +184,7 @@ def main() -> int:
         farthest = max(own.values(), default=0.0)
         held = "no margin" if margin is None else "covered" if farthest <= margin else "NOT covered"
         print(describe_run(f"run {number}", report) + f"; its farthest model {farthest:.1%} from the median: {held}")
+        print("  " + describe_speed(f"run {number}", report))
     given = [margin for report in reports if (margin := (report.get("verdict") or {}).get("margin")) is not None]
     if given:
         held = worst <= min(given)

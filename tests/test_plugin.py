@@ -240,6 +240,37 @@ def test_timings_begun_in_the_slow_state_wait_for_the_fast_one_and_the_run_says_
     result.stdout.fnmatch_lines([said])
 
 
+def test_a_run_waits_for_the_fast_state_earlier_runs_met_and_says_when_it_never_met_it(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store keeps the fast state each run met; the next run on the shelf starts from it. A run that stays far
+    above it (here: one whose earlier run is made to have met a state ten times faster) waits for it, and its
+    verdict and speed line count how far above it stayed."""
+    monkeypatch.setattr(speed_trace, "SAMPLE_EVERY_S", 0.0)
+    monkeypatch.setattr(speed_trace, "MIN_MOMENTS", 1)
+    monkeypatch.setattr(speed_trace, "WAIT_MAX_S", 0.003)
+    args = ("--dlbricks-granularity=2", "--dlbricks-json=report.json", "models/tiny_inception.onnx")
+    run(pytester, *args)
+    first = read_report(pytester.path / "report.json")["summary"]["speed"]
+    assert "known_fast_s" not in first, "nothing known before the first run"
+    (record,) = (pytester.path / ".benchmarks" / "dlbricks").glob("*/runs.json")
+    runs = json.loads(record.read_text())
+    (met,) = [kept["fast_s"] for kept in runs["runs"]]
+    assert 0 < met < 1e-3
+    runs["runs"][0]["fast_s"] = met / 10
+    record.write_text(json.dumps(runs))
+    result = run(pytester, *args, "--dlbricks-remeasure")
+    report = read_report(pytester.path / "report.json")
+    speed = report["summary"]["speed"]
+    assert speed["known_fast_s"] == pytest.approx(met / 10)
+    assert speed["above_known"] == pytest.approx(speed["fast_s"] / (met / 10) - 1) and speed["above_known"] > 1
+    assert speed["waits"] >= report["summary"]["measured_bricks"], "every timing waited, the first too"
+    assert report["verdict"]["sources"]["speed"] == pytest.approx(speed["above_known"])
+    result.stdout.fnmatch_lines(["*this run never met the machine's fast state: * us at its fastest moments against*"])
+    kept = [run["fast_s"] for run in json.loads(record.read_text())["runs"]]
+    assert kept[0] == pytest.approx(met / 10) and kept[1] == pytest.approx(speed["fast_s"]), "its own, not the known"
+
+
 def test_item_ids_carry_operators_and_short_signature(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
     result = run(
         pytester,

@@ -563,6 +563,28 @@ def test_the_speed_line_says_how_often_timings_waited_for_the_fast_state(waits: 
     )
 
 
+@pytest.mark.parametrize(
+    ("known", "said"),
+    [
+        (
+            {"known_fast_s": 9.9e-6, "fast_s": 15.7e-6, "above_known": 0.586},
+            "; this run never met the machine's fast state: 15.7 us at its fastest moments against 9.9 us in earlier"
+            " runs (+59%), so its bricks may all read slow",
+        ),
+        ({"known_fast_s": 9.9e-6, "fast_s": 10.2e-6, "above_known": 0.0}, ""),
+        ({"known_fast_s": 9.9e-6, "fast_s": None, "above_known": None}, ""),
+        ({"known_fast_s": "fast", "fast_s": 15.7e-6, "above_known": 0.586}, ""),
+    ],
+    ids=["never met", "met", "too few moments", "damaged"],
+)
+def test_the_speed_line_says_when_the_run_never_met_the_fast_state_earlier_runs_found(known: dict, said: str) -> None:
+    line = speed_line({"noise": None, "speed": {**SPEED, "spread": 0.05, **known}})
+    assert line == (
+        "Machine speed through the run: a chain took 11.0 us to 22.5 us (quartiles of 48 samples at least 0.25 s"
+        " apart; median 19.0 us): +-5.0%" + said
+    )
+
+
 @pytest.mark.parametrize(("noise", "spread"), [(0.074, 0.02), (0.02, 0.04)], ids=["below the bricks", "below 5%"])
 def test_a_steady_machine_gets_the_figures_alone(noise: float, spread: float) -> None:
     line = speed_line({"noise": noise, "speed": {**SPEED, "spread": spread}})

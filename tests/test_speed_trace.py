@@ -11,6 +11,7 @@ import pytest
 from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.timing.overhead import reference_call
 from pytest_dlbricks.timing.speed_trace import (
+    KNOWN_FROM_RUNS,
     MIN_MOMENTS,
     MIN_SAMPLES,
     MOMENT_CALLS,
@@ -19,6 +20,7 @@ from pytest_dlbricks.timing.speed_trace import (
     WAIT_MAX_S,
     WARM_CALLS,
     SpeedTrace,
+    known_fast_s,
 )
 
 
@@ -245,3 +247,49 @@ def test_waits_take_a_share_of_the_run_at_most() -> None:
         trace.settled()
     assert trace.waited_s < 0.25 * (machine.now - 0.0)
     assert (trace.waits, trace.timed_slow) == (3, 3)
+
+
+def test_a_timing_waits_for_the_fast_state_earlier_runs_found_from_the_first() -> None:
+    """A run whose moments all read 16 us knows no slow state of its own; earlier runs met 10 us, so it waits."""
+    machine = SleepingMachine([1e-3] * WARM_CALLS + moments(16e-6, 16e-6, 10.5e-6))
+    trace = SpeedTrace(machine.make_call, "stub", clock=machine.clock, every_s=10.0, sleep=machine.sleep)
+    trace.known_fast_s = 10e-6
+    machine.now += 100.0
+    assert trace.fast_s() == pytest.approx(10e-6), "known before any moment of its own"
+    assert trace.settled() == pytest.approx(10.5e-6)
+    assert (trace.waits, trace.timed_slow, len(machine.slept)) == (1, 0, 2)
+
+
+def test_the_fast_state_is_the_faster_of_the_runs_own_and_the_known_one() -> None:
+    machine = SleepingMachine([1e-3] * WARM_CALLS + moments(*[10e-6] * MIN_MOMENTS))
+    trace = fast_trace(machine)
+    trace.known_fast_s = 12e-6
+    assert (trace.own_fast_s(), trace.fast_s()) == (pytest.approx(10e-6), pytest.approx(10e-6))
+    trace.known_fast_s = 8e-6
+    assert (trace.own_fast_s(), trace.fast_s()) == (pytest.approx(10e-6), pytest.approx(8e-6))
+
+
+@pytest.mark.parametrize(("own", "above"), [(16e-6, 0.6), (10e-6 * SLOW_BY * 0.99, 0.0), (9e-6, 0.0)])
+def test_the_summary_says_how_far_above_the_known_fast_state_the_run_stayed(own: float, above: float) -> None:
+    """Within :data:`SLOW_BY` of it, the run met it; a run faster than earlier ones is not above it either."""
+    machine = StubMachine(warm_then(*[[own] * SAMPLE_CALLS] * MIN_SAMPLES) + moments(*[own] * MIN_MOMENTS))
+    trace = SpeedTrace(machine.make_call, "stub", clock=machine.clock, every_s=0.0)
+    for _ in range(MIN_SAMPLES):
+        trace.sample_if_due()
+    for _ in range(MIN_MOMENTS):
+        trace.now()
+    unknown = trace.summary()
+    assert unknown is not None and "known_fast_s" not in unknown, "nothing known, nothing said"
+    trace.known_fast_s = 10e-6
+    summary = trace.summary()
+    assert summary is not None and summary["swing"] == 0.0, "a run slow throughout has no swing of its own"
+    assert (summary["known_fast_s"], summary["fast_s"]) == (10e-6, pytest.approx(own))
+    assert summary["above_known"] == pytest.approx(above)
+
+
+def test_the_known_fast_state_is_the_median_of_the_last_runs_that_had_one() -> None:
+    assert known_fast_s([]) is None and known_fast_s([None, None]) is None
+    assert known_fast_s([10e-6, None, 16e-6, 10.2e-6]) == pytest.approx(10.2e-6), "one slow run does not move it"
+    slower_for_good = [10e-6] * 4 + [15e-6] * KNOWN_FROM_RUNS
+    assert known_fast_s(slower_for_good) == pytest.approx(15e-6), "a machine slower for good moves it"
+    assert known_fast_s([10e-6, float("nan"), -1.0, 0.0, float("inf")]) == pytest.approx(10e-6)

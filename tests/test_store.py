@@ -422,6 +422,22 @@ def test_the_runs_that_timed_bricks_are_kept_the_last_ones_only(
     assert shelf.discarded == {"run verdicts": 1}
 
 
+@pytest.mark.parametrize("damaged", [0.0, -1e-5, "10 us", True])
+def test_a_run_keeps_the_fast_state_it_met_and_a_damaged_one_is_no_record(tmp_path: Path, damaged: object) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    met = StoredRun(NOW, NOW + timedelta(seconds=30), 0.1, None, fast_s=9.9e-6)
+    shelf.put_run(met)
+    shelf.put_run(replace(met, fast_s=None))  # too few moments to know it
+    assert [run.fast_s for run in shelf.get_runs()] == [9.9e-6, None]
+    record = json.loads((shelf.path / "runs.json").read_text())
+    del record["runs"][1]["fast_s"]  # as written before runs kept it
+    (shelf.path / "runs.json").write_text(json.dumps(record))
+    assert [run.fast_s for run in shelf.get_runs()] == [9.9e-6, None]
+    record["runs"][0]["fast_s"] = damaged
+    (shelf.path / "runs.json").write_text(json.dumps(record))
+    assert shelf.get_runs() == [] and shelf.discarded == {"run verdicts": 1}
+
+
 def test_the_nodes_a_profile_showed_at_once_are_kept_and_a_record_without_them_is_read(tmp_path: Path) -> None:
     shelf = BrickStore(tmp_path).shelf(IDENTITY)
     conditions = {"method": 3, "inter_op_threads": 2}

@@ -380,3 +380,30 @@ def test_a_run_without_a_margin_gives_no_model_one() -> None:
         threads=1,
     )
     assert untrusted.margin is None and untrusted.models == {} and "models" not in untrusted.as_json()
+
+
+@pytest.mark.parametrize(
+    ("speed", "part"),
+    [
+        ({"swing": 0.08, "above_known": 0.59}, 0.59),
+        ({"swing": 0.3, "above_known": 0.0}, 0.3),
+        ({"swing": 0.08, "above_known": None}, 0.08),
+        ({"swing": 0.08, "above_known": "far"}, 0.08),
+        ({"spread": 0.1, "above_known": 0.4}, 0.4),
+        ({"above_known": 0.4}, None),
+    ],
+    ids=["never met", "met", "too few moments", "damaged", "older trace", "no trace"],
+)
+def test_a_run_slow_throughout_counts_how_far_above_the_known_fast_state_it_stayed(
+    speed: dict[str, Any], part: float | None
+) -> None:
+    """Its swing alone is narrow: its bricks agree with each other, and another run may meet the fast state."""
+    report: dict[str, Any] = {
+        "settings": {"intra_op_threads": 1},
+        "summary": {"speed": speed, "load": {"core_share": 0.99, "loaded": False}},
+        "models": [{"path": "a.onnx", "complete": True, "precision": 0.01, "ratio": 1.0}],
+    }
+    verdict = judge_report(report)
+    assert verdict is not None and verdict.sources.get("speed") == (None if part is None else pytest.approx(part))
+    if part is not None:
+        assert verdict.models["a.onnx"] >= part, "every model's own margin holds it"

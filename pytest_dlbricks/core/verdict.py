@@ -11,7 +11,8 @@ by the run itself and each read as a relative margin:
   their interquartile range in reports written before it): the bricks of the same command timed another
   time may have met the machine's other speed state, and be off by as much. Half the interquartile
   range fell short: three first runs of the onnx wheel's CNNs minutes apart moved a model up to 24%
-  from its median where it read 8% to 10%;
+  from its median where it read 8% to 10%. Where the run stayed above the fast state earlier runs on the
+  machine found (``above_known``), that distance, if wider: a run slow throughout has no swing of its own;
 - memory's speed, for bricks timed with their weights pushed out of the caches (see :mod:`.caches`): how
   far apart the times of reading memory lay through the run (``swing``, as the speed trace's), times the
   largest part such bricks make of a model's estimate. Those bricks wait on memory, whose speed moves with
@@ -419,11 +420,15 @@ def memory_margin(reads: object) -> float | None:
 
 
 def speed_margin(trace: object) -> float | None:
-    """The speed trace's ``swing``, or its ``spread`` in a report written before traces had one."""
+    """The speed trace's ``swing`` (its ``spread`` in a report written before traces had one), or how far above the
+    machine's fast state earlier runs found the run stayed (``above_known``), whichever is wider: bricks timed all
+    through a slow stretch agree with each other, and another run may meet the fast state."""
     if not isinstance(trace, Mapping):
         return None
     swing = _number(trace.get("swing"))
-    return swing if swing is not None else _number(trace.get("spread"))
+    moved = swing if swing is not None else _number(trace.get("spread"))
+    above = _number(trace.get("above_known"))
+    return max(moved, above) if moved is not None and above is not None else moved
 
 
 def _number(value: object) -> float | None:

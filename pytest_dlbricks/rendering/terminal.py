@@ -227,7 +227,8 @@ def speed_line(summary: Mapping[str, Any]) -> str | None:
         f"Machine speed through the run: {speed['reference']} took {format_seconds(speed['q1_s'])} to"
         f" {format_seconds(speed['q3_s'])} (quartiles of {speed['samples']} samples at least {speed['every_s']:g} s"
         f" apart; median {format_seconds(speed['median_s'])}): +-{spread:.1%}"
-    ) + _waits(speed)
+    )
+    line += _waits(speed) + _above_known(speed)
     if not is_number(noise):
         return line
     line += f"; the bricks' own rounds typically +-{noise / 2:.1%}"
@@ -248,6 +249,18 @@ def _waits(speed: Mapping[str, Any]) -> str:
     timings = "timing" if waits == 1 else "timings"
     text = f"; {waits} {timings} began in its slow state and waited {waited:.1f} s for the fast one"
     return text + (f", {slow} timed slow all the same (the wait's budget ran out)" if slow else "")
+
+
+def _above_known(speed: Mapping[str, Any]) -> str:
+    """How far above the machine's fast state earlier runs found this run stayed, where it never met it (see
+    :mod:`.speed_trace`): its bricks agree with each other, and all read slow."""
+    above, known, own = speed.get("above_known"), speed.get("known_fast_s"), speed.get("fast_s")
+    if not (is_number(above) and above > 0 and is_number(known) and is_number(own)):
+        return ""
+    return (
+        f"; this run never met the machine's fast state: {format_seconds(own)} at its fastest moments against"
+        f" {format_seconds(known)} in earlier runs (+{above:.0%}), so its bricks may all read slow"
+    )
 
 
 def _fit(rows: list[tuple[str, ...]], width: int) -> tuple[list[tuple[str, ...]], list[str]]:

@@ -281,6 +281,9 @@ class StoredRun:
     load: float | None
     #: None where the run timed no brick with its weights out of the caches, or the record is older.
     memory: float | None = None
+    #: The reference call's seconds in the machine's fast state as the run met it (see
+    #: :meth:`.SpeedTrace.own_fast_s`); None where it took too few moments, or the record is older.
+    fast_s: float | None = None
 
     def covers(self, when: datetime) -> bool:
         return self.first <= when <= self.last
@@ -292,13 +295,14 @@ class StoredRun:
             "speed": self.speed,
             "load": self.load,
             "memory": self.memory,
+            "fast_s": self.fast_s,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StoredRun:
         """The run a record holds; ``ValueError`` (or ``KeyError``, ``TypeError``) for anything a run cannot have
         written."""
-        speed, load, memory = data["speed"], data["load"], data.get("memory")
+        speed, load, memory, fast = data["speed"], data["load"], data.get("memory"), data.get("fast_s")
         first, last = datetime.fromisoformat(_text(data["first"])), datetime.fromisoformat(_text(data["last"]))
         if last < first:
             raise ValueError("a run that ended before it began")
@@ -308,6 +312,7 @@ class StoredRun:
             None if speed is None else _seconds(speed),
             None if load is None else _seconds(load),
             None if memory is None else _seconds(memory),
+            None if fast is None else _seconds(fast, positive=True),
         )
 
 

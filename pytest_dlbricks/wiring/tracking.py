@@ -35,6 +35,7 @@ from ..storage.store import BrickStore, Shelf
 from ..storage.store_records import ModelManifest, StoredBrick, StoredExecutor, StoredPeak, StoredRun
 from ..timing.neighbours import TIMING_METHOD, follows
 from ..timing.probes import detection_conditions
+from ..timing.speed_trace import known_fast_s
 from .baselines import JUDGED, PASSED_OVER_SHOWN, Baselines, _untrusted
 from .items import TIME_LIMIT, signature_of
 
@@ -78,6 +79,7 @@ class Tracking(Baselines):
                 self.store_error = f"cannot repair {self._store_name()}: {error.strerror or error}"
             self.run.calibration = self.shelf.calibration()
             self.run.stored_runs = self.shelf.get_runs()
+            self.run.speed.known_fast_s = known_fast_s(run.fast_s for run in self.run.stored_runs)
             if not self.settings.remeasure and self.run.overhead is None:
                 # Reused brick times compose with the call overhead measured beside them.
                 saved = self.shelf.get_overhead()
@@ -294,7 +296,7 @@ class Tracking(Baselines):
         ]
         if stamps and self.run.report is not None:
             speed, load, memory = own_parts(self.run.report)
-            shelf.put_run(StoredRun(min(stamps), max(stamps), speed, load, memory))
+            shelf.put_run(StoredRun(min(stamps), max(stamps), speed, load, memory, self.run.speed.own_fast_s()))
 
     def _save_executor(self, shelf: Shelf) -> None:
         """Keep the parallel executor's detection this run made, for the next runs to use."""
