@@ -21,6 +21,7 @@ from pytest_dlbricks.timing.speed_trace import (
     WARM_CALLS,
     SpeedTrace,
     known_fast_s,
+    timed_above,
 )
 
 
@@ -87,6 +88,7 @@ def test_the_spread_is_half_the_interquartile_range_over_the_median() -> None:
         "waits": 0,
         "waited_s": 0.0,
         "timed_slow": 0,
+        "fast_s": None,  # no timing read the reference yet
     }
 
 
@@ -283,7 +285,8 @@ def test_the_summary_says_how_far_above_the_known_fast_state_the_run_stayed(own:
     trace.known_fast_s = 10e-6
     summary = trace.summary()
     assert summary is not None and summary["swing"] == 0.0, "a run slow throughout has no swing of its own"
-    assert (summary["known_fast_s"], summary["fast_s"]) == (10e-6, pytest.approx(own))
+    assert (summary["known_fast_s"], summary["met_fast_s"]) == (10e-6, pytest.approx(own))
+    assert summary["fast_s"] == pytest.approx(min(own, 10e-6)), "the fast state timings were held to"
     assert summary["above_known"] == pytest.approx(above)
 
 
@@ -293,3 +296,12 @@ def test_the_known_fast_state_is_the_median_of_the_last_runs_that_had_one() -> N
     slower_for_good = [10e-6] * 4 + [15e-6] * KNOWN_FROM_RUNS
     assert known_fast_s(slower_for_good) == pytest.approx(15e-6), "a machine slower for good moves it"
     assert known_fast_s([10e-6, float("nan"), -1.0, 0.0, float("inf")]) == pytest.approx(10e-6)
+
+
+def test_a_model_s_timings_count_how_far_above_the_fast_state_they_read_by_their_part_of_its_estimate() -> None:
+    """Read fast (within :data:`SLOW_BY`): nothing; read slow: the reading over the fast state less one."""
+    assert timed_above([(3.0, 10e-6), (1.0, 10e-6 * SLOW_BY * 0.99)], 10e-6) == 0.0
+    assert timed_above([(3.0, 10e-6), (1.0, 18e-6)], 10e-6) == pytest.approx(0.8 / 4)
+    assert timed_above([(1.0, 18e-6), (5.0, None), (0.0, 30e-6)], 10e-6) == pytest.approx(0.8), "unknown: left out"
+    assert timed_above([(1.0, 18e-6)], None) is None and timed_above([(1.0, None)], 10e-6) is None
+    assert timed_above([], 10e-6) is None

@@ -407,3 +407,22 @@ def test_a_run_slow_throughout_counts_how_far_above_the_known_fast_state_it_stay
     assert verdict is not None and verdict.sources.get("speed") == (None if part is None else pytest.approx(part))
     if part is not None:
         assert verdict.models["a.onnx"] >= part, "every model's own margin holds it"
+
+
+def test_a_model_whose_bricks_were_timed_in_the_slow_state_widens_its_own_margin_and_the_run_s() -> None:
+    """A run that waited out its budget timed some models' bricks slow: their own speed part is how far above the
+    fast state they were timed; a model timed fast keeps the trace's."""
+    report: dict[str, Any] = {
+        "settings": {"intra_op_threads": 1},
+        "summary": {"speed": {"swing": 0.1}, "load": {"core_share": 0.99, "loaded": False}},
+        "models": [
+            {"path": "slow.onnx", "complete": True, "precision": 0.01, "ratio": 1.0, "timed_above_fast": 0.7},
+            {"path": "fast.onnx", "complete": True, "precision": 0.01, "ratio": 1.0, "timed_above_fast": 0.0},
+            {"path": "odd.onnx", "complete": True, "precision": 0.01, "ratio": 1.0, "timed_above_fast": "x"},
+        ],
+    }
+    verdict = judge_report(report)
+    assert verdict is not None and verdict.sources["speed"] == pytest.approx(0.7)
+    assert verdict.models["slow.onnx"] == pytest.approx(math.hypot(0.7, 0.01))
+    assert verdict.models["fast.onnx"] == verdict.models["odd.onnx"] == pytest.approx(math.hypot(0.1, 0.01))
+    assert not verdict.speed_earlier

@@ -176,6 +176,7 @@ def judge(
     precisions_by_path: Mapping[str, float | None] | None = None,
     parallel_ratios: Iterable[float] | None = None,
     timed: bool = False,
+    timed_above_fast: Mapping[str, float | None] | None = None,
 ) -> Verdict:
     """The run's verdict from its models' estimate margins, its noise, its speed trace's spread, its load
     summary (see :func:`.load.load_summary`), its intra-op ``threads`` (0: onnxruntime's choice), when
@@ -187,7 +188,9 @@ def judge(
     :func:`model_margins`); ``parallel_ratios``: where the run gives parallel estimates, the validated models'
     parallel estimate over the parallel executor's time (empty where none was validated), see
     :func:`parallel_coverage`; ``timed``: the run timed bricks, so that a run in which no model had all its bricks
-    timed again (the budget at its end reached none) says it did not measure that part."""
+    timed again (the budget at its end reached none) says it did not measure that part; ``timed_above_fast``: how far
+    above the machine's fast state each model's bricks were timed (by path, see :func:`.speed_trace.timed_above`),
+    whose widest the speed part holds, and each its own model's margin."""
     earlier = earlier or {}
     earlier_speed, earlier_load = _number(earlier.get("speed")), _number(earlier.get("load"))
     memories = [part for part in (memory, _number(earlier.get("memory"))) if part is not None]
@@ -199,11 +202,13 @@ def judge(
     else:
         sources[BRICKS] = bricks
     speeds = [part for part in (speed_spread, earlier_speed) if part is not None]
+    above = {path: part for path, part in (timed_above_fast or {}).items() if part is not None and math.isfinite(part)}
     if speeds:
-        sources[SPEED] = max(speeds)
+        sources[SPEED] = max(speeds + list(above.values()))
     else:
         unmeasured[SPEED] = "too few samples of the reference call"
-    speed_earlier = earlier_speed is not None and (speed_spread is None or earlier_speed > speed_spread)
+    own_speeds = [part for part in (speed_spread, *above.values()) if part is not None]
+    speed_earlier = earlier_speed is not None and (not own_speeds or earlier_speed > max(own_speeds))
     widest = widest_drift(drifts or {})
     if widest is not None:
         sources[DRIFT] = _apart(widest[1])
@@ -225,7 +230,8 @@ def judge(
     advice = _advice(sources, margin, trusted, loaded, threads)
     ratios = ratios or {}
     within = _within(list(ratios.values()), margin)
-    models = model_margins(sources, margin, precisions_by_path or {}, noise, drifts or {})
+    traced = max(speeds, default=0.0)
+    models = model_margins(sources, margin, precisions_by_path or {}, noise, drifts or {}, (traced, above))
     own = {path: (ratio, models[path]) for path, ratio in ratios.items() if path in models}
     return Verdict(
         margin,
@@ -285,21 +291,27 @@ def model_margins(
     precisions: Mapping[str, float | None],
     noise: float | None,
     drifts: Mapping[str, float | None],
+    speeds: tuple[float, Mapping[str, float]] | None = None,
 ) -> dict[str, float]:
-    """Each model's own margin, by path: the run's parts that hold for every model (machine speed, memory, load),
-    with the model's own bricks' spread (its estimate's margin, else half the run's noise) and its own move when
-    its bricks were timed again (else the run's widest, where a drift was measured); none where the run has no
-    margin. One microsecond model whose bricks moved far widens the run's line; it need not widen every model's
-    (the zoo: +-95% for the run, the moves of its 44 models within their own margins in 130 of 132 cases)."""
+    """Each model's own margin, by path: the run's parts that hold for every model (memory, load), with the model's
+    own bricks' spread (its estimate's margin, else half the run's noise), its own move when its bricks were timed
+    again (else the run's widest, where a drift was measured) and its own speed part (``speeds``: the trace's, and
+    how far above the fast state each model's bricks were timed, by path; the wider; without them, the run's); none
+    where the run has no margin. One microsecond model whose bricks moved far widens the run's line; it need not
+    widen every model's (the zoo: +-95% for the run, the moves of its 44 models within their own margins in 130 of
+    132 cases)."""
     if margin is None:
         return {}
-    shared = [part for name, part in sources.items() if name not in (BRICKS, DRIFT)]
+    shared = [part for name, part in sources.items() if name not in (BRICKS, DRIFT, SPEED)]
     own: dict[str, float] = {}
     for path, precision in precisions.items():
         bricks = bricks_margin([precision], noise) or 0.0
         drift = drifts.get(path)
         moved = _apart(drift) if drift is not None and math.isfinite(drift) and drift > 0 else sources.get(DRIFT, 0.0)
-        own[path] = math.sqrt(sum(part**2 for part in shared) + bricks**2 + moved**2)
+        speed = sources.get(SPEED, 0.0)
+        if speeds is not None and SPEED in sources:
+            speed = max(speeds[0], speeds[1].get(path, 0.0))
+        own[path] = math.sqrt(sum(part**2 for part in shared) + bricks**2 + moved**2 + speed**2)
     return own
 
 
@@ -400,6 +412,7 @@ def judge_report(report: Mapping[str, Any]) -> Verdict | None:
         parallel_ratios=parallel_coverage(complete),
         # The speed trace is summed up only where the run timed bricks (see :meth:`.DLBricksRun.compose`).
         timed=isinstance(summary.get("speed"), Mapping),
+        timed_above_fast={str(model.get("path")): _number(model.get("timed_above_fast")) for model in complete},
     )
 
 

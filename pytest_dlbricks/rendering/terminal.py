@@ -254,7 +254,7 @@ def _waits(speed: Mapping[str, Any]) -> str:
 def _above_known(speed: Mapping[str, Any]) -> str:
     """How far above the machine's fast state earlier runs found this run stayed, where it never met it (see
     :mod:`.speed_trace`): its bricks agree with each other, and all read slow."""
-    above, known, own = speed.get("above_known"), speed.get("known_fast_s"), speed.get("fast_s")
+    above, known, own = speed.get("above_known"), speed.get("known_fast_s"), speed.get("met_fast_s")
     if not (is_number(above) and above > 0 and is_number(known) and is_number(own)):
         return ""
     return (

@@ -125,6 +125,9 @@ class ModelEntry:
     #: The estimate over the one its bricks give timed again at the end of the run (see :func:`.time_again`);
     #: None where they were not all timed again (a validated model has validation's own, in :attr:`validation`).
     estimate_drift: float | None = None
+    #: How far above the machine's fast state its bricks timed in this run were timed (see
+    #: :func:`.speed_trace.timed_above`); None where the fast state or their readings are unknown.
+    timed_above_fast: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -146,6 +149,7 @@ class ModelEntry:
             "weights_as_inputs": self.weights_as_inputs,
             "unbuildable_layers": list(self.unbuildable_layers),
             **({"estimate_drift": self.estimate_drift} if self.estimate_drift is not None else {}),
+            **({"timed_above_fast": self.timed_above_fast} if self.timed_above_fast is not None else {}),
             **self.validation,
             **self.analysis.as_json(),
             "point": self.point,

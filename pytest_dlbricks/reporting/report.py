@@ -27,6 +27,7 @@ from ..estimating.validation import OVER_ROUNDS, Validation
 from ..timing.overhead import NO_OVERHEAD, CallOverhead
 from ..timing.probes import ExecutorDetection, RunMeasurements
 from ..timing.retiming import TimedAgain
+from ..timing.speed_trace import timed_above
 from .entries import BrickEntry, BrickResult, FailedModel, ModelEntry, Summary
 from .executor_entry import executor_fields, explained
 from .validation_fields import _accuracy, _ratio, _validation_fields
@@ -202,6 +203,14 @@ def build_report(
                 precision=_estimate_precision(plan, results, estimate.sequential_s),
                 estimate_drift=_drift_timed_again(
                     plan, results, times, references, estimate.sequential_s, timed_again or {}, call, settings.statistic
+                ),
+                timed_above_fast=timed_above(
+                    (
+                        (count * times[signature], references.get(signature))
+                        for signature, count in plan.signatures.items()
+                        if signature in results and not results[signature].reused and signature in times
+                    ),
+                    (speed or {}).get("fast_s"),
                 ),
             )
         )
