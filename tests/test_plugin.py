@@ -223,7 +223,7 @@ def test_timings_begun_in_the_slow_state_wait_for_the_fast_one_and_the_run_says_
     and the report and the speed line count it."""
     monkeypatch.setattr(speed_trace, "SAMPLE_EVERY_S", 0.0)
     monkeypatch.setattr(speed_trace, "MIN_MOMENTS", 1)
-    monkeypatch.setattr(speed_trace, "SLOW_BY", 0.5)
+    monkeypatch.setattr(speed_trace, "SLOW_BY", 1e-3)  # slow at every reading, however far apart they lie
     monkeypatch.setattr(speed_trace, "WAIT_MAX_S", 0.003)
     monkeypatch.setattr(speed_trace, "WAIT_SHARE", 1.0)
     result = run(pytester, "--dlbricks-granularity=2", "--dlbricks-json=report.json", "models/tiny_inception.onnx")
