@@ -87,6 +87,9 @@ class Verdict:
     simulated_repeats: int | None = None
     #: The model whose estimate moved furthest when its bricks were timed again, and how far (its ratio).
     widest_drift: tuple[str, float] | None = None
+    #: The model whose bricks were timed furthest above the machine's fast state, and how far, where that widened
+    #: the speed part beyond the trace's own (see :func:`.speed_trace.timed_above`).
+    widest_slow: tuple[str, float] | None = None
     #: Each complete model's own margin by path (see :func:`model_margins`); empty where the run has no margin.
     models: dict[str, float] = field(default_factory=dict)
     #: Where the run gives parallel estimates, which the margin does not cover (see :func:`parallel_coverage`):
@@ -115,6 +118,7 @@ class Verdict:
             "validated_within": _listed(self.validated_within),
             **({"simulated_repeats": self.simulated_repeats} if self.simulated_repeats is not None else {}),
             **({"widest_drift": list(self.widest_drift)} if self.widest_drift is not None else {}),
+            **({"widest_slow": list(self.widest_slow)} if self.widest_slow is not None else {}),
             **({"models": dict(self.models)} if self.models else {}),
             **(
                 {"parallel": {"covered": False, "validated_within": _listed(self.parallel_within)}}
@@ -231,6 +235,8 @@ def judge(
     ratios = ratios or {}
     within = _within(list(ratios.values()), margin)
     traced = max(speeds, default=0.0)
+    slowest = max(above, key=above.__getitem__, default=None)
+    widest_slow = (slowest, above[slowest]) if slowest is not None and speeds and above[slowest] > traced else None
     models = model_margins(sources, margin, precisions_by_path or {}, noise, drifts or {}, (traced, above))
     own = {path: (ratio, models[path]) for path, ratio in ratios.items() if path in models}
     return Verdict(
@@ -242,6 +248,7 @@ def judge(
         reason,
         within,
         widest_drift=widest,
+        widest_slow=widest_slow,
         models=models,
         parallel_within=_within(list(parallel_ratios or ()), margin),
         parallel=parallel_ratios is not None,
@@ -471,6 +478,9 @@ def verdict_line(verdict: Mapping[str, Any]) -> str:
     unmeasured = verdict.get("unmeasured") or {}
     if unmeasured and margin is not None:
         line += f"; not measured: {', '.join(SOURCE_NAMES.get(name, name) for name in unmeasured)}"
+    slow = verdict.get("widest_slow")
+    if isinstance(slow, list) and len(slow) == 2 and _number(slow[1]) is not None and margin is not None:
+        line += f"; timed furthest above the machine's fast state: {slow[0]} (+{slow[1]:.0%})"
     widest = verdict.get("widest_drift")
     if isinstance(widest, list) and len(widest) == 2 and (sources.get(DRIFT) or 0) >= 0.005 and margin is not None:
         line += f"; widest move when timed again: {widest[0]} ({widest[1]:.2f}x)"
