@@ -237,7 +237,7 @@ def judge(
     traced = max(speeds, default=0.0)
     slowest = max(above, key=above.__getitem__, default=None)
     widest_slow = (slowest, above[slowest]) if slowest is not None and speeds and above[slowest] > traced else None
-    models = model_margins(sources, margin, precisions_by_path or {}, noise, drifts or {}, (traced, above))
+    models = model_margins(sources, margin, precisions_by_path or {}, noise, drifts or {}, traced, above)
     own = {path: (ratio, models[path]) for path, ratio in ratios.items() if path in models}
     return Verdict(
         margin,
@@ -298,13 +298,14 @@ def model_margins(
     precisions: Mapping[str, float | None],
     noise: float | None,
     drifts: Mapping[str, float | None],
-    speeds: tuple[float, Mapping[str, float]] | None = None,
+    traced: float,
+    above: Mapping[str, float],
 ) -> dict[str, float]:
     """Each model's own margin, by path: the run's parts that hold for every model (memory, load), with the model's
     own bricks' spread (its estimate's margin, else half the run's noise), its own move when its bricks were timed
-    again (else the run's widest, where a drift was measured) and its own speed part (``speeds``: the trace's, and
-    how far above the fast state each model's bricks were timed, by path; the wider; without them, the run's); none
-    where the run has no margin. One microsecond model whose bricks moved far widens the run's line; it need not
+    again (else the run's widest, where a drift was measured) and its own speed part, where the run has one: the
+    wider of the trace's (``traced``) and how far above the fast state its bricks were timed (``above``, by path);
+    none where the run has no margin. One microsecond model whose bricks moved far widens the run's line; it need not
     widen every model's (the zoo: +-95% for the run, the moves of its 44 models within their own margins in 130 of
     132 cases)."""
     if margin is None:
@@ -315,9 +316,7 @@ def model_margins(
         bricks = bricks_margin([precision], noise) or 0.0
         drift = drifts.get(path)
         moved = _apart(drift) if drift is not None and math.isfinite(drift) and drift > 0 else sources.get(DRIFT, 0.0)
-        speed = sources.get(SPEED, 0.0)
-        if speeds is not None and SPEED in sources:
-            speed = max(speeds[0], speeds[1].get(path, 0.0))
+        speed = max(traced, above.get(path, 0.0)) if SPEED in sources else 0.0
         own[path] = math.sqrt(sum(part**2 for part in shared) + bricks**2 + moved**2 + speed**2)
     return own
 

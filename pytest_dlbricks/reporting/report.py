@@ -208,7 +208,7 @@ def build_report(
                     (
                         (count * times[signature], references.get(signature))
                         for signature, count in plan.signatures.items()
-                        if signature in results and not results[signature].reused and signature in times
+                        if signature in results and not results[signature].reused
                     ),
                     (speed or {}).get("fast_s"),
                 ),
