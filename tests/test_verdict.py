@@ -426,6 +426,7 @@ def test_a_model_whose_bricks_were_timed_in_the_slow_state_widens_its_own_margin
     assert verdict.models["slow.onnx"] == pytest.approx(math.hypot(0.7, 0.01))
     assert verdict.models["fast.onnx"] == verdict.models["odd.onnx"] == pytest.approx(math.hypot(0.1, 0.01))
     assert not verdict.speed_earlier
+    assert own_parts(report)[0] == pytest.approx(0.7), "a run reusing these bricks reads them as slow as they were"
     assert verdict.widest_slow == ("slow.onnx", 0.7), "the line says where the speed part came from"
     line = verdict_line(verdict.as_json())
     assert "machine speed +-70%" in line and "; timed furthest above the machine's fast state: slow.onnx (+70%)" in line

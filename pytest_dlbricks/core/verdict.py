@@ -331,10 +331,13 @@ def own_parts(report: Mapping[str, Any]) -> tuple[float | None, float | None, fl
     of), for the brick store to keep beside the bricks it timed."""
     summary = report.get("summary") or {}
     load = summary.get("load")
-    # The bricks timed again saw the machine's speed move too: a run reusing these bricks may be off as far.
-    widest = widest_drift(_drifts(report.get("models") or ()))
+    # The bricks timed again saw the machine's speed move too, and those timed in its slow state read slow: a run
+    # reusing these bricks may be off as far.
+    models = report.get("models") or ()
+    widest = widest_drift(_drifts(models))
     drift = None if widest is None else _apart(widest[1])
-    speeds = [part for part in (speed_margin(summary.get("speed")), drift) if part is not None]
+    slow = [_number(model.get("timed_above_fast")) for model in models if model.get("complete")]
+    speeds = [part for part in (speed_margin(summary.get("speed")), drift, *slow) if part is not None]
     speed, memory = max(speeds, default=None), memory_margin(summary.get("memory"))
     if not isinstance(load, Mapping) or _number(load.get("core_share")) is None:
         return speed, None, memory
