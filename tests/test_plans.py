@@ -93,6 +93,23 @@ def test_a_cut_model_round_trips_through_json(tmp_path: Path, build: Callable[[P
     assert plan.signatures == expected.signatures
 
 
+def test_a_cut_with_unsupported_bricks_round_trips_through_json(tmp_path: Path) -> None:
+    """The reasons a numeric type's bricks cannot run (an fp16 point's) come back by brick index: JSON writes the
+    indices as text, and every run reading them back reported the plan as damaged and cut the model again."""
+    original = cut(tiny_models.diamond(tmp_path))
+    original.plan.unsupported = {0: "runs in float32", 2: "no float16 kernel"}
+    found = cut_model_from_json(json.loads(json.dumps(cut_model_to_json(original))), "diamond.onnx")
+    assert found.plan.unsupported == {0: "runs in float32", 2: "no float16 kernel"}
+
+
+@pytest.mark.parametrize("key", ["-1", "1.0", "x", ""])
+def test_a_plan_whose_unsupported_bricks_are_not_indices_is_a_miss(tmp_path: Path, key: str) -> None:
+    data = cut_model_to_json(cut(tiny_models.diamond(tmp_path)))
+    data["unsupported"] = {key: "runs in float32"}
+    with pytest.raises(ValueError, match="is not a count"):
+        cut_model_from_json(json.loads(json.dumps(data)), "diamond.onnx")
+
+
 def test_an_unsized_cut_round_trips_through_json(tmp_path: Path) -> None:
     """Bricks of a model onnxruntime refuses with its sizes written in declare none, and say so in the plan."""
     graph = replace(load_model(tiny_models.batch_squeeze_switch(tmp_path), {"batch": 2}), unsized=True)

@@ -195,6 +195,26 @@ def test_the_optimized_graph_of_a_float16_model_shows_float32_work(
     assert any("works on float32 activations in the float16 model" in u["cause"] for u in mlp["unsupported"])
 
 
+def test_a_float16_point_with_float32_work_is_read_back_from_the_store_as_it_was_cut(
+    pytester: pytest.Pytester, models: list[Path]
+) -> None:
+    """Its plan keeps the reasons its bricks cannot run by brick index, which JSON writes as text: every run after the
+    first said the plan was damaged, and cut the model again."""
+    arguments = (
+        "--dlbricks-granularity=1",
+        "--dlbricks-dim=batch=1",
+        "--dlbricks-dtype=fp32,fp16",
+        "--dlbricks-json=r.json",
+    )
+    first = run(pytester, *arguments, "models/mlp.onnx")
+    assert first.ret == 0
+    unsupported = read(pytester.path / "r.json")["models"][1]["unsupported"]
+    again = run(pytester, *arguments, "models/mlp.onnx")
+    assert again.ret == 0
+    assert not [line for line in again.stdout.lines if "damaged" in line]
+    assert read(pytester.path / "r.json")["models"][1]["unsupported"] == unsupported != []
+
+
 def test_an_unavailable_provider_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--dlbricks-granularity=1", "--dlbricks-providers=cuda,cpu")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

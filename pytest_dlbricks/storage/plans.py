@@ -345,7 +345,7 @@ def cut_model_from_json(
         io=(_count(inputs), _count(outputs)),
         file=display_path,
         point=point.describe(),
-        unsupported={_count(index): str(reason) for index, reason in data["unsupported"].items()},
+        unsupported={_key_count(index): str(reason) for index, reason in data["unsupported"].items()},
         inputs=str(data["inputs"]),
         data_dependent=tuple(str(op) for op in data["data_dependent"]),
         weights_as_inputs=_count(data["weights_as_inputs"]),
@@ -477,6 +477,13 @@ def _count(value: Any) -> int:
     if number < 0 or number != value or number > LARGEST_NUMBER:
         raise ValueError(f"{value!r} is not a count")
     return number
+
+
+def _key_count(key: Any) -> int:
+    """A count a plan holds as a JSON object's key, which JSON writes as text (``"0"`` for brick 0)."""
+    if not isinstance(key, str) or not key.isdigit():
+        raise ValueError(f"{key!r} is not a count")
+    return _count(int(key))
 
 
 def _message(message: onnx.NodeProto | onnx.FunctionProto) -> str:
