@@ -14,15 +14,19 @@ from pytest_dlbricks.reporting.comparing import (
     GONE,
     INCOMPLETE,
     INCONCLUSIVE,
+    INCONCLUSIVE_EXIT,
     NEW,
+    NOT_TIMED,
     REGRESSION,
     SLOWER,
     UNCHANGED,
     WITHIN_NOISE,
     compare,
+    exit_status,
     make_block,
     render_comparison,
     render_inconclusive,
+    render_not_timed,
     render_regressions,
     suspects,
 )
@@ -299,20 +303,42 @@ def test_faster_and_slower_below_the_threshold() -> None:
 
 
 def test_new_gone_and_incomplete_models_never_fail() -> None:
-    before = block({"kept.onnx": {"a": 1}, "gone.onnx": {"b": 1}}, {"a": stats(10), "b": stats(20)})
+    """half.onnx lacks the time of a brick the baseline had: nothing of it changed, so nothing can fail."""
+    before = block(
+        {"kept.onnx": {"a": 1}, "gone.onnx": {"b": 1}, "half.onnx": {"a": 1, "e": 1}},
+        {"a": stats(10), "b": stats(20), "e": stats(5)},
+    )
     now = block(
-        {"kept.onnx": {"a": 1}, "new.onnx": {"c": 1}, "half.onnx": {"a": 1, "d": 1}},
-        {"a": stats(90), "c": stats(30), "d": None},
+        {"kept.onnx": {"a": 1}, "new.onnx": {"c": 1}, "half.onnx": {"a": 1, "e": 1}},
+        {"a": stats(90), "c": stats(30), "e": None},
         incomplete=("half.onnx",),
     )
-    before["report"]["models"].append({"path": "half.onnx", "complete": True, "sequential_s": 10 * US})
-    before["report"]["bricks"][0]["models"]["half.onnx"] = 1
     comparison = compare(now, before, baseline="b", statistic="median", threshold=0.0)
     verdicts = {model.path: model.verdict for model in comparison.models}
     assert verdicts == {"kept.onnx": UNCHANGED, "new.onnx": NEW, "half.onnx": INCOMPLETE, "gone.onnx": GONE}
-    assert comparison.regressions == [] and comparison.inconclusive == []
+    assert comparison.regressions == [] and not comparison.cannot_tell
+    assert exit_status(comparison) == 0
     new = next(model for model in comparison.models if model.path == "new.onnx")
     assert (new.before_s, new.now_s) == (None, pytest.approx(30 * US))
+
+
+def test_a_changed_model_whose_new_bricks_have_no_time_cannot_be_told() -> None:
+    """A run of some bricks (-k) must not pass a model it could not judge: the gate cannot tell, and names the
+    bricks it lacks."""
+    before = block({"m.onnx": {"a": 1}}, {"a": stats(10)})
+    now = block({"m.onnx": {"a": 1, "d": 1}}, {"a": stats(10), "d": None}, incomplete=("m.onnx",))
+    comparison = compare(now, before, baseline="b", statistic="median", threshold=0.1)
+    (model,) = comparison.models
+    assert (model.verdict, model.untimed) == (NOT_TIMED, ("OpD-dddd",))
+    assert comparison.cannot_tell and comparison.regressions == []
+    assert exit_status(comparison) == INCONCLUSIVE_EXIT
+    assert comparison.as_dict()["inconclusive"] is True
+    assert render_not_timed(comparison) == (
+        "m.onnx: changed bricks without a time in this run (deselected, skipped or failed): OpD-dddd;"
+        " time them to judge the change"
+    )
+    assert "NOT TIMED" in render_comparison(comparison)
+    assert one(now, before, threshold=None).verdict == INCOMPLETE, "without a gate nothing is judged"
 
 
 def test_the_table_and_the_messages_show_the_estimates_the_change_follows_from() -> None:

@@ -38,3 +38,10 @@ def test_warnings_as_errors_do_not_turn_the_note_into_an_internal_error(
     result = run(pytester, "-n", "2", "--dlbricks-granularity=3", "models/mlp.onnx")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines([f"dlbricks: {NO_ESTIMATES}"])
+
+
+def test_the_gate_under_xdist_is_a_usage_error(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    """pytest-benchmark times nothing under -n: a gate there would pass every change unseen."""
+    result = run(pytester, "-n", "2", "--dlbricks-granularity=3", "--dlbricks-compare", "models/mlp.onnx")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dlbricks-compare needs brick times, which * under pytest-xdist; run the gate*"])

@@ -688,8 +688,8 @@ def test_a_regression_introduced_into_a_model_fails_the_session(
 def test_a_run_of_some_models_is_no_baseline_for_the_others(
     pytester: pytest.Pytester, copy_models: Callable[..., list[Path]]
 ) -> None:
-    """A run of mlp alone (-k), saved, passes the gate; net made slower is still compared with the run that
-    estimated it."""
+    """A run of mlp alone (-k), saved, passes the gate; net made slower cannot be told by such a run, whose gate says
+    so and does not pass, and is still compared with the run that estimated it."""
     copy_models(SAMPLE_MODELS / "mlp.onnx")
     net(pytester, kernel=1)
     args = ("--dlbricks-granularity=2", "--benchmark-autosave", "--dlbricks-compare", "--dlbricks-compare-fail=10%")
@@ -698,6 +698,16 @@ def test_a_run_of_some_models_is_no_baseline_for_the_others(
     assert some.ret == 0
     some.stdout.fnmatch_lines(["models/net.onnx * incomplete"])
     net(pytester, kernel=9)
+    unseen = run(pytester, *args, "-k", "mlp", "models", timing=GATE_TIMING)
+    assert unseen.ret == INCONCLUSIVE_EXIT
+    unseen.stdout.fnmatch_lines(
+        [
+            "models/net.onnx * NOT TIMED",
+            f"dlbricks: cannot tell (exit status {INCONCLUSIVE_EXIT}) whether these models are slower:",
+            "  models/net.onnx: changed bricks without a time in this run (deselected, skipped or failed): *",
+        ]
+    )
+    unseen.stdout.no_fnmatch_line("*gate passed*")
     result = run(pytester, *args, "models", timing=GATE_TIMING)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
@@ -985,6 +995,7 @@ def test_nothing_to_compare_with_is_a_note_and_a_first_gated_run_the_baseline(
         (["--dlbricks-compare-incompatible"], "--dlbricks-compare-incompatible only applies to --dlbricks-compare"),
         (["--dlbricks-store=none", "--dlbricks-remeasure"], "--dlbricks-remeasure needs the brick store, which *"),
         (["--benchmark-disable", "--dlbricks-compare=1"], "--dlbricks-compare needs brick times, which *"),
+        (["--benchmark-skip", "--dlbricks-compare=1"], "--dlbricks-compare needs brick times, which --benchmark-skip*"),
         (["--dlbricks-max-age=soon"], "*age must be a number with a unit (s, m, h, d or w) such as 12h or 30d*"),
         (["--dlbricks-compare-fail=much"], "*expected a percentage such as 10%, not 'much'*"),
         (

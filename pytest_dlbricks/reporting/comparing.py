@@ -34,7 +34,9 @@ the interval is a bootstrap interval of their median, widened by the baseline's 
 by the bricks' scatter; the new bricks' moves are those of the median round. The verdict is
 *REGRESSION* when the interval lies above the threshold, *INCONCLUSIVE* when it straddles it (the
 noise is too high for the threshold asked), else *slower*, *faster* or *within noise* as it lies
-above, below or around zero.
+above, below or around zero. A model whose bricks changed, the new ones without a time in this run
+(deselected with ``-k``, or failed), is *NOT TIMED*: the gate cannot tell either, and says which bricks it
+lacks.
 
 Simulated costs (``--dlbricks-cost=simulated`` in both runs) are counted, not timed: no machine speed moves
 them and no noise blurs them. The change is then the sum of the moves as counted, with an interval of no
@@ -70,6 +72,7 @@ INCONCLUSIVE_EXIT = 6
 NEW = "new"
 GONE = "gone"
 INCOMPLETE = "incomplete"
+NOT_TIMED = "NOT TIMED"
 
 #: Per model path, per brick signature, the seconds of each interleaved round (see :mod:`.retiming`).
 Retimed = Mapping[str, Mapping[str, Sequence[float]]]
@@ -102,7 +105,7 @@ def exit_status(comparison: Comparison) -> int:
     """The gate's exit status: 1 on a regression, :data:`INCONCLUSIVE_EXIT` when it cannot tell, else 0."""
     if comparison.regressions:
         return 1
-    return INCONCLUSIVE_EXIT if comparison.inconclusive else 0
+    return INCONCLUSIVE_EXIT if comparison.cannot_tell else 0
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,8 @@ class ModelDelta:
     #: Signatures of the bricks that changed and are in this run, and of the bricks to re-time beside them.
     changed: tuple[str, ...] = ()
     references: tuple[str, ...] = ()
+    #: Labels of the changed bricks without a time in this run (a model :data:`NOT_TIMED`).
+    untimed: tuple[str, ...] = ()
 
     @property
     def change(self) -> float | None:
@@ -165,6 +170,16 @@ class Comparison:
     def inconclusive(self) -> list[ModelDelta]:
         return [model for model in self.models if model.verdict == INCONCLUSIVE]
 
+    @property
+    def not_timed(self) -> list[ModelDelta]:
+        return [model for model in self.models if model.verdict == NOT_TIMED]
+
+    @property
+    def cannot_tell(self) -> bool:
+        """Whether the gate cannot decide for some model: its change too close to the threshold for the noise, or
+        not timed."""
+        return bool(self.inconclusive or self.not_timed)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "baseline": self.baseline,
@@ -173,7 +188,7 @@ class Comparison:
             "noise": self.noise,
             "untrusted": self.untrusted,
             "failed": bool(self.regressions),
-            "inconclusive": bool(self.inconclusive) and not self.regressions,
+            "inconclusive": self.cannot_tell and not self.regressions,
             "models": [
                 {
                     "path": m.path,
@@ -237,7 +252,9 @@ def compare(
         elif path not in now_models:
             deltas.append(ModelDelta(path, before_s, None, GONE))
         elif now_s is None or before_s is None:
-            deltas.append(ModelDelta(path, before_s, now_s, INCOMPLETE))
+            untimed = _untimed_changes(now_shares.get(path, {}), before_shares.get(path, {}))
+            verdict = NOT_TIMED if threshold is not None and untimed else INCOMPLETE
+            deltas.append(ModelDelta(path, before_s, now_s, verdict, untimed=untimed))
         else:
             model = _Model(now_shares.get(path, {}), before_shares.get(path, {}), before_s, run_references)
             rounds = (retimed or {}).get(path)
@@ -256,6 +273,11 @@ def compare(
                 )
             )
     return Comparison(baseline, statistic, threshold, tuple(deltas), noise, untrusted)
+
+
+def _untimed_changes(now: Mapping[str, _Share], before: Mapping[str, _Share]) -> tuple[str, ...]:
+    """The labels of a model's bricks this run has and the baseline's model had not, that have no time."""
+    return tuple(share.label for signature, share in now.items() if signature not in before and share.time_s is None)
 
 
 def _untrusted(now: Mapping[str, Any], before: Mapping[str, Any]) -> str | None:
@@ -403,6 +425,19 @@ def render_inconclusive(comparison: Comparison) -> str:
         f"{model.path}: its changed bricks make it {_judged(model, comparison.baseline)}: {why}; {_bricks(model)}"
         for model in comparison.inconclusive
     )
+
+
+def render_not_timed(comparison: Comparison) -> str:
+    """Why the gate cannot decide for models whose changed bricks this run did not time."""
+    lines = []
+    for model in comparison.not_timed:
+        shown = ", ".join(model.untimed[:MOVED_BRICKS_SHOWN])
+        more = len(model.untimed) - MOVED_BRICKS_SHOWN
+        lines.append(
+            f"{model.path}: changed bricks without a time in this run (deselected, skipped or failed):"
+            f" {shown}{f' and {more} more' if more > 0 else ''}; time them to judge the change"
+        )
+    return "\n".join(lines)
 
 
 def _judged(model: ModelDelta, baseline: str) -> str:

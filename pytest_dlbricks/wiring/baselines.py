@@ -279,7 +279,7 @@ class Baselines:
         if session.exitstatus == pytest.ExitCode.OK:
             if self.comparison.regressions:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            elif self.comparison.inconclusive:
+            elif self.comparison.cannot_tell:
                 session.exitstatus = INCONCLUSIVE_EXIT
 
     def _retime(self, signatures: list[str]) -> dict[str, list[float]]:

@@ -34,6 +34,7 @@ from ..reporting.comparing import (
     make_block,
     render_comparison,
     render_inconclusive,
+    render_not_timed,
     render_regressions,
 )
 from ..reporting.estimates import model_estimates
@@ -203,6 +204,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             + _indented(render_inconclusive(comparison)),
             file=out,
         )
+    if comparison.not_timed:
+        print("cannot tell whether these models are slower:\n" + _indented(render_not_timed(comparison)), file=out)
     return exit_status(comparison)
 
 

@@ -28,6 +28,7 @@ from ..core.settings import (
     parse_threads,
     resolve_providers,
 )
+from .distributed import is_distributed
 from .option_table import (
     _OPTIONS,
     _check_precision,
@@ -223,6 +224,13 @@ def _tracking(config: pytest.Config) -> dict[str, Any]:
         and not config.getoption("benchmark_enable", False)
     ):
         raise pytest.UsageError("--dlbricks-compare needs brick times, which --benchmark-disable turns off")
+    if compare is not None and config.getoption("benchmark_skip", False):
+        raise pytest.UsageError("--dlbricks-compare needs brick times, which --benchmark-skip skips")
+    if compare is not None and is_distributed(config):
+        raise pytest.UsageError(
+            "--dlbricks-compare needs brick times, which pytest-benchmark does not take under pytest-xdist;"
+            " run the gate without -n (or with -n 0)"
+        )
     max_age = _flag_or_ini(config, "dlbricks_max_age", parse_age)
     return {
         "store": store,

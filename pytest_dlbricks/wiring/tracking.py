@@ -25,6 +25,7 @@ from ..reporting.comparing import (
     make_block,
     render_comparison,
     render_inconclusive,
+    render_not_timed,
     render_regressions,
 )
 from ..reporting.entries import BrickResult
@@ -385,8 +386,13 @@ class Tracking(Baselines):
                     " the bricks' timing: onnxruntime then never waits for a second core that the other work holds",
                     yellow=True,
                 )
-        elif self.comparison.threshold is not None:
+        elif self.comparison.threshold is not None and not self.comparison.not_timed:
             write(f"dlbricks: gate passed: no model's changed bricks make it {self.comparison.threshold:.0%} slower")
+        if self.comparison.not_timed:
+            status = "" if self.comparison.regressions else f" (exit status {INCONCLUSIVE_EXIT})"
+            write(f"dlbricks: cannot tell{status} whether these models are slower:", yellow=True, bold=True)
+            for line in render_not_timed(self.comparison).splitlines():
+                write(f"  {line}", yellow=True)
 
     def _summarize_noise(self, write: Any) -> None:
         """Say when this run measured under high noise, and that it will not serve as a baseline."""
