@@ -438,6 +438,22 @@ def test_a_run_keeps_the_fast_state_it_met_and_a_damaged_one_is_no_record(tmp_pa
     assert shelf.get_runs() == [] and shelf.discarded == {"run verdicts": 1}
 
 
+@pytest.mark.parametrize("damaged", [0, True, ["loaded"]])
+def test_a_run_keeps_why_it_was_not_trusted_and_a_damaged_reason_is_no_record(tmp_path: Path, damaged: object) -> None:
+    shelf = BrickStore(tmp_path).shelf(IDENTITY)
+    loaded = StoredRun(NOW, NOW + timedelta(seconds=30), 0.1, None, untrusted="the timing thread was on a core 35%")
+    shelf.put_run(loaded)
+    shelf.put_run(replace(loaded, untrusted=None))
+    assert [run.untrusted for run in shelf.get_runs()] == ["the timing thread was on a core 35%", None]
+    record = json.loads((shelf.path / "runs.json").read_text())
+    del record["runs"][1]["untrusted"]  # as written before runs kept it
+    (shelf.path / "runs.json").write_text(json.dumps(record))
+    assert [run.untrusted for run in shelf.get_runs()] == ["the timing thread was on a core 35%", None]
+    record["runs"][0]["untrusted"] = damaged
+    (shelf.path / "runs.json").write_text(json.dumps(record))
+    assert shelf.get_runs() == [] and shelf.discarded == {"run verdicts": 1}
+
+
 def test_the_nodes_a_profile_showed_at_once_are_kept_and_a_record_without_them_is_read(tmp_path: Path) -> None:
     shelf = BrickStore(tmp_path).shelf(IDENTITY)
     conditions = {"method": 3, "inter_op_threads": 2}

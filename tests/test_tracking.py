@@ -898,6 +898,37 @@ def test_a_run_whose_verdict_does_not_trust_it_is_passed_over_as_a_baseline(
     )
 
 
+def test_bricks_a_run_did_not_trust_are_timed_again_not_reused(
+    pytester: pytest.Pytester, sample_models: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Times taken while the timing thread was off its core 60% of the time are no better for being stored: the
+    next run would reuse them under a verdict that trusts them (and a gate take them as its baseline)."""
+    from pytest_dlbricks.timing import load
+
+    class Loaded(load.LoadMeter):
+        def readings(self) -> load.Readings:
+            return load.Readings(1.0, 0.4, None, 2)
+
+    args = ("--dlbricks-granularity=2", "models/mlp.onnx")
+    with monkeypatch.context() as patch:
+        patch.setattr(run_state, "LoadMeter", Loaded)
+        loaded = run(pytester, *args)
+    loaded.assert_outcomes(passed=3)
+    loaded.stdout.fnmatch_lines(["dlbricks verdict: estimates not trusted: *"])
+    again = run(pytester, *args)
+    again.assert_outcomes(passed=3)
+    again.stdout.fnmatch_lines(
+        [
+            "dlbricks: 3 stored brick times not reused: the run that measured them could not be trusted (the timing"
+            " thread was on a core 40% of its rounds' time*); timed again",
+        ]
+    )
+    assert "not trusted" not in again.stdout.str().split("dlbricks verdict:")[-1]
+    third = run(pytester, *args)
+    third.assert_outcomes(deselected=3)
+    assert "not reused" not in third.stdout.str()
+
+
 def test_a_baseline_cut_by_an_older_version_is_not_compared_with(
     pytester: pytest.Pytester, sample_models: list[Path]
 ) -> None:

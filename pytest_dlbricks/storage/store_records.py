@@ -284,6 +284,9 @@ class StoredRun:
     #: The reference call's seconds in the machine's fast state as the run met it (see
     #: :meth:`.SpeedTrace.own_fast_s`); None where it took too few moments, or the record is older.
     fast_s: float | None = None
+    #: Why the run's verdict did not trust its estimates (its threads lost their cores, see :mod:`.verdict`); None
+    #: where it did, or the record is older. Its bricks are timed again rather than reused.
+    untrusted: str | None = None
 
     def covers(self, when: datetime) -> bool:
         return self.first <= when <= self.last
@@ -296,6 +299,7 @@ class StoredRun:
             "load": self.load,
             "memory": self.memory,
             "fast_s": self.fast_s,
+            "untrusted": self.untrusted,
         }
 
     @classmethod
@@ -303,6 +307,7 @@ class StoredRun:
         """The run a record holds; ``ValueError`` (or ``KeyError``, ``TypeError``) for anything a run cannot have
         written."""
         speed, load, memory, fast = data["speed"], data["load"], data.get("memory"), data.get("fast_s")
+        untrusted = data.get("untrusted")
         first, last = datetime.fromisoformat(_text(data["first"])), datetime.fromisoformat(_text(data["last"]))
         if last < first:
             raise ValueError("a run that ended before it began")
@@ -313,6 +318,7 @@ class StoredRun:
             None if load is None else _seconds(load),
             None if memory is None else _seconds(memory),
             None if fast is None else _seconds(fast, positive=True),
+            None if untrusted is None else _text(untrusted),
         )
 
 

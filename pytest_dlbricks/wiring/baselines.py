@@ -131,6 +131,8 @@ class Baselines:
         self.mismatches: list[str] = []
         self.notes: list[str] = []
         self.reused_at: list[datetime] = []
+        #: Why stored bricks were timed again, not reused, by signature: the run that timed them was not trusted.
+        self.timed_again_untrusted: dict[str, str] = {}
         #: pytest-benchmark's entries for the bricks reused from the store, so their histories have no holes.
         self.reused_entries: list[HistoryEntry] = []
         #: Saved runs passed over as the latest baseline, with why (see :func:`_no_baseline_because`).

@@ -35,6 +35,7 @@ from ..reporting.report import build_report
 from ..reporting.suite import SuiteError, export_suite, read_manifest
 from ..storage.atomic_files import write_json, write_text
 from ..storage.plans import CutModel, PlanCache
+from ..storage.store_records import StoredRun
 from ..timing.load import load_summary
 from ..timing.neighbours import follows
 from ..timing.overhead import measure_call_overhead, measure_parallel_costs, parallel_ceiling
@@ -443,15 +444,23 @@ class DLBricksRun(RunState):
                 share = max(share, sum(seconds for signature, seconds in times.items() if signature in flushed) / total)
         return self.flusher.summary(share)
 
+    def untrusted_run_at(self, when: datetime) -> str | None:
+        """Why the stored run that timed a brick at ``when`` was not trusted; None where it was, or is unknown."""
+        run = self._stored_run_at(when.isoformat(timespec="seconds"))
+        return None if run is None else run.untrusted
+
+    def _stored_run_at(self, when: str | None) -> StoredRun | None:
+        """The stored run that timed a brick at ``when`` (ISO, to the second): the newest covering it, since a run
+        begun in the second the one before it ended shares that second, and the store holds each brick's last timing."""
+        moment = datetime.fromisoformat(when) if when else None
+        return next((run for run in reversed(self.stored_runs) if moment and run.covers(moment)), None)
+
     def _reused_from(self) -> dict[str, Any] | None:
         """What the runs that timed the reused bricks found of the machine (see :attr:`.Summary.reused_from`)."""
         reused = [result.measured_at for result in self.results.values() if result.reused]
         if not reused:
             return None
-        runs = [
-            next((run for run in self.stored_runs if when and run.covers(datetime.fromisoformat(when))), None)
-            for when in reused
-        ]
+        runs = [self._stored_run_at(when) for when in reused]
         known = [run for run in runs if run is not None]
         speeds = [run.speed for run in known if run.speed is not None]
         loads = [run.load for run in known if run.load is not None]

@@ -141,6 +141,10 @@ class Tracking(Baselines):
             return False  # timed with every input in the caches, before its cold inputs were copied
         if stored.timing_method < TIMING_METHOD and self.run.bricks_before(signature) and follows(stored.probe_s):
             return False  # timed alone, before its calls followed the brick before it (see :mod:`.neighbours`)
+        untrusted = self.run.untrusted_run_at(stored.measured_at)
+        if untrusted is not None:  # timed under a load its run's verdict did not trust
+            self.timed_again_untrusted[signature] = untrusted
+            return False
         self.run.record_result(
             signature,
             BrickResult(
@@ -297,7 +301,14 @@ class Tracking(Baselines):
         ]
         if stamps and self.run.report is not None:
             speed, load, memory = own_parts(self.run.report)
-            shelf.put_run(StoredRun(min(stamps), max(stamps), speed, load, memory, self.run.speed.own_fast_s()))
+            verdict = self.run.report.get("verdict") or {}
+            untrusted = (
+                str(verdict.get("reason") or "its threads lost their cores")
+                if not verdict.get("trusted", True)
+                else None
+            )
+            fast = self.run.speed.own_fast_s()
+            shelf.put_run(StoredRun(min(stamps), max(stamps), speed, load, memory, fast, untrusted))
 
     def _save_executor(self, shelf: Shelf) -> None:
         """Keep the parallel executor's detection this run made, for the next runs to use."""
@@ -330,6 +341,14 @@ class Tracking(Baselines):
         write = self.dlbricks.line_writer(terminalreporter)
         if self.reused_at or self.saved:
             write(f"dlbricks: {self._store_use()}")
+        if self.timed_again_untrusted:
+            count = len(self.timed_again_untrusted)
+            why = "; ".join(sorted(set(self.timed_again_untrusted.values())))
+            write(
+                f"dlbricks: {plural(count, 'stored brick time')} not reused: the run that measured"
+                f" {'it' if count == 1 else 'them'} could not be trusted ({why}); timed again",
+                yellow=True,
+            )
         if self.pruned:
             days = UNUSED_FOR_S // (24 * 3600)
             removed = plural(self.pruned, "cut model")
