@@ -20,6 +20,7 @@ from pytest_dlbricks.core.settings import Settings
 from pytest_dlbricks.cut.bricks import BrickSpec, brick_signature
 from pytest_dlbricks.cut.cutting import plan_model
 from pytest_dlbricks.cut.loading import load_model
+from pytest_dlbricks.estimating.analysis import BrickWork, plan_work
 from pytest_dlbricks.reporting.maps import MapError, read_json
 from pytest_dlbricks.reporting.suite import (
     MANIFEST,
@@ -29,6 +30,7 @@ from pytest_dlbricks.reporting.suite import (
     export_suite,
     exported_distances,
     exported_reads,
+    exported_work,
     read_brick,
     read_manifest,
 )
@@ -37,6 +39,11 @@ from pytest_dlbricks.timing.synthesis import build_brick_model
 
 SECRET = "acme_secret"
 SETTINGS = Settings(granularity=2, intra_op_threads=1, cut="original")
+
+
+def plan_work_of(path: Path, granularity: int = 2) -> dict[str, BrickWork]:
+    graph = load_model(path, {})
+    return plan_work(graph, plan_model(graph, granularity, path.name))
 
 
 def distinct(*paths: Path, granularity: int = 2) -> list[BrickSpec]:
@@ -84,6 +91,32 @@ def test_every_distinct_brick_is_written_with_a_manifest(tmp_path: Path) -> None
     assert conv["opsets"] == {"ai.onnx": tiny_models.OPSET}
     manifest = json.loads((tmp_path / "suite" / MANIFEST).read_text())
     assert manifest["cut"] == "original" and manifest["settings"]["optimization"] == "all"
+
+
+@pytest.mark.parametrize(
+    "layers",
+    [
+        None,
+        [],
+        [["Conv", 1, 2]],
+        [["Conv", 1, 2], ["Add", 1, 2]],
+        [["Conv", -1, 2], ["Relu", 0, 0]],
+        [["Conv", 1.5, 2], ["Relu", 0, 0]],
+        [["Conv", 1, True], ["Relu", 0, 0]],
+        [["Conv", 1], ["Relu", 0, 0]],
+    ],
+)
+def test_a_layers_work_no_export_writes_is_unknown(tmp_path: Path, layers: object) -> None:
+    (brick,) = distinct(tiny_models.chain(tmp_path))
+    assert exported_work({"layers": layers}, brick) is None
+
+
+def test_a_bricks_layers_work_goes_with_it(tmp_path: Path) -> None:
+    (brick,) = distinct(tiny_models.chain(tmp_path))
+    (work,) = plan_work_of(tiny_models.chain(tmp_path)).values()
+    export_suite(tmp_path / "suite", [brick], SETTINGS.describe(), work={brick.signature: work})
+    (entry,) = (read_manifest(tmp_path / "suite") or {}).values()
+    assert exported_work(entry, brick) == work and work.flops
 
 
 def test_file_names_carry_operators_and_sixteen_hex_digits(tmp_path: Path) -> None:

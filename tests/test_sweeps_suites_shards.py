@@ -298,8 +298,15 @@ def test_an_exported_suite_runs_anywhere_and_composes_back(
     assert vendor_report["models"] == [] and vendor_report["summary"]["measured_bricks"] == distinct
     assert {b["signature"] for b in vendor_report["bricks"]} == {b["signature"] for b in report["bricks"]}
 
+    # The suite says each brick's layers' work: the vendor's run reports FLOPs and time by operator as the direct
+    # run does, and so do the estimates composed from it.
+    cut = {b["signature"]: (b["flops"], b["bytes"], sorted(b["op_time_s"])) for b in report["bricks"]}
+    assert {b["signature"]: (b["flops"], b["bytes"], sorted(b["op_time_s"])) for b in vendor_report["bricks"]} == cut
     composed, _ = compose_into(pytester.path, maps, "vendor.json")
     assert all(model["complete"] for model in composed["models"])
+    flops = {model["path"]: model["flops"] for model in report["models"]}
+    assert {model["path"]: model["flops"] for model in composed["models"]} == flops
+    assert all(model["op_time_s"] for model in composed["models"])
     # The suite's run detected the parallel executor on its machine: the estimates are for it.
     assert composed["executor"]["detection"] == vendor_report["executor"]["detection"]
     executor = ParallelExecutor.from_report(vendor_report["executor"])

@@ -36,6 +36,7 @@ from ..core.errors import ModelError
 from ..core.graph import TensorSpec
 from ..cut.bricks import BrickSpec, brick_signature
 from ..cut.screening import check_model_file
+from ..estimating.analysis import BrickWork, LayerWork
 from ..storage.atomic_files import write_bytes, write_json
 from ..timing.synthesis import build_brick_model
 
@@ -110,12 +111,14 @@ def manifest_entry(
     activations: bool = False,
     reads: tuple[float | None, int] = (None, 0),
     input_distances: Sequence[int] = (),
+    work: BrickWork | None = None,
 ) -> dict[str, object]:
     """What the manifest says of one brick, written to ``file_name`` as ``model``: ``real_values`` are the
     kept values the file carries, described in ``kept_values``; ``withheld_values``, the activations it does not;
     ``flops`` and ``rest_of_model_bytes`` (``reads``), what decides whether and how far its weights are pushed out
     of the caches before its calls wherever it is timed, and ``input_distances_bytes``, how far its inputs are
-    (see :mod:`.caches`)."""
+    (see :mod:`.caches`); ``layers``, each layer's operator, FLOPs and bytes (``work``), from which a run of the
+    suite reports the brick's FLOPs and its time by operator type as the run that cut it does."""
     shipped = shipped_values(brick, activations)
     specs = dict((*brick.inputs, *brick.weights))
     flops, rest = reads
@@ -123,6 +126,7 @@ def manifest_entry(
         "flops": flops,
         "rest_of_model_bytes": rest,
         "input_distances_bytes": list(input_distances),
+        "layers": None if work is None else [[layer.op_type, layer.flops, layer.bytes] for layer in work.layers],
         "file": file_name,
         "signature": brick.signature,
         "ops": list(brick.ops),
@@ -157,11 +161,12 @@ def export_suite(
     activations: bool = False,
     reads: Mapping[str, tuple[float | None, int]] | None = None,
     input_distances: Mapping[str, Sequence[int]] | None = None,
+    work: Mapping[str, BrickWork] | None = None,
 ) -> int:
     """Write the suite of ``bricks`` to ``folder``; returns how many bricks it holds. ``activations``
     writes the kept activations too (see the module's description); ``reads`` gives, by signature, a brick's
-    FLOPs and what the rest of the largest model using it reads in a call, and ``input_distances`` how far its
-    inputs were written before it (see :func:`manifest_entry`).
+    FLOPs and what the rest of the largest model using it reads in a call, ``input_distances`` how far its
+    inputs were written before it, and ``work`` its layers' work (see :func:`manifest_entry`).
 
     Brick files come first and the manifest last (atomically), so the manifest only ever lists
     files that are complete. Files a previous export listed and this one does not are removed; a
@@ -184,6 +189,7 @@ def export_suite(
                 activations,
                 (reads or {}).get(brick.signature, (None, 0)),
                 (input_distances or {}).get(brick.signature, ()),
+                (work or {}).get(brick.signature),
             )
         )
     manifest = {
@@ -311,6 +317,23 @@ def exported_distances(entry: Mapping[str, Any], brick: BrickSpec) -> tuple[int,
     if not all(type(distance) is int and distance >= 0 for distance in distances):
         return ()
     return tuple(distances)
+
+
+def exported_work(entry: Mapping[str, Any], brick: BrickSpec) -> BrickWork | None:
+    """A manifest entry's work of the brick's layers (see :func:`manifest_entry`); None where the entry lacks it (a
+    suite of an older version) or holds what no export writes for this brick."""
+    layers = entry.get("layers")
+    if not isinstance(layers, list) or len(layers) != len(brick.nodes):
+        return None
+    found = []
+    for layer, op_type in zip(layers, brick.ops):
+        if not (isinstance(layer, list) and len(layer) == 3 and layer[0] == op_type):
+            return None
+        flops, size = layer[1], layer[2]
+        if not (flops is None or (type(flops) is int and flops >= 0)) or not (type(size) is int and size >= 0):
+            return None
+        found.append(LayerWork(op_type, flops, size))
+    return BrickWork(brick.label, tuple(found), (len(brick.inputs), brick.output_count))
 
 
 def exported_reads(entry: Mapping[str, Any]) -> tuple[float | None, int]:

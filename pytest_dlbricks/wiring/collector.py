@@ -13,7 +13,7 @@ from ..core.errors import ModelError
 from ..core.sweeps import SweepPoint
 from ..core.wording import plural
 from ..cut.bricks import BrickSpec
-from ..reporting.suite import SuiteError, exported_distances, exported_reads, read_brick
+from ..reporting.suite import SuiteError, exported_distances, exported_reads, exported_work, read_brick
 from .engine import DLBricksRun, unforeseen
 from .items import brick_mark, brick_test, e2e_test
 from .simulated import simulated_brick_test, simulated_model_test
@@ -116,7 +116,8 @@ class BrickFile(pytest.File):
         except SuiteError as error:
             yield FailingItem.from_parent(self, name="load", message=f"{shown_path(self)}: {error}")
             return
-        if self.run.add_exported_brick(brick, exported_reads(self.entry), exported_distances(self.entry, brick)):
+        exported = (exported_reads(self.entry), exported_distances(self.entry, brick), exported_work(self.entry, brick))
+        if self.run.add_exported_brick(brick, *exported):
             yield brick_item(self, self.run, brick)
 
 

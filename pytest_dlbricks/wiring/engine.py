@@ -26,7 +26,7 @@ from ..cut.cutting import ModelPlan, plan_model
 from ..cut.loading import load_model, whole_model
 from ..cut.numerics import convert, float32_work
 from ..cut.samples import SampleInputs, find_samples, from_hook
-from ..estimating.analysis import plan_work
+from ..estimating.analysis import BrickWork, plan_work
 from ..rendering.formatting import format_seconds
 from ..rendering.html import render_html
 from ..reporting.entries import FailedModel
@@ -95,14 +95,20 @@ class DLBricksRun(RunState):
         return None if manifest is None else manifest.get(path.name)
 
     def add_exported_brick(
-        self, brick: BrickSpec, reads: tuple[float | None, int] = (None, 0), input_distances: tuple[int, ...] = ()
+        self,
+        brick: BrickSpec,
+        reads: tuple[float | None, int] = (None, 0),
+        input_distances: tuple[int, ...] = (),
+        work: BrickWork | None = None,
     ) -> bool:
-        """Register a brick read from a suite file, with its FLOPs, what the rest of its model reads and how far
-        its inputs were written before it (see :func:`.suite.exported_reads`); False when the same brick was
-        met before."""
+        """Register a brick read from a suite file, with its FLOPs, what the rest of its model reads, how far
+        its inputs were written before it (see :func:`.suite.exported_reads`) and its layers' work where the suite
+        gives it; False when the same brick was met before."""
         if brick.signature in self.bricks:
             return False
         self.bricks[brick.signature] = brick
+        if work is not None:
+            self.work[brick.signature] = work
         self.exported.add(brick.signature)
         self.exported_reads[brick.signature] = reads
         self.exported_distances[brick.signature] = input_distances
@@ -532,6 +538,7 @@ class DLBricksRun(RunState):
                 activations=self.settings.export_activations,
                 reads={signature: self.reads(signature) for signature in self.bricks},
                 input_distances={signature: self.input_distances(signature) for signature in self.bricks},
+                work=self.work,
             )
             models = write_maps(maps, report, self.plans)
         except OSError as error:
