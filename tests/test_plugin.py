@@ -399,18 +399,37 @@ def test_broken_model_fails_alone(pytester: pytest.Pytester, sample_models: list
 
 
 def test_guessed_dimension_warns(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
-    result = pytester.runpytest("--dlbricks-granularity=2", "--collect-only", "models/mlp.onnx")
+    """Warned, not raised: the suite's own ``filterwarnings = error`` would reach this run."""
+    result = pytester.runpytest("-W", "default", "--dlbricks-granularity=2", "--collect-only", "models/mlp.onnx")
     result.stdout.fnmatch_lines(
         ["*DLBricksWarning: models/mlp.onnx: symbolic dimension 'batch' was not given, using 1*--dlbricks-dim batch=N*"]
     )
 
 
+def test_warnings_as_errors_fail_the_model_that_warns_alone(
+    pytester: pytest.Pytester, sample_models: list[Path]
+) -> None:
+    """Under ``filterwarnings = error`` a model whose dimension was guessed fails its load item; the session goes on
+    (a collection error would have interrupted it: the other models never ran)."""
+    pytester.makeini("[pytest]\nfilterwarnings =\n    error\n")
+    tiny_models.chain(pytester.path / "models", "static.onnx", blocks=1)
+    result = run_dlbricks(pytester, "--dlbricks-granularity=2", "models/mlp.onnx", "models/static.onnx", dims=())
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["*ERROR at setup of models/mlp.onnx::load*", "*models/mlp.onnx: symbolic dimension 'batch' was not given*"]
+    )
+    assert "Interrupted" not in result.stdout.str()
+    outcomes = result.parseoutcomes()
+    assert outcomes["errors"] == 1 and outcomes["passed"] >= 1, "the static model's bricks ran"
+
+
 def test_weights_listed_as_inputs_warn(pytester: pytest.Pytester) -> None:
     tiny_models.weights_as_inputs(pytester.path)
-    result = pytester.runpytest("--dlbricks-granularity=2", "--collect-only", "weights_as_inputs.onnx")
+    result = pytester.runpytest("-W", "default", "--dlbricks-granularity=2", "--collect-only", "weights_as_inputs.onnx")
     result.stdout.fnmatch_lines(
         ["*DLBricksWarning: weights_as_inputs.onnx: 6 weights also listed as graph inputs, which onnxruntime*"]
     )
+    assert "<Function brick[" in result.stdout.str(), "its bricks are collected"
 
 
 def test_dimension_changes_bricks(pytester: pytest.Pytester, sample_models: list[Path]) -> None:

@@ -61,21 +61,23 @@ class ModelFile(pytest.File):
                 self, name=f"load{suffix}", message=f"{shown_path(self)}{suffix}: {unforeseen(error)}"
             )
             return
-        for name, value in plan.guessed_dims.items() if warn else ():
-            self.warn(
-                DLBricksWarning(
-                    f"{shown_path(self)}: symbolic dimension {name!r} was not given, using {value}"
-                    f" (set it with --dlbricks-dim {name}=N)"
-                )
+        warnings = [
+            f"{shown_path(self)}: symbolic dimension {name!r} was not given, using {value}"
+            f" (set it with --dlbricks-dim {name}=N)"
+            for name, value in plan.guessed_dims.items()
+        ]
+        if plan.weights_as_inputs:
+            warnings.append(
+                f"{shown_path(self)}: {plural(plan.weights_as_inputs, 'weight')} also listed as graph inputs, which"
+                " onnxruntime lets a caller override and so neither folds nor pre-packs; its bricks are timed"
+                " so too (take them out of the graph inputs if nothing overrides them)"
             )
-        if plan.weights_as_inputs and warn:
-            self.warn(
-                DLBricksWarning(
-                    f"{shown_path(self)}: {plural(plan.weights_as_inputs, 'weight')} also listed as graph inputs, which"
-                    " onnxruntime lets a caller override and so neither folds nor pre-packs; its bricks are timed"
-                    " so too (take them out of the graph inputs if nothing overrides them)"
-                )
-            )
+        for message in warnings if warn else ():
+            try:
+                self.warn(DLBricksWarning(message))
+            except DLBricksWarning as error:  # filterwarnings = error: this model fails alone, as a bad file does
+                yield FailingItem.from_parent(self, name=f"load{suffix}", message=str(error))
+                return
         resolved = None
         for brick in new_bricks:
             item = brick_item(self, self.run, brick, point, resolved)
