@@ -259,6 +259,31 @@ def test_compose_warns_when_no_brick_was_measured_or_settings_differ(plans: list
     assert all(model["complete"] is False for model in composed["models"])
 
 
+def test_compose_warns_when_some_bricks_have_no_time(plans: list[ModelPlan], tmp_path: Path) -> None:
+    """Results of part of the suite (a shard, another export's run) leave models incomplete: said, not silent."""
+    bricks = distinct_bricks(plans)
+    write_maps(tmp_path, report_of(plans, results_for(bricks)), plans)
+    partial = report_of(plans, results_for(bricks, keep={next(iter(bricks))}))
+    composed, warnings = compose_from_maps(read_maps([tmp_path]), partial)
+    incomplete = [model["path"] for model in composed["models"] if not model["complete"]]
+    assert incomplete and len(bricks) > 1
+    (warning,) = warnings
+    assert warning.startswith(f"the results hold no time for {len(bricks) - 1} of the maps' {len(bricks)} bricks, so")
+    assert all(path in warning for path in incomplete[:3])
+
+
+def test_a_composed_report_says_how_the_maps_cut_the_models(plans: list[ModelPlan], tmp_path: Path) -> None:
+    """The settings that decided the cut are the export's; the run that timed the suite's bricks cut nothing."""
+    bricks = distinct_bricks(plans)
+    exported = Settings(granularity=3, cut="original", executor="parallel", dims={"batch": 2})
+    write_maps(tmp_path, report_of(plans, {}, exported), plans)
+    suite_run = report_of(plans, results_for(bricks), Settings(granularity=1, cut="optimized", executor="parallel"))
+    composed, _ = compose_from_maps(read_maps([tmp_path]), suite_run)
+    settings = composed["settings"]
+    assert (composed["granularity"], settings["granularity"], settings["cut"]) == (3, 3, "original")
+    assert settings["dims"] == {"batch": 2}
+
+
 def test_stale_maps_are_removed_and_bad_ones_refused(plans: list[ModelPlan], tmp_path: Path) -> None:
     write_maps(tmp_path, report_of(plans, {}), plans)
     (tmp_path / "bundle.map.json").write_text("{}")  # another tool's file of the same suffix

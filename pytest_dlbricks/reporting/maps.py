@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core.wording import plural
 from ..cut.cutting import ModelPlan
 from ..storage.atomic_files import write_json
 from .recomposition import (
@@ -32,6 +33,8 @@ KIND = "pytest-dlbricks model map"
 MAP_VERSION = 1
 #: Settings under which bricks are timed that should match between the export and the suite's run.
 TIMING_SETTINGS = ("optimization", "intra_op_threads")
+#: Settings that decided how the models were cut: the maps', not those of the run that timed the suite.
+CUT_SETTINGS = ("granularity", "cut", "dims", "model_dims")
 
 
 class MapError(Exception):
@@ -147,6 +150,11 @@ def compose_from_maps(
     methods = sorted({document["settings"].get("cut_method") or 1 for document in maps}, key=str)
     if methods:
         settings["cut_method"] = methods[0] if len(methods) == 1 else methods
+    for name in CUT_SETTINGS:
+        values = [document["settings"][name] for document in maps if name in document["settings"]]
+        distinct = [value for index, value in enumerate(values) if value not in values[:index]]
+        if distinct:
+            settings[name] = distinct[0] if len(distinct) == 1 else distinct
     records = {str(record["signature"]): record for record in results["bricks"]}
     entries = [entry for document in maps for entry in document["entries"]]
     report = recomposed_report(
@@ -175,6 +183,15 @@ def compose_from_maps(
             )
     if damaged_executor(results):
         warnings.append("the results' executor entry is damaged: the models have no parallel estimate")
+    untimed = [brick for brick in report["bricks"] if brick.get("time_s") is None and not brick.get("unsupported")]
     if report["bricks"] and report["summary"]["measured_bricks"] == 0:
         warnings.append("the results hold a time for none of the maps' bricks: are they from this suite?")
+    elif untimed:
+        incomplete = [str(model["path"]) for model in report["models"] if not model.get("complete")]
+        shown = ", ".join(incomplete[:3]) + (f" and {len(incomplete) - 3} more" if len(incomplete) > 3 else "")
+        warnings.append(
+            f"the results hold no time for {len(untimed)} of the maps' {len(report['bricks'])} bricks, so"
+            f" {plural(len(incomplete), 'model')} {'has' if len(incomplete) == 1 else 'have'} no estimate"
+            f" ({shown}): were they timed from the whole suite, exported with these maps?"
+        )
     return report, warnings
