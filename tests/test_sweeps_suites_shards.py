@@ -190,9 +190,13 @@ def test_the_optimized_graph_of_a_float16_model_shows_float32_work(
     result.stdout.fnmatch_lines(
         ["SKIPPED * models/mlp.onnx[[]fp16]: * of its bricks are not supported here; no estimate"]
     )
-    (mlp,) = read(pytester.path / "r.json")["models"]
+    report = read(pytester.path / "r.json")
+    (mlp,) = report["models"]
     assert mlp["complete"] is False
     assert any("works on float32 activations in the float16 model" in u["cause"] for u in mlp["unsupported"])
+    # Each such brick's entry says why too, as one the provider refused when run does.
+    causes = {u["signature"]: u["cause"] for u in mlp["unsupported"]}
+    assert {b["signature"]: b["unsupported"] for b in report["bricks"] if b["signature"] in causes} == causes
 
 
 def test_a_float16_point_with_float32_work_is_read_back_from_the_store_as_it_was_cut(

@@ -140,7 +140,17 @@ def build_report(
     validations = validations or {}
     work = work or {}
     measured = measured if measured is not None else RunMeasurements()
-    unsupported = unsupported or {}
+    # A brick the provider cannot run is known so when it was run, or when its model was cut (float32 work in a
+    # float16 model): its entry says why either way.
+    unsupported = {
+        **{
+            brick.signature: reason
+            for plan in plans
+            for index, reason in plan.unsupported.items()
+            if isinstance(brick := plan.bricks[index], BrickSpec)
+        },
+        **(unsupported or {}),
+    }
     placements = placements or {}
     call = overhead or NO_OVERHEAD
     executor_entry = executor_fields(executor, executor_error, overhead, *executor_origin, setting=settings.executor)
