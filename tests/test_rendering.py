@@ -708,6 +708,21 @@ def test_a_table_fitted_to_the_terminal_shortens_paths_then_leaves_columns_out()
     assert narrow[2].startswith("...name.onnx ")
 
 
+@pytest.mark.parametrize(
+    ("path", "width", "shown"),
+    [
+        ("models/mlp.onnx[batch=1,fp32]", 20, "...mlp[batch=1,fp32]"),
+        ("models/tiny_rnn.onnx[batch=1,fp32]", 20, "...rnn[batch=1,fp32]"),
+        ("models/tiny_rnn.onnx[batch=1,fp32]", 26, "...tiny_rnn[batch=1,fp32]"),
+        ("models/tiny_rnn.onnx[batch=1,fp32]", 30, "...tiny_rnn.onnx[batch=1,fp32]"),
+        ("models/mlp.onnx[batch=16,fp16]", 12, "...=16,fp16]"),
+    ],
+)
+def test_a_sweep_points_row_keeps_its_model_before_its_folders(path: str, width: int, shown: str) -> None:
+    """At 80 columns rows of two models at the same point read ``...nnx[batch=1,fp32]`` alike."""
+    assert shorten_path(path, width) == shown and len(shown) <= width
+
+
 def test_shorten_path_keeps_the_file_name() -> None:
     assert shorten_path("light/light_bvlc_alexnet.onnx", 30) == "light/light_bvlc_alexnet.onnx"
     assert shorten_path("light/light_bvlc_alexnet.onnx", 16) == "..._alexnet.onnx"

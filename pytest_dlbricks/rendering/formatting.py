@@ -69,8 +69,19 @@ def table_width(text: str) -> int:
 
 
 def shorten_path(path: str, width: int) -> str:
-    """``path`` in at most ``width`` characters, shortened from the left, where its file name is."""
-    return path if len(path) <= width else "..." + path[len(path) - width + 3 :]
+    """``path`` in at most ``width`` characters, shortened from the left: its folders first, then, for a sweep
+    point's row (``mlp.onnx[batch=1,fp32]``), the file's ``.onnx`` and the left of its name, the point kept whole,
+    so that rows of several models at the same points still tell them apart."""
+    if len(path) <= width:
+        return path
+    tail = "..." + path[len(path) - width + 3 :]
+    name = path.rpartition("/")[2]
+    point_at = name.find("[")
+    if len(name) + 3 <= width or point_at <= 0:
+        return tail
+    stem, point = name[:point_at].removesuffix(".onnx"), name[point_at:]
+    keep = width - 3 - len(point)
+    return "..." + stem[-keep:] + point if keep >= min(3, len(stem)) else tail
 
 
 def fit_lines(text: str, width: int) -> str:
