@@ -81,6 +81,7 @@ def test_a_cut_model_round_trips_through_json(tmp_path: Path, build: Callable[[P
     plan, expected = found.plan, original.plan
     assert plan.path == "renamed.onnx"
     assert (plan.layers, plan.io, plan.guessed_dims) == (expected.layers, expected.io, expected.guessed_dims)
+    assert plan.sampled_dims == expected.sampled_dims
     assert sorted(plan.graph.edges) == sorted(expected.graph.edges)
     assert sorted(plan.graph.nodes) == sorted(expected.graph.nodes)
     assert len(plan.bricks) == len(expected.bricks)

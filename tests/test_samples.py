@@ -158,6 +158,7 @@ def test_a_string_input_runs_on_its_sample_and_sizes_its_dimension(tmp_path: Pat
     graph = load_model(model, sample=find_samples(model))
     assert graph.specs["y"].shape == (40, 128) and graph.guessed_dims == {}
     assert list(graph.kept_values["words"]) == list(words)
+    assert graph.sampled_dims == {"n": 40}, "the size the sample gave, which the model's point records"
     check_all(plan_model(graph, 1, model.name))
 
 
@@ -245,6 +246,9 @@ def test_a_string_model_is_estimated_on_its_sample(pytester: pytest.Pytester) ->
     np.savez(model.with_suffix(".npz"), words=np.array(["w1", "w2", "w3"]))
     found = only_model(estimate(pytester))
     assert found["inputs"] == "words.npz" and found["guessed_dims"] == {}
+    assert found["point"] == {"n": 3, "dtype": "fp32"}, "the point it ran at: its sample's size"
+    again = only_model(estimate(pytester))  # its plan read back from the store
+    assert again["point"] == found["point"]
 
 
 def test_bad_samples_fail_their_model_alone(pytester: pytest.Pytester) -> None:

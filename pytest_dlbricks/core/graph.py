@@ -117,6 +117,8 @@ class ModelGraph:
     outputs: list[str]
     #: Symbolic dimensions that were not given and took :data:`DEFAULT_DIM`.
     guessed_dims: dict[str, int] = field(default_factory=dict)
+    #: Sizes the sample inputs gave symbolic dimensions: they win over the sizes given (see :mod:`.samples`).
+    sampled_dims: dict[str, int] = field(default_factory=dict)
     #: Names the model's symbolic input dimensions answer to: their own, and each input axis's (``x[2]``).
     dim_names: tuple[str, ...] = ()
     #: Whether onnxruntime is given the sizes only by the inputs' values, as the file declares them: it

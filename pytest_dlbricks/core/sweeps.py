@@ -35,9 +35,10 @@ class SweepPoint:
         """What ``-k`` can select the point's items by (pytest's ``-k`` takes no ``=``): ``batch4``, ``int8``."""
         return tuple(part.replace("=", "") for part in self.label.split(",") if part)
 
-    def describe(self) -> dict[str, object]:
-        """The point as the report records it: every dimension's size and the numeric type."""
-        return {**self.dims, "dtype": self.dtype}
+    def describe(self, sampled: Mapping[str, int] | None = None) -> dict[str, object]:
+        """The point as the report records it: every dimension's size, those the sample inputs gave (``sampled``)
+        winning, and the numeric type."""
+        return {**self.dims, **(sampled or {}), "dtype": self.dtype}
 
 
 def sweep_points(

@@ -49,6 +49,8 @@ class ModelPlan:
     #: Window indices; an edge means the second window reads a value of the first.
     graph: nx.DiGraph = field(repr=False)
     guessed_dims: dict[str, int] = field(default_factory=dict)
+    #: Sizes the sample inputs gave (see :attr:`ModelGraph.sampled_dims`): the point the model ran at holds them.
+    sampled_dims: dict[str, int] = field(default_factory=dict)
     #: Names the model's symbolic input dimensions answer to (see :attr:`ModelGraph.dim_names`).
     dim_names: tuple[str, ...] = ()
     #: Number of the model's own inputs and outputs (a call's cost depends on them).
@@ -130,6 +132,7 @@ def plan_model(graph: ModelGraph, granularity: int, display_path: str) -> ModelP
         graph=_brick_graph(graph, spans),
         input_writers=_input_writers(graph, spans),
         guessed_dims=dict(graph.guessed_dims),
+        sampled_dims=dict(graph.sampled_dims),
         dim_names=graph.dim_names,
         io=(len(graph.inputs), len(graph.outputs)),
         data_dependent=graph.data_dependent,

@@ -306,7 +306,7 @@ class _ModelLoader(ModelParts):
         }
         result.unsized = self.unsized
         result.prepare()
-        result.guessed, result.dim_names = self.guessed, self.dim_names
+        result.guessed, result.dim_names, result.sampled = self.guessed, self.dim_names, self.sampled
         return result
 
     def load(self, reach: int = 1) -> ModelGraph:
@@ -357,6 +357,7 @@ class _ModelLoader(ModelParts):
             outputs=self.outputs,
             weights_as_inputs=frozenset(self.weights_as_inputs & set(needed)),
             guessed_dims=self.guessed,
+            sampled_dims=self.sampled,
             dim_names=self.dim_names,
             activations=frozenset(activations),
             data_dependent=tuple(sorted(set().union(*(data_dependent_ops(layer) for layer in layers)))),

@@ -134,6 +134,8 @@ class ModelParts:
         self.model = model
         self.dims = dims
         self.guessed: dict[str, int] = {}
+        #: Sizes the sample inputs gave symbolic dimensions, by the names they answer to.
+        self.sampled: dict[str, int] = {}
         self.dim_names: tuple[str, ...] = ()
         #: The inputs with symbolic dimensions as the file declares them, kept by :meth:`_fix_input_dims`.
         self.declared_inputs: dict[str, onnx.ValueInfoProto] = {}
@@ -313,6 +315,7 @@ class ModelParts:
                 dim.Clear()
                 dim.dim_value = size
         self.dim_names = tuple(names)
+        self.sampled = sampled
 
     def _check_subgraphs(self, nodes: Iterable[onnx.NodeProto]) -> None:
         """No subgraph (If, Loop, Scan body), at any depth, has a cycle: its real cause, before the

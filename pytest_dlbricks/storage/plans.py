@@ -311,6 +311,7 @@ def cut_model_to_json(cut: CutModel) -> dict[str, Any]:
         "edges": [[int(a), int(b)] for a, b in plan.graph.edges],
         "input_writers": [list(writers) for writers in plan.input_writers],
         "guessed_dims": dict(plan.guessed_dims),
+        "sampled_dims": dict(plan.sampled_dims),
         "dim_names": list(plan.dim_names),
         "io": list(plan.io),
         "inputs": plan.inputs,
@@ -335,16 +336,18 @@ def cut_model_from_json(
     graph.add_nodes_from(range(len(bricks)))
     graph.add_edges_from((_count(a), _count(b)) for a, b in data["edges"])
     inputs, outputs = data["io"]
+    sampled = {str(name): _count(size) for name, size in data["sampled_dims"].items()}
     plan = ModelPlan(
         path=display_path + point.suffix,
         layers=_count(data["layers"]),
         bricks=bricks,
         graph=graph,
         guessed_dims={str(name): _count(size) for name, size in data["guessed_dims"].items()},
+        sampled_dims=sampled,
         dim_names=tuple(str(name) for name in data["dim_names"]),
         io=(_count(inputs), _count(outputs)),
         file=display_path,
-        point=point.describe(),
+        point=point.describe(sampled),
         unsupported={_key_count(index): str(reason) for index, reason in data["unsupported"].items()},
         inputs=str(data["inputs"]),
         data_dependent=tuple(str(op) for op in data["data_dependent"]),

@@ -195,7 +195,7 @@ class DLBricksRun(RunState):
         dtype = point.dtype
         graph = load_model(path, point.dims, optimize, _converter(dtype), sample, self.settings.granularity)
         plan = plan_model(graph, self.settings.granularity, name)
-        plan.file, plan.point = display_path, point.describe()
+        plan.file, plan.point = display_path, point.describe(plan.sampled_dims)
         if sample is not None:
             plan.inputs = sample.source
         if dtype == "fp16":
