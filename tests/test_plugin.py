@@ -423,6 +423,22 @@ def test_warnings_as_errors_fail_the_model_that_warns_alone(
     assert outcomes["errors"] == 1 and outcomes["passed"] >= 1, "the static model's bricks ran"
 
 
+def test_benchmark_only_times_the_bricks_and_validates(pytester: pytest.Pytester, sample_models: list[Path]) -> None:
+    """Brick and validation items ask for pytest-benchmark's fixture when they run: --benchmark-only, which skips
+    what does not name it when collected, skipped them all and exited 0 with nothing measured."""
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    result = run_dlbricks(
+        pytester,
+        "--benchmark-only",
+        "--dlbricks-granularity=2",
+        "--dlbricks-validate",
+        "models/mlp.onnx",
+        "test_plain.py",
+    )
+    assert result.ret == 0
+    result.assert_outcomes(passed=4, skipped=1)
+
+
 def test_weights_listed_as_inputs_warn(pytester: pytest.Pytester) -> None:
     tiny_models.weights_as_inputs(pytester.path)
     result = pytester.runpytest("-W", "default", "--dlbricks-granularity=2", "--collect-only", "weights_as_inputs.onnx")

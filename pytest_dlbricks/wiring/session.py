@@ -97,6 +97,17 @@ class DLBricksSession:
         if self.settings.shard is not None:
             self._keep_shard(items, *self.settings.shard)
 
+    def keep_benchmarks_under_only(self, items: list[pytest.Item]) -> None:
+        """``--benchmark-only`` keeps brick and validation items: pytest-benchmark marks to skip every item that
+        does not name its fixture when collected, and these ask for it when they run (so that one that cannot
+        run leaves no unused fixture to warn of). Called once pytest-benchmark's marks are made (see
+        :meth:`.Tracking.pytest_collection_modifyitems`)."""
+        if not self.config.getoption("benchmark_only", False):
+            return
+        for item in items:
+            if isinstance(item.parent, ModelFile | BrickFile) and not isinstance(item, FailingItem):
+                item.own_markers[:] = [mark for mark in item.own_markers if mark.name != "skip"]
+
     def _heaviest_first(self, items: list[pytest.Item]) -> None:
         """Each file's bricks in the order of their expected cost, heaviest first, in the places they held.
 
