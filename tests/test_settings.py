@@ -146,7 +146,17 @@ def test_settings_describe_what_the_report_records() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"), [("2%", 0.02), ("0.5%", 0.005), ("0.1", 0.1), ("off", None), ("OFF", None), ("0", None)]
+    ("text", "expected"),
+    [
+        ("2%", 0.02),
+        ("0.5%", 0.005),
+        ("0.1", 0.1),
+        ("off", None),
+        ("OFF", None),
+        ("0", None),
+        ("0.0", None),
+        ("0%", None),
+    ],
 )
 def test_parse_precision_accepts(text: str, expected: float | None) -> None:
     assert parse_precision(text) == (pytest.approx(expected) if expected is not None else None)
@@ -159,6 +169,7 @@ def test_parse_precision_accepts(text: str, expected: float | None) -> None:
         ("150%", "between 0% and 100%, not '150%'"),
         ("5", "precision must lie between 0% and 100%, not '5': write 5% for 5 percent"),
         ("150", "between 0% and 100%, not '150'"),
+        ("-1%", "between 0% and 100%, not '-1%'"),
     ],
 )
 def test_parse_precision_rejects(text: str, message: str) -> None:

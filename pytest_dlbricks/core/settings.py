@@ -273,14 +273,17 @@ def _whole_number(text: str, what: str, minimum: int) -> int:
 
 
 def parse_precision(text: str) -> float | None:
-    """A relative precision such as ``2%`` or ``0.02``; ``off`` for pytest-benchmark's own rounds."""
+    """A relative precision such as ``2%`` or ``0.02``; ``off`` (or any zero: no precision is asked) for
+    pytest-benchmark's own rounds."""
     value = text.strip().lower()
-    if value in ("off", "none", "0", "0%"):
+    if value in ("off", "none"):
         return None
     try:
         precision = float(value[:-1]) / 100 if value.endswith("%") else float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"precision must look like 2% or 0.02, or be off, not {text!r}") from None
+    if precision == 0:
+        return None
     if not 0 < precision < 1:
         hint = f": write {value}% for {value} percent" if not value.endswith("%") and 1 <= precision < 100 else ""
         raise argparse.ArgumentTypeError(f"precision must lie between 0% and 100%, not {text!r}{hint}")

@@ -176,7 +176,7 @@ _OPTIONS = (
         "--dlbricks-precision",
         "PCT",
         "Time each brick until the margin of error of its mean is this small (95% confidence), so the"
-        " estimates are that precise; off keeps pytest-benchmark's time per item.",
+        " estimates are that precise; off (or 0) keeps pytest-benchmark's time per item.",
         f"{DEFAULT_PRECISION:.0%}",
         _check_precision,
         ini="dlbricks_precision",
