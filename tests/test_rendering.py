@@ -333,6 +333,11 @@ def test_a_failed_model_spans_the_row_with_its_error(report: dict[str, Any]) -> 
     assert '<td colspan="12"><span class="bad">empty</span></td>' in page, "no Parallel column: none was estimated"
 
 
+def test_a_partial_report_says_so_on_its_page(report: dict[str, Any]) -> None:
+    assert "partial" not in render_html({**report, "partial": False})
+    assert "The run stopped early: this report is partial" in render_html({**report, "partial": True})
+
+
 def test_an_operator_type_has_its_colour_in_every_report(report: dict[str, Any]) -> None:
     page = render_html(report)
     assert f'<i style="background:{OP_COLOURS["Conv"]}"></i>Conv' in page

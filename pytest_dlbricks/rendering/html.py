@@ -142,6 +142,11 @@ def _header(report: Mapping[str, Any]) -> str:
         + f", {summary['measured_bricks'] - reused} measured"
         + (f", {reused} reused from the brick store" if reused else "")
         + f". Estimates add {settings.get('statistic', 'median')} brick times."
+        + (
+            " The run stopped early: this report is partial, with the bricks measured until then."
+            if report.get("partial")
+            else ""
+        )
     )
     peak = report.get("peak") or {}
     unknown = summary.get("unknown_flops_share")
