@@ -231,7 +231,8 @@ def judge(
     trusted = load is None or (load.get("trusted") is not False and pool == 1)
     reason = _load_reason(load, pool if pool > 1 else None) if load is not None and loaded else None
     margin = math.sqrt(sum(part**2 for part in sources.values())) if sources and trusted else None
-    advice = _advice(sources, margin, trusted, loaded, threads)
+    cpus = load.get("cpus") if load is not None else None
+    advice = _advice(sources, margin, trusted, loaded, threads, cpus if isinstance(cpus, int) else None)
     ratios = ratios or {}
     within = _within(list(ratios.values()), margin)
     traced = max(speeds, default=0.0)
@@ -365,12 +366,18 @@ def _load_reason(load: Mapping[str, Any], pool: int | None = None) -> str:
     return reason
 
 
-def _advice(sources: Mapping[str, float], margin: float | None, trusted: bool, loaded: bool, threads: int) -> list[str]:
-    """What would tighten the margin, most effective first."""
+def _advice(
+    sources: Mapping[str, float], margin: float | None, trusted: bool, loaded: bool, threads: int, cpus: int | None
+) -> list[str]:
+    """What would tighten the margin, most effective first: a run that asked for more intra-op threads than the
+    machine has cores loads it itself (``--dlbricks-threads=8`` on 2 cores: its timing thread on a core 16% of the
+    time), which no quieter machine mends."""
     if trusted and margin is not None and margin <= TIGHT:
         return []
     advice = []
-    if loaded or not trusted:
+    if cpus is not None and threads > cpus:
+        advice.append(f"no more intra-op threads than the machine's {cpus} cores (--dlbricks-threads={cpus})")
+    elif loaded or not trusted:
         advice.append("a quieter machine")
     if threads != 1 and (loaded or max(sources.get(SPEED, 0.0), sources.get(DRIFT, 0.0)) > TIGHT):
         advice.append("one intra-op thread (--dlbricks-threads=1)")
