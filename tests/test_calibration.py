@@ -225,8 +225,18 @@ def test_coefficients_the_data_would_make_negative_stay_neutral() -> None:
 
 
 def test_record_of_takes_the_call_off_the_composed_estimate() -> None:
-    made = record_of("m.onnx", "k", 2, sequential_s=105 * US, moved=7000, call_s=5 * US, measured_s=130 * US, layers=12)
-    assert made.work_s == pytest.approx(100 * US)
+    made = record_of(
+        "m.onnx",
+        "k",
+        2,
+        sequential_s=105 * US,
+        moved=7000,
+        call_s=5 * US,
+        measured_s=130 * US,
+        layers=12,
+        statistic="min",
+    )
+    assert made.work_s == pytest.approx(100 * US) and made.statistic == "min"
     assert (made.path, made.key, made.granularity, made.bytes, made.layers) == ("m.onnx", "k", 2, 7000, 12)
     assert (made.call_s, made.measured_s) == (5 * US, 130 * US)
 
@@ -276,6 +286,20 @@ def test_a_model_cut_otherwise_replaces_the_record_it_left_at_its_path(tmp_path:
     shelf.put_calibration(recut)
     assert sorted(shelf.calibration(), key=lambda r: (r.path, r.granularity)) == [recut, coarser, other]
     assert shelf.discarded["calibration model"] == 1
+
+
+def test_records_of_each_statistic_are_kept_apart(tmp_path: Path) -> None:
+    """A calibration made on the fastest times corrects no estimate of median times: both are kept, apart, and a
+    record kept before records said their statistic reads as the default's."""
+    shelf = BrickStore(tmp_path).shelf(Identity({"cpu": "test"}, {"onnxruntime": "x"}))
+    median, fastest = record("a", 100, 10), CalibrationRecord(**{**record("a", 90, 10).__dict__, "statistic": "min"})
+    shelf.put_calibration(median)
+    shelf.put_calibration(fastest)
+    assert sorted(shelf.calibration(), key=lambda r: r.statistic) == [median, fastest]
+    older = json.loads((shelf.path / "calibration" / f"{median.key}-g{median.granularity}.json").read_text())
+    del older["statistic"]
+    (shelf.path / "calibration" / f"{median.key}-g{median.granularity}.json").write_text(json.dumps(older))
+    assert sorted(shelf.calibration(), key=lambda r: r.statistic) == [median, fastest]
 
 
 def test_calibration_as_json_names_its_models() -> None:

@@ -63,6 +63,9 @@ class CalibrationRecord:
     measured_s: float
     #: None in records kept before layers were: with one of them among its models, no cost per layer is fitted.
     layers: int | None
+    #: The brick statistic its estimate added (``--dlbricks-statistic``): a fit on the fastest times corrects no
+    #: estimate of median times. Records kept before it was kept read as the default's.
+    statistic: str = "median"
 
 
 @dataclass(frozen=True)
@@ -113,10 +116,13 @@ def record_of(
     call_s: float,
     measured_s: float,
     layers: int,
+    statistic: str,
 ) -> CalibrationRecord:
     """A calibration model's record from what its report holds: its composed estimate (which counts its
-    call once, with the bricks' work), bytes moved, call cost, measured latency and layers."""
-    return CalibrationRecord(path, key, granularity, max(sequential_s - call_s, 0.0), moved, call_s, measured_s, layers)
+    call once, with the bricks' work, in ``statistic``), bytes moved, call cost, measured latency and layers."""
+    return CalibrationRecord(
+        path, key, granularity, max(sequential_s - call_s, 0.0), moved, call_s, measured_s, layers, statistic
+    )
 
 
 def fit(

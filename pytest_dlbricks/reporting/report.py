@@ -226,8 +226,10 @@ def build_report(
         )
     fresh: tuple[CalibrationRecord, ...] = ()
     if settings.calibrate:
-        fresh = tuple(_calibration_records(plans, entries, settings.granularity, call, references))
-    # A model measured again replaces its record: the same bricks, or the same path cut otherwise.
+        fresh = tuple(_calibration_records(plans, entries, settings, call, references))
+    # A model measured again replaces its record: the same bricks, or the same path cut otherwise. Records of
+    # another statistic correct none of this run's estimates.
+    calibration = [record for record in calibration if record.statistic == settings.statistic]
     keys = {(record.key, record.granularity) for record in fresh}
     paths = {(record.path, record.granularity) for record in fresh}
     records = [r for r in calibration if (r.key, r.granularity) not in keys and (r.path, r.granularity) not in paths]
@@ -283,7 +285,7 @@ def build_report(
 def _calibration_records(
     plans: Sequence[ModelPlan],
     models: Sequence[ModelEntry],
-    granularity: int,
+    settings: Settings,
     overhead: CallOverhead,
     references: Mapping[str, float],
 ) -> list[CalibrationRecord]:
@@ -292,12 +294,13 @@ def _calibration_records(
         record_of(
             plan.path,
             model_key(plan.signatures),
-            granularity,
+            settings.granularity,
             model.sequential_s,
             model.analysis.bytes,
             model_costs(brick_calls(plan), overhead, references).of(*plan.io),
             measured,
             plan.layers,
+            settings.statistic,
         )
         for plan, model in zip(plans, models)
         if model.complete and model.sequential_s and isinstance(measured := model.validation.get("measured_s"), float)

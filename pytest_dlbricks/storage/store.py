@@ -14,8 +14,8 @@ a reader, or a run interrupted at any point, never sees half a file::
         peak.json               {"version", "measured_at", "peak"}: the GEMM FLOP/s and bandwidth this machine
                                 reaches with the shelf's settings (see :func:`.probes.measure_peak`)
         calibration/<key>.json  {"version", "path", "key", "granularity", "work_s", "bytes", "call_s", "measured_s",
-                                "layers"}: a calibration model as this machine timed it (see :mod:`.calibration`;
-                                records kept before ``layers`` was lack it)
+                                "layers", "statistic"}: a calibration model as this machine timed it (see
+                                :mod:`.calibration`; records kept before ``layers`` or ``statistic`` were lack them)
         bricks/<signature>.json {"version", "signature", "label", "stats", "provider", "measured_at", "precision",
                                 "timed_out_s", "probe_s", "reference_s", "cache_flush_bytes",
                                 "cold_input_bytes", "timing_method"}
@@ -258,6 +258,7 @@ class Shelf:
                     call_s=_seconds(data["call_s"]),
                     measured_s=_seconds(data["measured_s"], positive=True),
                     layers=layers,
+                    statistic=_text(data.get("statistic", "median")),
                 )
             except (KeyError, TypeError, ValueError, AttributeError):
                 self.discarded["calibration model"] += count_damage
@@ -267,11 +268,14 @@ class Shelf:
         """Keep a calibration model's record, over those the same model left at the same granularity: the
         same bricks, or the same path cut otherwise (by an older version, or before the file changed)."""
         self._identify()
-        kept = self.path / _CALIBRATION / f"{record.key}-g{record.granularity}.json"
+        # The default statistic's records keep the name they had before records kept their statistic.
+        statistic = "" if record.statistic == "median" else f"-{record.statistic}"
+        kept = self.path / _CALIBRATION / f"{record.key}-g{record.granularity}{statistic}.json"
         older = self._calibration_files(count_damage=False)
         write_json(kept, {"version": STORE_VERSION, **dataclasses.asdict(record)})
+        same = (record.path, record.granularity, record.statistic)
         for path, stale in older.items():
-            if path != kept and (stale.path, stale.granularity) == (record.path, record.granularity):
+            if path != kept and (stale.path, stale.granularity, stale.statistic) == same:
                 path.unlink(missing_ok=True)
 
     def bricks(self) -> dict[str, StoredBrick]:
