@@ -282,9 +282,12 @@ def test_an_exported_suite_runs_anywhere_and_composes_back(
     assert len(list(suite.glob("*.onnx"))) == distinct and (suite / "manifest.json").is_file()
     assert sorted(p.name for p in maps.iterdir()) == [f"models--{name}.map.json" for name in sorted(MODELS)]
 
-    # The owner's own results compose back to exactly the direct run's estimates.
+    # The owner's own results compose back to exactly the direct run's estimates, in a table fitted to the terminal.
+    monkeypatch.setenv("COLUMNS", "80")
     own, out = compose_into(pytester.path, maps, "direct.json")
-    assert "models/tiny_inception.onnx" in out
+    rows = [line for line in out.splitlines() if line.startswith(("models/", "..."))]
+    assert len(rows) == 3 and max(len(row) for row in rows) <= 80, out
+    assert "inception.onnx" in out
     assert estimates(own) == estimates(report)
 
     # Elsewhere: the suite alone, at granularity 1, times each exported brick once, never cut again.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -24,6 +25,7 @@ from ..core.identity import differences
 from ..core.settings import DEFAULT_STORE, STATISTICS, parse_choice, parse_percentage
 from ..core.verdict import judge_report, verdict_line
 from ..core.wording import plural
+from ..rendering.formatting import fit_lines
 from ..rendering.html import render_html
 from ..rendering.terminal import render_table
 from ..reporting.comparing import (
@@ -266,11 +268,13 @@ def _report(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _emit(report: dict[str, Any], arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """The table, and each output asked for; the estimates' verdict last."""
+    """The table, and each output asked for; the estimates' verdict last; fitted to the terminal's width, as a
+    pytest run's (``COLUMNS`` where the output is no terminal)."""
+    width = shutil.get_terminal_size().columns
     verdict = judge_report(report)
     if verdict is not None:
         report["verdict"] = verdict.as_json()
-    print(render_table(report), file=out)
+    print(fit_lines(render_table(report, width), width), file=out)
     outputs = [
         (arguments.json, "report", lambda: json.dumps(report, indent=2) + "\n"),
         (arguments.html, "HTML report", lambda: render_html(report)),
@@ -286,7 +290,7 @@ def _emit(report: dict[str, Any], arguments: argparse.Namespace, out: TextIO, er
             return 1
         print(f"{what} written to {path}", file=out)
     if verdict is not None:
-        print(verdict_line(report["verdict"]), file=out)
+        print(fit_lines(verdict_line(report["verdict"]), width), file=out)
     return 0
 
 
