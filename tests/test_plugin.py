@@ -716,6 +716,9 @@ def test_validation_times_models_end_to_end_and_reports_accuracy(
     # Both models are timed under the parallel executor: the median of their rounds' spreads is the parallel noise.
     spreads = [m["validation"]["parallel"]["spread"] for m in report["models"]]
     assert report["accuracy"]["parallel_noise"] == pytest.approx(statistics.median(spreads))
+    # ... and the machine noise is the sequential rounds' alone.
+    sequential = [m["validation"]["sequential"]["spread"] for m in report["models"]]
+    assert report["accuracy"]["noise"] == pytest.approx(statistics.median(sequential))
     rows = [line.split() for line in result.stdout.lines if line.startswith("models/") and "  yes  " in line]
     assert len(rows) == 2
     for row in rows:

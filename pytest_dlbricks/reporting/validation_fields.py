@@ -73,7 +73,7 @@ def _accuracy(
     if not validated:
         return None
     details: list[Mapping[str, Mapping[str, float | None]]] = [model["validation"] for model in validated]  # type: ignore[misc]
-    spreads = [s for detail in details for summary in detail.values() if (s := summary["spread"]) is not None]
+    spreads = _spreads(details, "sequential")
     paths = {model["path"] for model in validated}
     distinct = [time_s for signature, time_s in times.items() if paths & set(users[signature])]
     measured = [float(model["measured_s"]) for model in validated if "measured_s" in model]  # type: ignore[arg-type]
@@ -90,7 +90,8 @@ def _accuracy(
         # apart, so what differs is the machine's speed, not the method; it tells how much of the gap
         # between ``sequential`` and ``sequential_paired`` is the machine's.
         "drift": accuracy(_ratios(validated, "estimate_drift")),
-        # Typical relative spread (interquartile range) of a model's per-round ratios: the machine's noise.
+        # Typical relative spread (interquartile range) of a model's per-round ratios under the sequential
+        # executor: the machine's noise (the parallel executor's rounds are apart, below).
         "noise": statistics.median(spreads) if spreads else None,
         # The same, of the parallel executor's rounds alone: where its threads compete with the intra-op
         # pool, the time it takes varies far more than the machine's noise.
