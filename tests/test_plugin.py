@@ -717,8 +717,8 @@ def test_validation_times_models_end_to_end_and_reports_accuracy(
     spreads = [m["validation"]["parallel"]["spread"] for m in report["models"]]
     assert report["accuracy"]["parallel_noise"] == pytest.approx(statistics.median(spreads))
     # ... and the machine noise is the sequential rounds' alone.
-    sequential = [m["validation"]["sequential"]["spread"] for m in report["models"]]
-    assert report["accuracy"]["noise"] == pytest.approx(statistics.median(sequential))
+    sequential_spreads = [m["validation"]["sequential"]["spread"] for m in report["models"]]
+    assert report["accuracy"]["noise"] == pytest.approx(statistics.median(sequential_spreads))
     rows = [line.split() for line in result.stdout.lines if line.startswith("models/") and "  yes  " in line]
     assert len(rows) == 2
     for row in rows:

@@ -288,6 +288,8 @@ def test_an_exported_suite_runs_anywhere_and_composes_back(
     rows = [line for line in out.splitlines() if line.startswith(("models/", "..."))]
     assert len(rows) == 3 and max(len(row) for row in rows) <= 80, out
     assert "inception.onnx" in out
+    precisions = {m["path"]: m["precision"] for m in report["models"]}
+    assert all(precisions.values()) and {m["path"]: m["precision"] for m in own["models"]} == pytest.approx(precisions)
     assert estimates(own) == estimates(report)
 
     # Elsewhere: the suite alone, at granularity 1, times each exported brick once, never cut again.

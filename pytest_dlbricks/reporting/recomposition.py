@@ -18,6 +18,8 @@ from typing import Any
 
 import networkx as nx
 
+from ..core.budget import estimate_precision
+from ..core.noise import margin_of_error
 from ..estimating.analysis import BrickAnalysis, BrickUse, model_analysis
 from ..estimating.composition import BrickCall, ParallelExecutor, compose_calls, is_count, is_number
 from ..timing.overhead import CallOverhead
@@ -86,6 +88,20 @@ def recompose_entry(
         "complete": estimate.complete,
         "unsupported": unsupported_windows(composition, unsupported),
     }
+
+
+def _with_precision(model: dict[str, Any], records: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A recomposed model with the margin of error its estimate reached, from its bricks' statistics as the run
+    that timed them reported them (``precision``, as a run's own report gives it; None where one lacks them)."""
+    terms: list[tuple[int, float, float | None]] = []
+    for signature, count in signatures_of(model["composition"]).items():
+        stats = (records.get(signature) or {}).get("stats")
+        if not isinstance(stats, Mapping) or not is_number(stats.get("mean")):
+            model["precision"] = None
+            return model
+        terms.append((count, float(stats["mean"]), margin_of_error(stats)))
+    model["precision"] = estimate_precision(terms, model.get("sequential_s"))
+    return model
 
 
 def executor_of(report: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -268,8 +284,14 @@ def recomposed_report(
     models = [
         dict(entry)
         if "error" in entry
-        else _analysed(
-            recompose_entry(entry, times, call, unsupported, parallel, layers, references), analyses, times, measured
+        else _with_precision(
+            _analysed(
+                recompose_entry(entry, times, call, unsupported, parallel, layers, references),
+                analyses,
+                times,
+                measured,
+            ),
+            records,
         )
         for entry in entries
     ]
