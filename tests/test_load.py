@@ -82,3 +82,27 @@ def test_sleeping_on_purpose_inside_the_rounds_is_no_load() -> None:
     load.around(rounds_with_a_wait)
     assert load.readings().core_share == pytest.approx(1.0)
     assert load.readings().wall_s == pytest.approx(1.0)
+
+
+def test_waiting_busy_on_purpose_inside_the_rounds_is_no_load_either() -> None:
+    """A wait spent calling the reference is on its core: its CPU time leaves the share as its wall time does, so
+    that the rounds' own share shows (here half of it: the machine is loaded)."""
+    clocks = Clocks()
+    idle, idle_cpu = [0.0], [0.0]
+    load = LoadMeter(
+        wall=lambda: clocks.wall_s,
+        cpu=lambda: clocks.cpu_s,
+        idle=lambda: idle[0],
+        idle_cpu=lambda: idle_cpu[0],
+        cpus=2,
+    )
+
+    def rounds_with_a_busy_wait() -> None:
+        clocks.rounds(0.5, 0.25)
+        clocks.rounds(0.4, 0.4)
+        idle[0] += 0.4
+        idle_cpu[0] += 0.4
+        clocks.rounds(0.5, 0.25)
+
+    load.around(rounds_with_a_busy_wait)
+    assert load.readings().core_share == pytest.approx(0.5)

@@ -215,6 +215,21 @@ def test_a_timing_begun_in_the_slow_state_waits_for_the_fast_one() -> None:
     assert len(trace.moments) == MIN_MOMENTS + 1
 
 
+def test_a_wait_keeps_the_machine_busy_with_the_reference_unless_told_otherwise() -> None:
+    """Asleep, a machine wakes slower: the wait calls the reference between its readings, for as long as it would
+    have slept, and its CPU time is counted apart (no brick's, no load)."""
+    busy = [2e-3] * 3  # the calls of one wait of WAIT_EVERY_S = 5 ms
+    machine = StubMachine([1e-3] * WARM_CALLS + moments(*[10e-6] * MIN_MOMENTS, 16e-6) + busy + moments(10.5e-6))
+    trace = SpeedTrace(machine.make_call, "stub", clock=machine.clock, every_s=10.0, cpu_clock=machine.clock)
+    for _ in range(MIN_MOMENTS):
+        trace.now()
+    machine.now += 100.0
+    assert trace.settled() == pytest.approx(10.5e-6)
+    assert next(machine.durations, None) is None, "every busy call made, then the reading that ended the wait"
+    assert (trace.waits, trace.timed_slow) == (1, 0)
+    assert trace.waited_cpu_s == trace.waited_s == pytest.approx(6e-3 + (1 + MOMENT_CALLS) * 10.5e-6)
+
+
 def test_a_fast_or_a_little_slower_moment_waits_for_nothing() -> None:
     below = 10e-6 * SLOW_BY * 0.99
     machine = SleepingMachine([1e-3] * WARM_CALLS + moments(*[10e-6] * MIN_MOMENTS, below))

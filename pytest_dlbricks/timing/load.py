@@ -51,8 +51,9 @@ class LoadMeter:
 
     ``wall`` and ``cpu`` are the clocks (wall time, and the calling thread's CPU time); ``load_average``
     reads the machine's one-minute load average (None where the platform has none). ``idle`` reads the
-    seconds the run has slept so far on purpose (waiting for the machine's fast state, see
-    :meth:`.speed_trace.SpeedTrace.settled`), which are no one's load and are left out of the wall time.
+    seconds the run has waited so far on purpose (for the machine's fast state, see
+    :meth:`.speed_trace.SpeedTrace.settled`), and ``idle_cpu`` the timing thread's CPU time in those waits: they
+    are no one's load, and are left out of the wall and the CPU time alike.
     """
 
     def __init__(
@@ -63,9 +64,11 @@ class LoadMeter:
         load_average: Callable[[], float | None] | None = None,
         cpus: int | None = None,
         idle: Callable[[], float] = lambda: 0.0,
+        idle_cpu: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.wall = wall
         self.idle = idle
+        self.idle_cpu = idle_cpu
         self.cpu = cpu
         self.load_average = load_average or _load_average
         self.cpus = os.cpu_count() if cpus is None else cpus
@@ -74,12 +77,12 @@ class LoadMeter:
 
     def around(self, timed: Callable[[], None]) -> None:
         """Run ``timed`` (an item's timed rounds) and add its wall and CPU time to the run's."""
-        wall, cpu, idle = self.wall(), self.cpu(), self.idle()
+        wall, cpu, idle, idle_cpu = self.wall(), self.cpu(), self.idle(), self.idle_cpu()
         try:
             timed()
         finally:
             self.wall_s += self.wall() - wall - (self.idle() - idle)
-            self.cpu_s += self.cpu() - cpu
+            self.cpu_s += self.cpu() - cpu - (self.idle_cpu() - idle_cpu)
 
     def readings(self) -> Readings:
         return Readings(self.wall_s, self.cpu_s, self.load_average(), self.cpus)

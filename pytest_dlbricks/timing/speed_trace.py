@@ -17,7 +17,14 @@ timing (:meth:`SpeedTrace.now`), and that brick's call cost scaled to it (see :m
 
 Bricks and validation rounds are timed in the machine's fast state (:meth:`SpeedTrace.settled`): where
 the reference reads slow right before a timing, the timing waits until it reads fast again, within a
-budget. Scaling what was timed in the slow state does not correct it (convolutions move less than the
+budget. It waits busy, calling the reference, not asleep: on a 2-core AMD EPYC a machine left idle runs its
+next calls slower (a small convolution 1.3 to 1.9 times for 2 to 3 ms after 20 to 100 ms asleep), so waits spent
+asleep ended slow more often, and the timings after them began slow. Two validated runs of the onnx wheel's CNNs
+and the samples each way, alternating: 108 of 294 and 518 of 705 waits timed slow all the same waiting busy,
+1,094 of 1,206 and 701 of 810 asleep; accuracy 0.889 and 0.912 against 0.837 and 0.851 (the paired rounds 0.948
+both times against 0.946 and 0.940).
+
+Scaling what was timed in the slow state does not correct it (convolutions move less than the
 reference, or as much, depending on what slows the machine), and what was timed at different moments in
 different states differs by up to the ratio of the two (a validated run of the onnx wheel's CNNs: a
 ZFNet's bricks timed fast, 58 ms, and the model in a slow stretch, 78 ms, its reference 16 us against 11).
@@ -86,12 +93,15 @@ class SpeedTrace:
         *,
         clock: Callable[[], float] = time.perf_counter,
         every_s: float | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self.make_call = make_call
         self.description = description
         self.clock = clock
-        self.sleep = sleep
+        #: How a wait passes the time between two readings: busy, calling the reference, unless told otherwise.
+        self.sleep = sleep or self._keep_busy
+        self.cpu_clock = cpu_clock
         self.every_s = SAMPLE_EVERY_S if every_s is None else every_s
         #: Seconds of the fastest of :data:`SAMPLE_CALLS` reference calls, one entry per sample.
         self.samples: list[float] = []
@@ -100,6 +110,8 @@ class SpeedTrace:
         #: Seconds spent waiting for the fast state, how many timings waited, and how many were timed slow
         #: all the same (the wait's budget ran out).
         self.waited_s = 0.0
+        #: The timing thread's CPU time in those waits: they are no brick's, nor load (see :class:`.load.LoadMeter`).
+        self.waited_cpu_s = 0.0
         self.waits = 0
         self.timed_slow = 0
         self._started = clock()
@@ -133,15 +145,22 @@ class SpeedTrace:
         fast = self.fast_s()
         if fast is None or not _slow(reading, fast):
             return self._kept(reading)
-        start = self.clock()
+        start, cpu = self.clock(), self.cpu_clock()
         limit = min(WAIT_MAX_S, WAIT_SHARE * (start - self._started) - self.waited_s)
         while _slow(reading, fast) and self.clock() - start < limit:
             self.sleep(WAIT_EVERY_S)
             reading = self._moment()
         self.waits += 1
         self.waited_s += self.clock() - start
+        self.waited_cpu_s += self.cpu_clock() - cpu
         self.timed_slow += _slow(reading, fast)
         return self._kept(reading)
+
+    def _keep_busy(self, seconds: float) -> None:
+        """Call the reference for ``seconds``: the machine stays as a timing finds it (see the module's description)."""
+        until = self.clock() + seconds
+        while self._call is not None and self.error is None and self.clock() < until:
+            self._call()
 
     def fast_s(self) -> float | None:
         """The reference's time in the machine's fast state: the faster of this run's (see :meth:`own_fast_s`) and

@@ -118,7 +118,7 @@ class RunState:
         #: call's time around each brick's timing (see :mod:`.speed_trace`).
         self.speed = SpeedTrace(lambda: reference_call(settings), REFERENCE)
         #: Whether the thread that times got its core through the timed rounds (see :mod:`.load`).
-        self.load = LoadMeter(idle=lambda: self.speed.waited_s)
+        self.load = LoadMeter(idle=lambda: self.speed.waited_s, idle_cpu=lambda: self.speed.waited_cpu_s)
         #: What the parallel executor does with independent nodes here, detected once before composing,
         #: or why it could not be.
         self.executor: ExecutorDetection | None = None
