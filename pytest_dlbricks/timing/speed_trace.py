@@ -22,7 +22,7 @@ next calls slower (a small convolution 1.3 to 1.9 times for 2 to 3 ms after 20 t
 asleep ended slow more often, and the timings after them began slow. Two validated runs of the onnx wheel's CNNs
 and the samples each way, alternating: 108 of 294 and 518 of 705 waits timed slow all the same waiting busy,
 1,094 of 1,206 and 701 of 810 asleep; accuracy 0.889 and 0.912 against 0.837 and 0.851 (the paired rounds 0.948
-both times against 0.946 and 0.940).
+both times against 0.946 and 0.940), under verdicts of +-113% to +-256%.
 
 Scaling what was timed in the slow state does not correct it (convolutions move less than the
 reference, or as much, depending on what slows the machine), and what was timed at different moments in
