@@ -339,6 +339,9 @@ def test_a_changed_model_whose_new_bricks_have_no_time_cannot_be_told() -> None:
     )
     assert "NOT TIMED" in render_comparison(comparison)
     assert one(now, before, threshold=None).verdict == INCOMPLETE, "without a gate nothing is judged"
+    # A new brick the providers cannot run is timed by no run: the model is incomplete, as before.
+    now["report"]["bricks"][1]["unsupported"] = "no float16 kernel for Gemm"
+    assert one(now, before).verdict == INCOMPLETE
 
 
 def test_the_table_and_the_messages_show_the_estimates_the_change_follows_from() -> None:

@@ -243,6 +243,7 @@ def compare(
     noise = _runs_noise(now["report"], before["report"])
     untrusted = _untrusted(now["report"], before["report"])
     counted = all(report.get("simulation") for report in (now["report"], before["report"]))
+    unsupported = {str(brick["signature"]) for brick in now["report"].get("bricks", []) if brick.get("unsupported")}
     deltas = []
     for path in [*now_models, *(p for p in before_models if p not in now_models)]:
         now_s = _estimate(now_models[path], now_shares.get(path, {})) if path in now_models else None
@@ -252,7 +253,7 @@ def compare(
         elif path not in now_models:
             deltas.append(ModelDelta(path, before_s, None, GONE))
         elif now_s is None or before_s is None:
-            untimed = _untimed_changes(now_shares.get(path, {}), before_shares.get(path, {}))
+            untimed = _untimed_changes(now_shares.get(path, {}), before_shares.get(path, {}), unsupported)
             verdict = NOT_TIMED if threshold is not None and untimed else INCOMPLETE
             deltas.append(ModelDelta(path, before_s, now_s, verdict, untimed=untimed))
         else:
@@ -275,9 +276,14 @@ def compare(
     return Comparison(baseline, statistic, threshold, tuple(deltas), noise, untrusted)
 
 
-def _untimed_changes(now: Mapping[str, _Share], before: Mapping[str, _Share]) -> tuple[str, ...]:
-    """The labels of a model's bricks this run has and the baseline's model had not, that have no time."""
-    return tuple(share.label for signature, share in now.items() if signature not in before and share.time_s is None)
+def _untimed_changes(now: Mapping[str, _Share], before: Mapping[str, _Share], unsupported: set[str]) -> tuple[str, ...]:
+    """The labels of a model's bricks this run has and the baseline's model had not, that have no time, but for
+    those the providers cannot run (``unsupported``): no run times them."""
+    return tuple(
+        share.label
+        for signature, share in now.items()
+        if signature not in before and share.time_s is None and signature not in unsupported
+    )
 
 
 def _untrusted(now: Mapping[str, Any], before: Mapping[str, Any]) -> str | None:

@@ -140,16 +140,14 @@ def build_report(
     validations = validations or {}
     work = work or {}
     measured = measured if measured is not None else RunMeasurements()
+    unsupported = unsupported or {}
     # A brick the provider cannot run is known so when it was run, or when its model was cut (float32 work in a
-    # float16 model): its entry says why either way.
-    unsupported = {
-        **{
-            brick.signature: reason
-            for plan in plans
-            for index, reason in plan.unsupported.items()
-            if isinstance(brick := plan.bricks[index], BrickSpec)
-        },
-        **(unsupported or {}),
+    # float16 model): its entry says why either way, where no other model's point timed it.
+    cut_unsupported = {
+        brick.signature: reason
+        for plan in plans
+        for index, reason in plan.unsupported.items()
+        if isinstance(brick := plan.bricks[index], BrickSpec) and brick.signature not in results
     }
     placements = placements or {}
     call = overhead or NO_OVERHEAD
@@ -173,7 +171,7 @@ def build_report(
             analysis=brick_analysis(
                 times.get(signature), work.get(signature), measured.peak, call, references.get(signature)
             ),
-            unsupported=unsupported.get(signature),
+            unsupported=unsupported.get(signature, cut_unsupported.get(signature)),
             node_providers=dict(placements[signature]) if signature in placements else None,
             reference_s=references.get(signature),
         )

@@ -160,7 +160,10 @@ class SpeedTrace:
         """Call the reference for ``seconds``: the machine stays as a timing finds it (see the module's description)."""
         until = self.clock() + seconds
         while self._call is not None and self.error is None and self.clock() < until:
-            self._call()
+            try:
+                self._call()
+            except Exception as error:  # onnxruntime's exception types are not part of its API
+                self.error = f"{type(error).__name__}: {error}"
 
     def fast_s(self) -> float | None:
         """The reference's time in the machine's fast state: the faster of this run's (see :meth:`own_fast_s`) and

@@ -44,6 +44,8 @@ class DLBricksSession:
         #: Whether the terminal summary was written (see :meth:`summarize`), and the verdict after it.
         self.summarized = False
         self.verdict_written = False
+        #: Items lent pytest-benchmark's fixture name while it sorts benchmarks out (see :meth:`lend_benchmark_name`).
+        self._lent: list[pytest.Function] = []
         #: Model files found so far, and how many of them collection has begun to cut.
         self.models_found = 0
         self.models_started = 0
@@ -89,6 +91,7 @@ class DLBricksSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         """Let ``-k`` select a brick by the name of any model that uses it, not only the first."""
+        self.lend_benchmark_name(items)
         for item in items:
             signature = signature_of(item)
             if signature is not None:
@@ -97,16 +100,25 @@ class DLBricksSession:
         if self.settings.shard is not None:
             self._keep_shard(items, *self.settings.shard)
 
-    def keep_benchmarks_under_only(self, items: list[pytest.Item]) -> None:
-        """``--benchmark-only`` keeps brick and validation items: pytest-benchmark marks to skip every item that
-        does not name its fixture when collected, and these ask for it when they run (so that one that cannot
-        run leaves no unused fixture to warn of). Called once pytest-benchmark's marks are made (see
-        :meth:`.Tracking.pytest_collection_modifyitems`)."""
+    def lend_benchmark_name(self, items: list[pytest.Item]) -> None:
+        """Under ``--benchmark-only``, brick and validation items name pytest-benchmark's fixture while it picks the
+        benchmarks: it skips every item that does not name it when collected, and these ask for it when they run
+        (so that one that cannot run leaves no unused fixture to warn of). :meth:`return_benchmark_name` takes the
+        name back before any fixture is set up."""
         if not self.config.getoption("benchmark_only", False):
             return
         for item in items:
-            if isinstance(item.parent, ModelFile | BrickFile) and not isinstance(item, FailingItem):
-                item.own_markers[:] = [mark for mark in item.own_markers if mark.name != "skip"]
+            if not isinstance(item, pytest.Function) or not isinstance(item.parent, ModelFile | BrickFile):
+                continue
+            if "benchmark" not in item.fixturenames:
+                item.fixturenames.append("benchmark")
+                self._lent.append(item)
+
+    def return_benchmark_name(self) -> None:
+        """Take back what :meth:`lend_benchmark_name` lent (see :meth:`.Tracking.pytest_collection_modifyitems`)."""
+        for item in self._lent:
+            item.fixturenames.remove("benchmark")
+        self._lent.clear()
 
     def _heaviest_first(self, items: list[pytest.Item]) -> None:
         """Each file's bricks in the order of their expected cost, heaviest first, in the places they held.

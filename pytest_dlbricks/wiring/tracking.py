@@ -105,7 +105,7 @@ class Tracking(Baselines):
         reuse, as ``-k`` deselects (after it and the other selections): their times go into the report, and
         pytest runs nothing for them. What the store knows of every model also decides how precisely the
         bricks timed anew must be (see :mod:`.budget`). ``--collect-only`` lists every brick collected."""
-        self.dlbricks.keep_benchmarks_under_only(items)
+        self.dlbricks.return_benchmark_name()
         if self.shelf is None or self.settings.remeasure or self.config.option.collectonly:
             return
         statistic = self.settings.statistic
