@@ -21,8 +21,11 @@ Pure functions of plain numbers, so that the brick items, the store's reuse and 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from .noise import margin_of_error
 
 #: Loosest margin of error a brick is timed to, however small its part: its statistics still mean
 #: something to the gate and to the noise figure of the run (5% to 30% is typical brick noise).
@@ -70,6 +73,18 @@ def largest_share(seconds: float, uses: Iterable[Use]) -> float:
         if use.count
     )
     return max(shares, default=0.0)
+
+
+def stats_precision(uses: Iterable[tuple[int, Mapping[str, Any] | None]], estimate_s: float | None) -> float | None:
+    """:func:`estimate_precision` from each brick's (count, statistics as pytest-benchmark keeps them); None where a
+    brick has none, or no mean."""
+    terms = []
+    for count, stats in uses:
+        mean = stats.get("mean") if stats is not None else None
+        if stats is None or not isinstance(mean, int | float) or isinstance(mean, bool):
+            return None
+        terms.append((count, float(mean), margin_of_error(stats)))
+    return estimate_precision(terms, estimate_s)
 
 
 def estimate_precision(terms: Iterable[tuple[int, float, float | None]], estimate_s: float | None) -> float | None:

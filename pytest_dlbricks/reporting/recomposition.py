@@ -18,8 +18,7 @@ from typing import Any
 
 import networkx as nx
 
-from ..core.budget import estimate_precision
-from ..core.noise import margin_of_error
+from ..core.budget import stats_precision
 from ..estimating.analysis import BrickAnalysis, BrickUse, model_analysis
 from ..estimating.composition import BrickCall, ParallelExecutor, compose_calls, is_count, is_number
 from ..timing.overhead import CallOverhead
@@ -93,14 +92,11 @@ def recompose_entry(
 def _with_precision(model: dict[str, Any], records: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """A recomposed model with the margin of error its estimate reached, from its bricks' statistics as the run
     that timed them reported them (``precision``, as a run's own report gives it; None where one lacks them)."""
-    terms: list[tuple[int, float, float | None]] = []
-    for signature, count in signatures_of(model["composition"]).items():
-        stats = (records.get(signature) or {}).get("stats")
-        if not isinstance(stats, Mapping) or not is_number(stats.get("mean")):
-            model["precision"] = None
-            return model
-        terms.append((count, float(stats["mean"]), margin_of_error(stats)))
-    model["precision"] = estimate_precision(terms, model.get("sequential_s"))
+    uses = [
+        (count, stats if isinstance(stats := (records.get(signature) or {}).get("stats"), Mapping) else None)
+        for signature, count in signatures_of(model["composition"]).items()
+    ]
+    model["precision"] = stats_precision(uses, model.get("sequential_s"))
     return model
 
 

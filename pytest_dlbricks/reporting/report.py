@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.budget import estimate_precision
+from ..core.budget import stats_precision
 from ..core.identity import CUT_METHOD
-from ..core.noise import HIGH_NOISE, margin_of_error, run_noise
+from ..core.noise import HIGH_NOISE, run_noise
 from ..core.settings import Settings
 from ..core.verdict import judge_report
 from ..cut.bricks import BrickSpec
@@ -406,10 +406,5 @@ def unsupported_windows(composition: Mapping[str, Any], unsupported: Mapping[str
 
 def _estimate_precision(plan: ModelPlan, results: Mapping[str, BrickResult], estimate_s: float | None) -> float | None:
     """The margin of error of a model's sequential estimate, from the precision its bricks reached."""
-    terms = []
-    for signature, count in plan.signatures.items():
-        stats = results[signature].stats if signature in results else None
-        if stats is None or "mean" not in stats:
-            return None
-        terms.append((count, float(stats["mean"]), margin_of_error(stats)))
-    return estimate_precision(terms, estimate_s)
+    uses = [(count, results[s].stats if s in results else None) for s, count in plan.signatures.items()]
+    return stats_precision(uses, estimate_s)

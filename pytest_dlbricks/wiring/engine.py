@@ -452,21 +452,20 @@ class DLBricksRun(RunState):
 
     def untrusted_run_at(self, when: datetime) -> str | None:
         """Why the stored run that timed a brick at ``when`` was not trusted; None where it was, or is unknown."""
-        run = self._stored_run_at(when.isoformat(timespec="seconds"))
+        run = self._stored_run_at(when.replace(microsecond=0))
         return None if run is None else run.untrusted
 
-    def _stored_run_at(self, when: str | None) -> StoredRun | None:
-        """The stored run that timed a brick at ``when`` (ISO, to the second): the newest covering it, since a run
-        begun in the second the one before it ended shares that second, and the store holds each brick's last timing."""
-        moment = datetime.fromisoformat(when) if when else None
-        return next((run for run in reversed(self.stored_runs) if moment and run.covers(moment)), None)
+    def _stored_run_at(self, when: datetime | None) -> StoredRun | None:
+        """The stored run that timed a brick at ``when`` (to the second): the newest covering it, since a run begun
+        in the second the one before it ended shares that second, and the store holds each brick's last timing."""
+        return next((run for run in reversed(self.stored_runs) if when and run.covers(when)), None)
 
     def _reused_from(self) -> dict[str, Any] | None:
         """What the runs that timed the reused bricks found of the machine (see :attr:`.Summary.reused_from`)."""
         reused = [result.measured_at for result in self.results.values() if result.reused]
         if not reused:
             return None
-        runs = [self._stored_run_at(when) for when in reused]
+        runs = [self._stored_run_at(datetime.fromisoformat(when) if when else None) for when in reused]
         known = [run for run in runs if run is not None]
         speeds = [run.speed for run in known if run.speed is not None]
         loads = [run.load for run in known if run.load is not None]
